@@ -1,0 +1,342 @@
+"""Tests for data/prepare.py (tokenizer training, encoding, CLI error handling).
+
+Part of the suite run by python test_mixer.py (or alone: python -m unittest test_prepare -v).
+Real text comes from $TINYSTORIES_DIR or ../shared/data/tinystories (skipped if absent).
+"""
+import contextlib
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import urllib.error
+from collections import Counter
+from unittest import mock
+
+import numpy as np
+import tiktoken.load
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(REPO, "data"))
+import prepare  # noqa: E402
+
+PREPARE = os.path.join(REPO, "data", "prepare.py")
+EOT = prepare.EOT
+
+
+def tinystories_dir():
+    d = os.environ.get("TINYSTORIES_DIR", os.path.join(REPO, "..", "shared", "data", "tinystories"))
+    ok = all(os.path.isfile(os.path.join(d, f)) for f in ("train.txt", "valid.txt"))
+    return d if ok else None
+
+
+def read_real(name, nbytes=None):
+    d = tinystories_dir()
+    if d is None:
+        msg = "TinyStories text not found (set TINYSTORIES_DIR); skipping"
+        print(msg)
+        raise unittest.SkipTest(msg)
+    with open(os.path.join(d, name), encoding="utf-8") as f:
+        return f.read(nbytes) if nbytes else f.read()
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def naive_bpe(stories, vocab_size):
+    """Slow reference trainer: recount every pair each merge, same tie rule and reuse rule."""
+    pat = prepare.regex.compile(prepare.GPT2_PAT)
+    counts = Counter(w for s in stories for w in pat.findall(s))
+    words = [(list(w.encode("utf-8")), f) for w, f in counts.items()]
+    vocab = [bytes([b]) for b in range(256)]
+    ranks = {t: i for i, t in enumerate(vocab)}
+    while len(vocab) < vocab_size - 1:
+        pc = Counter()
+        for w, f in words:
+            for p in zip(w, w[1:]):
+                pc[p] += f
+        a, b = min(pc, key=lambda p: (-pc[p], p))
+        m = vocab[a] + vocab[b]
+        if m not in ranks:
+            ranks[m] = len(vocab)
+            vocab.append(m)
+        new = ranks[m]
+        for k, (w, f) in enumerate(words):
+            out, j = [], 0
+            while j < len(w):
+                if j + 1 < len(w) and (w[j], w[j + 1]) == (a, b):
+                    out.append(new)
+                    j += 2
+                else:
+                    out.append(w[j])
+                    j += 1
+            words[k] = (out, f)
+    return ranks
+
+
+class TestTokenizer(unittest.TestCase):
+    V = 512
+
+    @classmethod
+    def setUpClass(cls):
+        cls.train_text = read_real("train.txt", 300_000)
+        cls.valid_text = read_real("valid.txt")
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.ranks = prepare.train_bpe(cls.train_text, cls.V)
+        cls.path = os.path.join(cls.tmp.name, "tokenizer.tiktoken")
+        prepare.save_tokenizer(cls.ranks, cls.path)
+        cls.enc = prepare.load_tokenizer(cls.path)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_vocab_layout(self):
+        self.assertEqual(self.enc.n_vocab, self.V)
+        self.assertEqual(len(self.ranks), self.V - 1)
+        self.assertEqual(sorted(self.ranks.values()), list(range(self.V - 1)))
+        for b in range(256):
+            self.assertEqual(self.ranks[bytes([b])], b)
+        self.assertEqual(self.enc.eot_token, self.V - 1)
+        self.assertNotIn(self.V - 1, self.ranks.values())
+        self.assertEqual(len(set(self.ranks)), self.V - 1)  # no duplicate token bytes
+
+    def test_roundtrip_real_valid_text(self):
+        ids = self.enc.encode_ordinary(self.valid_text)
+        self.assertEqual(self.enc.decode(ids), self.valid_text)
+        self.assertLess(max(ids), 65536)
+        self.assertLess(max(ids), self.V - 1)  # encode_ordinary never emits eot
+        ids = self.enc.encode(self.valid_text, allowed_special={EOT})
+        self.assertEqual(self.enc.decode(ids), self.valid_text)
+        self.assertEqual(ids.count(self.V - 1), self.valid_text.count(EOT))
+        self.assertLess(len(ids), len(self.valid_text.encode()) / 2)  # it really compresses
+
+    def test_eot_special(self):
+        self.assertEqual(self.enc.encode(EOT, allowed_special={EOT}), [self.V - 1])
+        ids = self.enc.encode("The end." + EOT, allowed_special={EOT})
+        self.assertEqual(ids[-1], self.V - 1)
+        self.assertNotIn(self.V - 1, self.enc.encode_ordinary(EOT))
+        with self.assertRaises(ValueError):  # tiktoken refuses a disallowed special by default
+            self.enc.encode(EOT)
+
+    def test_unicode_bytes_roundtrip(self):
+        for s in ["héllo wörld", "日本語のテキスト", "emoji 🦄🐉👩‍👩‍👧 ok", "\x00\x7f\t\r\n  ",
+                  "Ω≈ç√∫ 😀" * 5, "mixed\u200bzero-width", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢"]:
+            ids = self.enc.encode_ordinary(s)
+            self.assertEqual(self.enc.decode(ids), s)
+            self.assertTrue(all(0 <= i < self.V - 1 for i in ids))
+
+    def test_frequent_words_are_single_tokens(self):
+        for w in [" the", " and", " was", "Once", " upon", " time", " She", " said"]:
+            self.assertEqual(len(self.enc.encode_ordinary(w)), 1, w)
+        self.assertGreater(len(self.enc.encode_ordinary(" antidisestablishment")), 2)
+
+    def test_every_merge_splits_into_lower_ranks(self):
+        # a token of rank r must be reachable: two lower-ranked tokens concatenate to it
+        for tok, r in self.ranks.items():
+            if len(tok) == 1:
+                continue
+            ok = any(self.ranks.get(tok[:k], r) < r and self.ranks.get(tok[k:], r) < r
+                     for k in range(1, len(tok)))
+            self.assertTrue(ok, (tok, r))
+            self.assertEqual(self.enc.decode_single_token_bytes(r), tok)
+
+    def test_matches_naive_reference_trainer(self):
+        stories = prepare.split_stories(self.train_text[:30_000])
+        self.assertEqual(prepare.train_bpe(stories, 400), naive_bpe(stories, 400))
+
+    def test_train_bpe_bad_args(self):
+        with self.assertRaises(ValueError):
+            prepare.train_bpe("abc abc", 300)  # runs out of pairs
+        with self.assertRaises(ValueError):
+            prepare.train_bpe(self.train_text, 256)
+        with self.assertRaises(ValueError):
+            prepare.train_bpe(self.train_text, 70000)
+
+    def test_same_format_as_tiktoken_loader(self):
+        with mock.patch.dict(os.environ, {"TIKTOKEN_CACHE_DIR": ""}):
+            self.assertEqual(tiktoken.load.load_tiktoken_bpe(self.path), self.ranks)
+
+    def test_load_tokenizer_errors(self):
+        with self.assertRaises(FileNotFoundError):
+            prepare.load_tokenizer(os.path.join(self.tmp.name, "nope.tiktoken"))
+        bad = os.path.join(self.tmp.name, "bad.tiktoken")
+        lines = read_text(self.path).splitlines()
+        for content in ["", "not base64 at all!\n", "\n".join(lines[:-1] + ["QUJD x"]),
+                        "\n".join(lines[:-1] + [lines[-1].split()[0] + " 9999"]),
+                        "\n".join(lines[1:])]:
+            with open(bad, "w") as f:
+                f.write(content)
+            with self.assertRaises(ValueError, msg=content[:40]):
+                prepare.load_tokenizer(bad)
+
+    def test_reload_after_rewrite_is_not_stale(self):
+        p = os.path.join(self.tmp.name, "rewrite.tiktoken")
+        prepare.save_tokenizer(self.ranks, p)
+        self.assertEqual(prepare.load_tokenizer(p).n_vocab, self.V)
+        small = {t: r for t, r in self.ranks.items() if r < 300}
+        prepare.save_tokenizer(small, p)
+        self.assertEqual(prepare.load_tokenizer(p).n_vocab, 301)
+
+    def test_tokenizer_sha256(self):
+        with open(self.path, "rb") as f:
+            self.assertEqual(prepare.tokenizer_sha256(self.path), hashlib.sha256(f.read()).hexdigest())
+        p = os.path.join(self.tmp.name, "other.tiktoken")
+        prepare.save_tokenizer({t: r for t, r in self.ranks.items() if r < 300}, p)
+        self.assertNotEqual(prepare.tokenizer_sha256(p), prepare.tokenizer_sha256(self.path))
+
+
+class TestSplitStories(unittest.TestCase):
+    def test_split(self):
+        text = f"  One.\n{EOT}\n\n{EOT}\nTwo two.\n{EOT}\n   \n"
+        self.assertEqual(prepare.split_stories(text), ["One.", "Two two."])
+
+    def test_no_separator_warns(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertEqual(prepare.split_stories(" just one story \n"), ["just one story"])
+        self.assertIn("warning", err.getvalue())
+        self.assertEqual(err.getvalue().count("\n"), 1)
+
+
+class TestPrepareCLI(unittest.TestCase):
+    V = 400
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.out = os.path.join(self.tmp.name, "out")
+
+    def write(self, name, data):
+        p = os.path.join(self.tmp.name, name)
+        with open(p, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        return p
+
+    def run_prepare(self, *args):
+        return subprocess.run([sys.executable, PREPARE, *args, "--out", self.out,
+                               "--vocab_size", str(self.V)], capture_output=True, text=True, timeout=120)
+
+    def assert_no_outputs(self):
+        left = os.listdir(self.out) if os.path.isdir(self.out) else []
+        self.assertEqual(left, [])
+
+    def small_real(self):
+        train = EOT.join(read_real("train.txt", 200_000).split(EOT)[:150]) + "\n" + EOT + "\n"
+        valid = EOT.join(read_real("valid.txt", 100_000).split(EOT)[:40]) + "\n" + EOT + "\n"
+        return self.write("train.txt", train), self.write("valid.txt", valid)
+
+    def test_bad_inputs_exit_2_no_outputs(self):
+        good = self.write("good.txt", "A small story about a cat.\n" + EOT + "\n" * 2)
+        cases = {
+            "missing": os.path.join(self.tmp.name, "missing.txt"),
+            "empty": self.write("empty.txt", ""),
+            "separators only": self.write("seps.txt", f"\n{EOT}\n  \n{EOT}\n"),
+            "not utf-8": self.write("latin1.txt", "caf\xe9 story\n".encode("latin-1") + b"\xff\xfe"),
+        }
+        for what, bad in cases.items():
+            for args in (["--train", bad, "--valid", good], ["--train", good, "--valid", bad]):
+                with self.subTest(what=what, args=args[0::2]):
+                    r = self.run_prepare(*args)
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    self.assertNotIn("Traceback", r.stderr)
+                    errs = [l for l in r.stderr.splitlines() if "error" in l]
+                    self.assertEqual(len(errs), 1, r.stderr)
+                    self.assertTrue(errs[0].startswith("prepare.py: error: "), r.stderr)
+                    self.assertIn(os.path.basename(bad), errs[0])
+                    self.assert_no_outputs()
+
+    def test_text_too_small_for_vocab(self):
+        tiny = self.write("tiny.txt", "ab ab\n" + EOT + "\n")
+        r = self.run_prepare("--train", tiny, "--valid", tiny)
+        self.assertEqual(r.returncode, 2)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assert_no_outputs()
+
+    def test_only_one_source_given(self):
+        good = self.write("good.txt", "A story.\n" + EOT + "\n")
+        r = self.run_prepare("--train", good)
+        self.assertEqual(r.returncode, 2)
+        self.assertNotIn("Traceback", r.stderr)
+
+    def test_offline_download_fails_cleanly(self):
+        err = io.StringIO()
+        with mock.patch.object(prepare.urllib.request, "urlopen",
+                               side_effect=urllib.error.URLError("no network")), \
+                contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = prepare.main(["--out", self.out])
+        self.assertEqual(rc, 2)
+        self.assertIn("--train/--valid", err.getvalue())
+        self.assertEqual(len(err.getvalue().strip().splitlines()), 1)
+        raw = os.path.join(self.out, "raw")
+        self.assertEqual(os.listdir(raw) if os.path.isdir(raw) else [], [])
+
+    def test_success_outputs_agree(self):
+        train, valid = self.small_real()
+        r = self.run_prepare("--train", train, "--valid", valid)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("total", r.stdout)
+        self.assertEqual(sorted(os.listdir(self.out)),
+                         ["meta.json", "tokenizer.tiktoken", "train.bin", "val.bin"])
+        with open(os.path.join(self.out, "meta.json")) as f:
+            meta = json.load(f)
+        tok = os.path.join(self.out, meta["tokenizer"])
+        enc = prepare.load_tokenizer(tok)
+        self.assertEqual(meta["vocab_size"], self.V)
+        self.assertEqual(enc.n_vocab, self.V)
+        self.assertEqual(meta["eot_id"], self.V - 1)
+        self.assertEqual(meta["tokenizer_sha256"], prepare.tokenizer_sha256(tok))
+        for split, src in (("train", train), ("val", valid)):
+            path = os.path.join(self.out, f"{split}.bin")
+            m = meta[split]
+            self.assertEqual(m["tokens"], os.path.getsize(path) // 2)
+            self.assertEqual(os.path.getsize(path) % 2, 0)
+            ids = np.fromfile(path, dtype=np.uint16)
+            self.assertEqual(int(ids[-1]), self.V - 1)
+            self.assertLess(int(ids.max()), self.V)
+            stories = prepare.split_stories(read_text(src))
+            self.assertEqual(m["stories"], len(stories))
+            self.assertEqual(int((ids == self.V - 1).sum()), len(stories))
+            self.assertEqual(m["bytes"], sum(len(s.encode()) for s in stories))
+            self.assertAlmostEqual(m["bytes_per_token"], m["bytes"] / m["tokens"])
+            self.assertGreater(m["bytes_per_token"], 1.5)  # ~2 at vocab 400, ~4 at 4096
+            decoded = enc.decode(ids.tolist())
+            self.assertEqual(decoded, EOT.join(stories) + EOT)
+
+    def test_failure_midway_keeps_old_outputs_and_no_temps(self):
+        train, valid = self.small_real()
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(prepare.main(["--train", train, "--valid", valid, "--out", self.out,
+                                           "--vocab_size", str(self.V)]), 0)
+        before = {n: read_bytes(os.path.join(self.out, n)) for n in os.listdir(self.out)}
+        calls = []
+
+        def failing_encode(enc, stories):  # fail on the second split, after temps exist
+            calls.append(1)
+            if len(calls) == 2:
+                raise OSError("disk full (simulated)")
+            return prepare.np.zeros(3, dtype=np.uint16)
+
+        err = io.StringIO()
+        with mock.patch.object(prepare, "encode_split", failing_encode), \
+                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = prepare.main(["--train", train, "--valid", valid, "--out", self.out,
+                               "--vocab_size", str(self.V + 10)])
+        self.assertEqual(rc, 2)
+        self.assertIn("disk full", err.getvalue())
+        after = {n: read_bytes(os.path.join(self.out, n)) for n in os.listdir(self.out)}
+        self.assertEqual(after, before)
+
+
+if __name__ == "__main__":
+    unittest.main()
