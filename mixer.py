@@ -152,11 +152,21 @@ def _sub(state, key):
 
 
 def _append(state, key, x):
-    """Append x [B, H, t, e] to the cached tensor `key` along time; return the whole."""
+    """Append x [B, H, t, e] along time to the cached tensor `key`; return the whole
+    (a view [B, H, n, e]). The buffer doubles its capacity when full, so one more
+    token costs an O(1) amortised copy, not a copy of the whole cache."""
     if state is None:
         return x
-    state[key] = x if key not in state else torch.cat([state[key], x], dim=2)
-    return state[key]
+    buf, n = state.get(key), state.get(key + '_len', 0)
+    need = n + x.shape[2]
+    if buf is None or need > buf.shape[2]:
+        grown = x.new_empty(*x.shape[:2], max(need, 2 * n), x.shape[3])
+        if buf is not None:
+            grown[:, :, :n] = buf[:, :, :n]
+        buf = state[key] = grown
+    buf[:, :, n:need] = x
+    state[key + '_len'] = need
+    return buf[:, :, :need]
 
 
 # ----------------------------------------------------------------------------- token mixings
@@ -205,21 +215,23 @@ class MaskedMixing(HeadMixing):
       kernel k > 1 ("fully convolutional" mixer, first paper): k matrices; tap u
           reads the feature axis shifted by u - (k - 1) // 2 (zero padded): a
           convolution over features whose channels are tokens.
-    Init: each row of M is the mean of the allowed (past) positions, bias 0.
-    Decoding caches the mixing's inputs z (and the hidden rows for e > 1)."""
+    Init: each row of M is `out_scale` x the mean of the allowed (past) positions
+    (for e > 1, M2 carries out_scale), bias 0. Decoding caches the mixing's inputs z
+    (and the hidden rows for e > 1)."""
 
-    def __init__(self, n_ctx, d_model, n_head=1, expansion=1, kernel=1):
+    def __init__(self, n_ctx, d_model, n_head=1, expansion=1, kernel=1, out_scale=1.0):
         super().__init__(d_model, n_head)
         self.e, self.k = expansion, kernel
         rows = torch.arange(n_ctx * expansion) // expansion              # position of each hidden row
         mask1 = torch.arange(n_ctx)[None, :] <= rows[:, None]             # [e n_ctx, n_ctx]
         self.register_buffer('mask1', mask1, persistent=False)
-        self.W1 = nn.Parameter(prefix_mean(mask1).repeat(n_head, kernel, 1, 1) / kernel)
+        scale1 = out_scale if expansion == 1 else 1.0
+        self.W1 = nn.Parameter(prefix_mean(mask1).repeat(n_head, kernel, 1, 1) * scale1 / kernel)
         self.c1 = nn.Parameter(torch.zeros(n_head, n_ctx * expansion, 1))
         if expansion > 1:
             mask2 = rows[None, :] <= torch.arange(n_ctx)[:, None]         # [n_ctx, e n_ctx]
             self.register_buffer('mask2', mask2, persistent=False)
-            self.W2 = nn.Parameter(prefix_mean(mask2).repeat(n_head, 1, 1))
+            self.W2 = nn.Parameter(prefix_mean(mask2).repeat(n_head, 1, 1) * out_scale)
             self.c2 = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T):
@@ -259,20 +271,20 @@ class ToeplitzMixing(HeadMixing):
     (tested): the materialised T x T matrix, and an FFT convolution (pad to 2T,
     rfft, multiply, irfft, keep the first T), used when T >= fft_threshold.
     Init: w[k] = (1 - b) b^k with b = 1 - 1/16, an exponential moving average
-    over about 16 tokens. Bias c per position and head, init 0. Decoding caches z."""
+    over about 16 tokens, times out_scale. Bias c per position and head, init 0.
+    Decoding caches z."""
 
-    def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=1024):
+    def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=1024, out_scale=1.0):
         super().__init__(d_model, n_head)
         self.fft_threshold = fft_threshold
         b = 1 - 1 / 16
-        self.w = nn.Parameter(((1 - b) * b ** torch.arange(n_ctx).float()).repeat(n_head, 1))
+        self.w = nn.Parameter(out_scale * ((1 - b) * b ** torch.arange(n_ctx).float()).repeat(n_head, 1))
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
-        lag = torch.arange(n_ctx)[:, None] - torch.arange(n_ctx)[None, :]
-        self.register_buffer('lag', lag, persistent=False)               # [n_ctx, n_ctx], i - j
 
     def matrix(self, rows, T):
         """Rows `rows` (a slice) of the effective matrix for length T: float [H, R, T]."""
-        lag = self.lag[rows, :T]
+        lag = (torch.arange(rows.start, rows.stop, device=self.w.device)[:, None]
+               - torch.arange(T, device=self.w.device)[None, :])
         return self.w[:, lag.clamp(min=0)] * (lag >= 0)
 
     def mix(self, z, state=None, pos=0, use_fft=None):
@@ -308,15 +320,15 @@ class RecurrentMixing(HeadMixing):
     any length), the state carries across chunks. Decoding is the same code with a
     chunk of one token: one state vector [B, H, d / H] per layer, whatever the
     position. Init: time constants 1/(1 - a) from 4 to n_ctx tokens (geometric
-    over heads), v = 1 - a (a normalised moving average), c = 0."""
+    over heads), v = out_scale (1 - a) (a normalised moving average), c = 0."""
 
-    def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256):
+    def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256, out_scale=1.0):
         super().__init__(d_model, n_head)
         self.chunk_size = chunk_size
         tau = torch.logspace(math.log10(4), math.log10(max(n_ctx, 4)), n_head) if n_head > 1 else torch.tensor([16.])
         a = torch.exp(-1 / tau)
         self.decay_logit = nn.Parameter(torch.logit(a))
-        self.v = nn.Parameter((1 - a)[:, None].repeat(1, n_ctx))                 # [H, n_ctx]
+        self.v = nn.Parameter(out_scale * (1 - a)[:, None].repeat(1, n_ctx))     # [H, n_ctx]
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
         column = [form == 'column' or (form == 'mixed' and h % 2 == 0) for h in range(n_head)]
         self.register_buffer('column', torch.tensor(column)[:, None, None], persistent=False)  # [H, 1, 1]
@@ -462,13 +474,20 @@ class HybridMixing(nn.Module):
         return self.mix(self.attn(x, _sub(state, 'attn'), pos), _sub(state, 'mix'), pos)
 
 
-def make_token_mixing(cfg, n_head):
+# Init scale of a mixer block's token mixing when nothing projects its output (n_head = 1):
+# the branch starts at about the scale of the N(0, 0.02) embeddings. Measured (d 128,
+# 2 layers, n_ctx 128, batch 16, lr 3e-3; train loss after 100 steps on TinyStories):
+# scale 1.0 -> 6.0 nats (stuck at the unigram loss), 0.1 -> 5.71, 0.01 -> 4.32, 0 -> 4.29.
+MIX_INIT_SCALE = 0.01
+
+
+def make_token_mixing(cfg, n_head, out_scale=1.0):
     """The masked token mixing selected by cfg.mixing, with n_head heads."""
     if cfg.mixing == 'dense':
-        return MaskedMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.expansion, cfg.kernel)
+        return MaskedMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.expansion, cfg.kernel, out_scale)
     if cfg.mixing == 'toeplitz':
-        return ToeplitzMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.fft_threshold)
-    return RecurrentMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.recurrent_form, cfg.chunk_size)
+        return ToeplitzMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.fft_threshold, out_scale)
+    return RecurrentMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.recurrent_form, cfg.chunk_size, out_scale)
 
 
 # ----------------------------------------------------------------------------- blocks and models
@@ -518,7 +537,7 @@ class Block(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         if cfg.kind == 'mixer':
-            self.mixing = make_token_mixing(cfg, cfg.n_head)
+            self.mixing = make_token_mixing(cfg, cfg.n_head, MIX_INIT_SCALE if cfg.n_head == 1 else 1.0)
             self.ff = MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation)
         else:
             self.mixing = {'transformer': lambda: Attention(cfg.n_ctx, cfg.d_model, cfg.n_head),

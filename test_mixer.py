@@ -266,6 +266,143 @@ class TestRecurrent(unittest.TestCase):
         self.assertTrue(torch.isfinite(layer.powers(8192)).all())
 
 
+# ----------------------------------------------------------------------------- real data, train.py, sample.py
+
+_DATA = {}
+
+
+def prepared_data():
+    """A data dir prepared once by data/prepare.py from slices of the real text
+    (400 kB train, 100 kB valid, 512-token BPE): train.bin, val.bin, meta.json."""
+    if not HAVE_TEXT:
+        raise unittest.SkipTest(NO_TEXT)
+    if 'dir' not in _DATA:
+        tmp = tempfile.mkdtemp(prefix='mixer_test_')
+        for name, size in (('train.txt', 400_000), ('valid.txt', 100_000)):
+            with open(os.path.join(TEXT_DIR, name), encoding='utf-8') as f:
+                text = f.read(size)
+            with open(os.path.join(tmp, name), 'w', encoding='utf-8') as f:
+                f.write(text[:text.rindex('<|endoftext|>')])
+        out = os.path.join(tmp, 'data')
+        r = run('data/prepare.py', '--train', os.path.join(tmp, 'train.txt'),
+                '--valid', os.path.join(tmp, 'valid.txt'), '--out', out, '--vocab_size', '512')
+        assert r.returncode == 0, r.stderr
+        _DATA['dir'] = out
+    return _DATA['dir']
+
+
+def read_log(out_dir):
+    with open(os.path.join(out_dir, 'log.jsonl')) as f:
+        return [json.loads(line) for line in f]
+
+
+class TestTrainingOnRealText(unittest.TestCase):
+
+    def test_every_variant_learns_real_text(self):
+        data = prepared_data()
+        train = torch.from_numpy(np.fromfile(os.path.join(data, 'train.bin'), dtype=np.uint16).astype(np.int64))
+        val = torch.from_numpy(np.fromfile(os.path.join(data, 'val.bin'), dtype=np.uint16).astype(np.int64))
+        T = 64
+        val_x = torch.stack([val[s:s + T + 1] for s in range(0, 64 * 200, 200)])
+        for name in mixer.VARIANTS:
+            torch.manual_seed(0)
+            cfg = mixer.variant_config(name, vocab_size=512, n_ctx=T, d_model=64, n_layer=2, chunk_size=32)
+            model = mixer.build_model(cfg)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3 if name == 'linear' else 3e-3)
+            with torch.no_grad():
+                before = model(val_x[:, :-1], val_x[:, 1:])[1].item()
+            g = torch.Generator().manual_seed(0)
+            for _ in range(60):
+                starts = torch.randint(0, len(train) - T - 1, (16,), generator=g)
+                batch = torch.stack([train[s:s + T + 1] for s in starts])
+                _, loss = model(batch[:, :-1], batch[:, 1:])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            with torch.no_grad():
+                after = model(val_x[:, :-1], val_x[:, 1:])[1].item()
+            with self.subTest(variant=name):
+                self.assertTrue(math.isfinite(after))
+                self.assertLess(after, before - 1.0, f'{name}: val loss {before:.2f} -> {after:.2f}')
+
+    def test_train_py_learns_and_resume_equals_uninterrupted(self):
+        data = prepared_data()
+        tmp = tempfile.mkdtemp(prefix='mixer_train_')
+        common = [f'--data_dir={data}', '--d_model=48', '--n_layer=2', '--n_ctx=48', '--batch_size=8',
+                  '--eval_interval=10', '--eval_windows=16', '--log_interval=1', '--lr_decay_iters=20',
+                  '--warmup_iters=5', '--learning_rate=3e-3']
+        full, part = os.path.join(tmp, 'full'), os.path.join(tmp, 'part')
+        r = run('train.py', *common, '--max_iters=20', f'--out_dir={full}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('bits/byte', r.stdout)
+        r = run('train.py', *common, '--max_iters=10', f'--out_dir={part}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run('train.py', *common, '--max_iters=20', f'--out_dir={part}', '--init_from=resume')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('resumed', r.stdout)
+        a = {e['step']: e['loss'] for e in read_log(full) if e['event'] == 'train'}
+        b = {e['step']: e['loss'] for e in read_log(part) if e['event'] == 'train'}
+        self.assertEqual(sorted(b), list(range(1, 21)))
+        for step in range(11, 21):
+            self.assertAlmostEqual(a[step], b[step], places=5, msg=f'step {step}')
+        evals = [e['val_loss'] for e in read_log(full) if e['event'] == 'eval']
+        self.assertLess(evals[-1], evals[0] - 0.5)
+        _DATA['ckpt'] = os.path.join(full, 'ckpt.pt')
+
+    def test_torchrun_two_processes_on_cpu(self):
+        data = prepared_data()
+        out = tempfile.mkdtemp(prefix='mixer_ddp_')
+        r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+                            'train.py', f'--data_dir={data}', '--d_model=48', '--n_layer=2', '--n_ctx=48',
+                            '--batch_size=8', '--max_iters=16', '--eval_interval=16', '--log_interval=4',
+                            '--learning_rate=3e-3', '--warmup_iters=4', f'--out_dir={out}'],
+                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        log = read_log(out)
+        self.assertEqual(log[0]['world_size'], 2)
+        losses = [e['loss'] for e in log if e['event'] == 'train']
+        self.assertEqual(len(losses), 4)
+        self.assertLess(losses[-1], losses[0] - 0.3)
+
+    def test_train_py_rejects_bad_settings(self):
+        for args, msg in ((['--no_such_key=1'], 'unknown setting'), (['--d_model=big'], 'must be int'),
+                          (['--variant=nope'], 'unknown variant'), (['missing_config.py'], 'not found'),
+                          (['--n_head=3'], 'divisible')):
+            r = run('train.py', *args, '--data_dir=' + prepared_data(), '--out_dir=' + tempfile.mkdtemp())
+            with self.subTest(args=args):
+                self.assertEqual(r.returncode, 2)
+                self.assertIn(msg, r.stderr)
+                self.assertNotIn('Traceback', r.stderr)
+
+
+class TestSample(unittest.TestCase):
+
+    def checkpoint(self):
+        if 'ckpt' not in _DATA:
+            TestTrainingOnRealText('test_train_py_learns_and_resume_equals_uninterrupted').debug()
+        return _DATA['ckpt']
+
+    def test_sample_prints_stories(self):
+        r = run('sample.py', '--ckpt', self.checkpoint(), '--start', 'Once upon a time', '--num_samples', '2',
+                '--max_new_tokens', '30')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.count('--- sample'), 2)
+        self.assertIn('Once upon a time', r.stdout)
+
+    def test_sample_bad_inputs(self):
+        bad = os.path.join(tempfile.mkdtemp(), 'bad.pt')
+        with open(bad, 'wb') as f:
+            f.write(b'not a checkpoint')
+        cases = ((['--ckpt', bad], 'corrupt'), (['--ckpt', bad + '.missing'], 'not found'),
+                 (['--ckpt', self.checkpoint(), '--start', 'word ' * 200], 'longer than'))
+        for args, msg in cases:
+            r = run('sample.py', *args)
+            with self.subTest(args=args[:2]):
+                self.assertEqual(r.returncode, 2)
+                self.assertIn(msg, r.stderr)
+                self.assertNotIn('Traceback', r.stderr)
+
+
 # ----------------------------------------------------------------------------- autoencoder
 
 class TestAutoencoder(unittest.TestCase):
@@ -287,9 +424,10 @@ class TestAutoencoder(unittest.TestCase):
 
 
 if __name__ == '__main__':
+    import test_bench
     import test_prepare
-    suite = unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__]),
-                                unittest.defaultTestLoader.loadTestsFromModule(test_prepare)])
+    modules = [sys.modules[__name__], test_prepare, test_bench]
+    suite = unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromModule(m) for m in modules])
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     print(f'{result.testsRun - failed - len(result.skipped)} passed, {failed} failed, {len(result.skipped)} skipped')

@@ -213,15 +213,33 @@ def read_stories(path):
     return stories
 
 
-def encode_split(enc, stories):
-    """Encode stories, each followed by <|endoftext|>; returns a uint16 numpy array."""
-    ids = []
-    for toks in enc.encode_ordinary_batch(stories, num_threads=os.cpu_count() or 1):
-        ids.extend(toks)
-        ids.append(enc.eot_token)
-    arr = np.array(ids, dtype=np.int64)
-    assert arr.max() < 65536, "token ids do not fit in uint16"
-    return arr.astype(np.uint16)
+def encode_split(enc, stories, chunk=10_000):
+    """Encode stories, each followed by <|endoftext|>; returns a uint16 numpy array.
+    Works through `chunk` stories at a time so the full 2 M-story split never
+    holds more than one chunk of Python ints."""
+    parts = []
+    for start in range(0, len(stories), chunk):
+        ids = []
+        for toks in enc.encode_ordinary_batch(stories[start:start + chunk], num_threads=os.cpu_count() or 1):
+            ids.extend(toks)
+            ids.append(enc.eot_token)
+        arr = np.array(ids, dtype=np.int64)
+        assert arr.max() < 65536, "token ids do not fit in uint16"
+        parts.append(arr.astype(np.uint16))
+    return np.concatenate(parts)
+
+
+def bpe_sample(stories, max_bytes):
+    """The leading stories up to about max_bytes of UTF-8 text (all if max_bytes <= 0):
+    the BPE is trained on this sample, as is usual for large corpora."""
+    if max_bytes <= 0:
+        return stories
+    total = 0
+    for n, s in enumerate(stories):
+        total += len(s)
+        if total > max_bytes:
+            return stories[:n + 1]
+    return stories
 
 
 def main(argv=None):
@@ -232,6 +250,8 @@ def main(argv=None):
     p.add_argument("--valid", help="local validation text (default: download TinyStories-valid.txt)")
     p.add_argument("--out", default=os.path.join(DATA_DIR, "tinystories"), help="output dir")
     p.add_argument("--vocab_size", type=int, default=4096, help="tokens incl. <|endoftext|>")
+    p.add_argument("--bpe_max_bytes", type=int, default=100_000_000,
+                   help="train the BPE on the first stories up to this many bytes (0: all)")
     args = p.parse_args(argv)
     t0 = time.time()
     tmps = []
@@ -250,7 +270,7 @@ def main(argv=None):
         splits = {"train": read_stories(paths[0]), "val": read_stories(paths[1])}
         print(f"read {len(splits['train'])} train / {len(splits['val'])} val stories")
 
-        ranks = train_bpe(splits["train"], args.vocab_size, verbose=True)
+        ranks = train_bpe(bpe_sample(splits["train"], args.bpe_max_bytes), args.vocab_size, verbose=True)
         os.makedirs(args.out, exist_ok=True)
 
         def tmp(name):  # temp file in the out dir, renamed to name at the end

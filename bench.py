@@ -1,0 +1,394 @@
+"""Benchmarks of the masked mixers and their baselines, printed as markdown tables.
+
+    python bench.py                          # every table at the default sizes
+    python bench.py --quick                  # everything tiny (the smoke test)
+    python bench.py --tables train --variants flat,transformer --d_model 512
+
+Tables (stdout is clean markdown; progress lines go to stderr):
+1. Peak of the machine: measured dense matmul FLOP/s (fp32 on CPU, bf16 on CUDA),
+   plus the nominal bf16 peak of known GPUs. MFU is reported against both.
+2. Training throughput: one forward + backward + AdamW step per variant of
+   mixer.VARIANTS at the same size; warm-up steps excluded, median of the rest.
+3. Memory vs context length: peak memory of one forward + backward at batch 1.
+   Each variant runs in a fresh subprocess, its lengths in increasing order.
+   CUDA: torch.cuda.max_memory_allocated() minus memory_allocated() before the step.
+   CPU: the process's peak resident set (VmHWM of /proc/self/status, reset before
+   the step by writing 5 to /proc/self/clear_refs) minus the resident set before
+   the step; freed heap pages are returned to the OS (malloc_trim) between cells so
+   that a cell cannot reuse the pages of the previous one. The model's own bytes
+   (parameters and buffers) are printed next to it.
+4. Generation: per-token latency after prompts of several lengths for the flat
+   mixer recomputing its window (a full forward per new token, the reference
+   code's method), the flat mixer with its cache, the recurrent mixer, the
+   transformer with its KV cache and linear attention.
+"""
+
+import argparse
+import ctypes
+import gc
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+
+import mixer
+
+TABLES = ('train', 'memory', 'generation')
+MEM_VARIANTS = ('flat', 'transformer', 'toeplitz', 'recurrent', 'linear_attention')
+GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
+               ('transformer', 'KV cache'), ('linear_attention', 'state'))
+QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
+             mem_n_layer=1, mem_lengths=[64, 128], prompts=[16, 32], new_tokens=8, recompute_tokens=4)
+
+
+def log(msg):
+    """Progress line to stderr (stdout stays clean markdown)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def md_table(header, rows):
+    """Markdown table (str) of a header list and rows of cells."""
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
+    return '\n'.join(lines + ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows])
+
+
+def fmt_bytes(nbytes):
+    """Bytes -> '12.3 KiB' / '4.5 MiB' (str)."""
+    return f'{nbytes / 2**10:.1f} KiB' if nbytes < 2**20 else f'{nbytes / 2**20:.1f} MiB'
+
+
+def sync(device):
+    """Wait for the device's queued work (CUDA); no-op on CPU."""
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def autocast(args):
+    """bf16 autocast when --dtype bf16, else a no-op context."""
+    return torch.autocast(args.device.type, torch.bfloat16) if args.dtype == 'bf16' else nullcontext()
+
+
+def build(name, args, **sizes):
+    """Model of variant `name` with the given sizes (d_model, n_layer, n_ctx) on args.device."""
+    cfg = mixer.variant_config(name, vocab_size=args.vocab_size, **sizes)
+    return mixer.build_model(cfg).to(args.device)
+
+
+def is_oom(err):
+    """True for a CUDA or CPU out-of-memory error."""
+    return isinstance(err, torch.OutOfMemoryError) or any(
+        s in str(err).lower() for s in ('out of memory', "can't allocate memory"))
+
+
+def machine(args):
+    """One line naming the machine: GPU name or CPU model, torch version, threads."""
+    if args.device.type == 'cuda':
+        name = torch.cuda.get_device_name(args.device)
+    else:
+        cpuinfo = open('/proc/cpuinfo').read().splitlines() if sys.platform == 'linux' else []
+        name = next((l.split(':', 1)[1].strip() for l in cpuinfo if l.startswith('model name')), platform.processor())
+    return (f'machine: {name}; torch {torch.__version__}; threads {torch.get_num_threads()}; '
+            f'device {args.device}; dtype {args.dtype}')
+
+
+# ----------------------------------------------------------------------------- 1. peak
+
+def bench_peak(args):
+    """Measured (and nominal, on known GPUs) matmul peak, FLOP/s -> dict."""
+    dtype = torch.bfloat16 if args.dtype == 'bf16' else torch.float32
+    measured = mixer.measure_matmul_flops(args.device, dtype, n=512 if args.quick else 1024,
+                                          seconds=0.1 if args.quick else 0.5)
+    peak = dict(measured=measured, nominal=mixer.nominal_peak(args.device))
+    rows = [[f'measured {args.dtype} matmul', f'{measured / 1e9:.1f}']]
+    if peak['nominal']:
+        rows.append(['nominal bf16 dense (datasheet)', f'{peak["nominal"] / 1e9:.1f}'])
+    print('## Peak of the machine\n\n_Best of repeated n x n matmuls (torch), GFLOP/s._\n')
+    print(md_table(['peak', 'GFLOP/s'], rows) + '\n')
+    return peak
+
+
+# ----------------------------------------------------------------------------- 2. training
+
+def train_step_ms(name, args):
+    """Median ms of one forward + backward + AdamW step of variant `name`
+    (batch [batch_size, n_ctx] of random tokens) -> (model, ms)."""
+    model = build(name, args, d_model=args.d_model, n_layer=args.n_layer, n_ctx=args.n_ctx)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step_model = torch.compile(model) if args.compile else model
+    x = torch.randint(args.vocab_size, (args.batch_size, args.n_ctx + 1), device=args.device)
+    times = []
+    for i in range(args.warmup + args.steps):
+        sync(args.device)
+        t0 = time.perf_counter()
+        with autocast(args):
+            _, loss = step_model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync(args.device)
+        if i >= args.warmup:
+            times.append(1e3 * (time.perf_counter() - t0))
+    return model, statistics.median(times)
+
+
+def bench_train(args, peak):
+    """Print the training-throughput table: params, ms/step, tokens/s, MFU, vs transformer."""
+    results = {}
+    for name in args.variants:
+        log(f'train: {name}')
+        model, ms = train_step_ms(name, args)
+        tok_s = args.batch_size * args.n_ctx / (ms / 1e3)
+        results[name] = (model.num_params(), ms, tok_s, model.flops_per_token(args.n_ctx) * tok_s)
+    base = results['transformer'][2] if 'transformer' in results else None
+    rows = []
+    for name, (params, ms, tok_s, flops) in results.items():
+        row = [name, f'{params / 1e6:.2f}M', f'{ms:.1f}', f'{tok_s:.0f}', f'{100 * flops / peak["measured"]:.1f}%']
+        row += [f'{100 * flops / peak["nominal"]:.2f}%'] if peak['nominal'] else []
+        rows.append(row + [f'{tok_s / base:.2f}x' if base else '-'])
+    print(f'## Training throughput\n\n_Forward + backward + AdamW, batch {args.batch_size} x n_ctx {args.n_ctx}, '
+          f'd_model {args.d_model}, n_layer {args.n_layer}, vocab {args.vocab_size}, {args.dtype}'
+          f'{", torch.compile" if args.compile else ""}; median of {args.steps} steps after {args.warmup} '
+          f'warm-up. MFU = model.flops_per_token(n_ctx) x tokens/s / measured peak; "vs transformer" '
+          f'is the tokens/s ratio._\n')
+    header = ['variant', 'params', 'ms/step', 'tokens/s', 'MFU'] + (['MFU (nominal)'] if peak['nominal'] else [])
+    print(md_table(header + ['vs transformer'], rows) + '\n')
+
+
+# ----------------------------------------------------------------------------- 3. memory
+
+def mem_estimate(name, T, args):
+    """Rough bytes one forward + backward at length T needs (model included), used
+    only to skip cells over --mem_budget_gb: the n_ctx x n_ctx terms (the dense
+    mixer's W, its mask, masked product and gradients; the Toeplitz lag table and
+    gathered matrix) plus linear terms for activations and logits."""
+    d, L, H = args.mem_d_model, args.mem_n_layer, 4
+    per_layer = {'flat': 17 * T * T, 'toeplitz': 8 * T * T + (24 * H * T * T if T < mixer.ModelConfig.fft_threshold else 0)}
+    return L * (per_layer.get(name, 0) + 64 * 4 * T * d) + 4 * 4 * T * args.vocab_size
+
+
+def rss_bytes(field):
+    """Resident set (VmRSS) or its peak (VmHWM) of this process, bytes (Linux)."""
+    return next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith(field))
+
+
+def mem_cell(name, T, args):
+    """Peak bytes of one forward + backward of variant `name` at n_ctx = T, batch 1,
+    over the bytes held before it (see the module docstring) -> (step bytes, model bytes)."""
+    model = build(name, args, d_model=args.mem_d_model, n_layer=args.mem_n_layer, n_ctx=T)
+    x = torch.randint(args.vocab_size, (1, T + 1), device=args.device)
+    w = min(T, 16)
+    with autocast(args):            # a short warm-up step, so that lazy initialisation is not counted
+        model(x[:, :w], x[:, 1:w + 1])[1].backward()
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    if args.device.type == 'cuda':
+        sync(args.device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(args.device)
+        base = torch.cuda.memory_allocated(args.device)
+    else:
+        ctypes.CDLL('libc.so.6').malloc_trim(0)
+        base = rss_bytes('VmRSS')
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')            # resets VmHWM to the current resident set
+    with autocast(args):
+        model(x[:, :-1], x[:, 1:])[1].backward()
+    sync(args.device)
+    peak = torch.cuda.max_memory_allocated(args.device) if args.device.type == 'cuda' else rss_bytes('VmHWM')
+    model_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    return peak - base, model_bytes
+
+
+def mem_child(args):
+    """--mem_cells NAME:T1,T2,..: run the cells in increasing T in this process and
+    print one JSON line per cell: {"T": T, "step": bytes, "model": bytes} or {"T": T, "error": "OOM"}."""
+    name, lengths = args.mem_cells.split(':')
+    for T in map(int, lengths.split(',')):
+        try:
+            step, model_bytes = mem_cell(name, T, args)
+            out = dict(T=T, step=step, model=model_bytes)
+        except RuntimeError as err:
+            if not is_oom(err):
+                raise
+            out = dict(T=T, error='OOM')
+        print(json.dumps(out), flush=True)
+        gc.collect()
+        if args.device.type == 'cuda':
+            torch.cuda.empty_cache()
+        if 'error' in out:
+            break
+
+
+def bench_memory(args):
+    """Print peak memory vs context length, one fresh subprocess per variant."""
+    lengths = sorted(args.mem_lengths)
+    budget = args.mem_budget_gb * 2**30
+    rows = []
+    for name in MEM_VARIANTS:
+        cells = {T: 'over budget' for T in lengths if mem_estimate(name, T, args) > budget}
+        run = [T for T in lengths if T not in cells]
+        log(f'memory: {name} at {run}')
+        cmd = [sys.executable, __file__, '--mem_cells', f'{name}:{",".join(map(str, run))}',
+               '--device', str(args.device), '--dtype', args.dtype, '--vocab_size', str(args.vocab_size),
+               '--threads', str(args.threads), '--mem_d_model', str(args.mem_d_model), '--mem_n_layer', str(args.mem_n_layer)]
+        proc = subprocess.run(cmd, capture_output=True, text=True) if run else None
+        for line in proc.stdout.splitlines() if run else []:
+            r = json.loads(line)
+            cells[r['T']] = r.get('error') or f'{r["step"] / 2**20:.1f} + {r["model"] / 2**20:.1f}'
+        if run and proc.returncode != 0:
+            log(proc.stderr[-2000:])
+        for T in run:       # a child killed by the OS (e.g. the OOM killer) leaves cells unreported
+            cells.setdefault(T, 'OOM' if proc.returncode < 0 else 'error')
+        rows.append([name] + [cells[T] for T in lengths])
+    method = ('torch.cuda.max_memory_allocated() - memory_allocated() before the step' if args.device.type == 'cuda'
+              else 'peak resident set (VmHWM, reset before the step) - resident set before the step')
+    print(f'## Memory vs context length\n\n_One forward + backward, batch 1, d_model {args.mem_d_model}, '
+          f'n_layer {args.mem_n_layer}, n_ctx = T, {args.dtype}. Cell: step MiB + model MiB; step = {method}, '
+          f'i.e. activations, gradients and temporaries; model = parameters + buffers. One fresh process per '
+          f'variant. "over budget": estimated above --mem_budget_gb {args.mem_budget_gb:.3g}, not run._\n')
+    print(md_table(['variant'] + [f'T={T}' for T in lengths], rows) + '\n')
+
+
+# ----------------------------------------------------------------------------- 4. generation
+
+@torch.no_grad()
+def time_generation(model, prompt_len, n_new, recompute, args):
+    """Greedy generation after a random prompt of prompt_len tokens, batch 1.
+
+    recompute=True runs a full forward over the current window for each token;
+    otherwise model.decode() one token at a time through a mixer.Cache (what
+    model.generate() does). Returns (prefill ms, median ms per new token, cache bytes)."""
+    idx = torch.randint(args.vocab_size, (1, prompt_len), device=args.device)
+    cache = None if recompute else mixer.Cache(len(model.blocks))
+    times = []
+    with autocast(args):
+        for i in range(n_new + 1):
+            sync(args.device)
+            t0 = time.perf_counter()
+            if recompute:
+                logits = model(idx[:, -model.max_len:])[0][:, -1]
+            else:
+                logits = model.decode(idx if i == 0 else idx[:, -1:], cache)[:, -1]
+            sync(args.device)
+            times.append(1e3 * (time.perf_counter() - t0))
+            idx = torch.cat([idx, mixer.sample_next(logits, temperature=0)], dim=1)
+    return times[0], statistics.median(times[1:]), 0 if recompute else cache.nbytes()
+
+
+def bench_generation(args):
+    """Print the generation table: ms/token and tokens/s per method and prompt length."""
+    prompts = args.prompts
+    n_ctx = max(prompts) + args.new_tokens
+    models, results = {}, {}
+    for name, how in GEN_METHODS:
+        log(f'generation: {name}, {how}')
+        if name not in models:
+            models[name] = build(name, args, d_model=args.d_model, n_layer=args.n_layer, n_ctx=n_ctx).eval()
+            time_generation(models[name], 8, 2, False, args)           # warm-up
+        recompute = how == 'window recompute'
+        n_new = args.recompute_tokens if recompute else args.new_tokens
+        for P in prompts:
+            results[name, how, P] = (n_new,) + time_generation(models[name], P, n_new, recompute, args)
+    rows = []
+    for (name, how, P), (n_new, prefill, ms, nbytes) in results.items():
+        ref = results[('flat', 'window recompute', P)][2]
+        first = results[(name, how, prompts[0])][2]
+        rows.append([f'{name}, {how}', P, n_new, f'{prefill:.1f}', f'{ms:.2f}', f'{1e3 / ms:.0f}',
+                     f'{ref / ms:.1f}x', f'{ms / first:.2f}', fmt_bytes(nbytes) if nbytes else '-'])
+    print(f'## Generation\n\n_Batch 1, greedy, d_model {args.d_model}, n_layer {args.n_layer}, n_ctx {n_ctx}, '
+          f'{args.dtype}. ms/token is the median over the new tokens timed ({args.new_tokens} per prompt; only '
+          f'{args.recompute_tokens} for the window recompute, which runs a full forward per token); tokens/s = '
+          f'1000 / ms/token. "vs recompute": speed-up over the window recompute at the same prompt; "vs prompt '
+          f'{prompts[0]}": ms/token relative to the same method at prompt {prompts[0]}; cache: mixer.Cache.nbytes() '
+          f'at the end._\n')
+    print(md_table(['method', 'prompt', 'tokens timed', 'prefill ms', 'ms/token', 'tokens/s', 'vs recompute',
+                    f'vs prompt {prompts[0]}', 'cache'], rows) + '\n')
+
+
+# ----------------------------------------------------------------------------- main
+
+def parse_args(argv=None):
+    """Command-line flags (argparse; a bad flag exits with status 2)."""
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+    def names(allowed):
+        def check(s):
+            bad = [x for x in s.split(',') if x not in allowed]
+            if bad:
+                raise argparse.ArgumentTypeError(f'{",".join(bad)!r}: choose from {",".join(allowed)}')
+            return s.split(',')
+        return check
+
+    def ints(s):
+        if not all(x.isdigit() and int(x) > 0 for x in s.split(',')):
+            raise argparse.ArgumentTypeError(f'{s!r}: expected positive integers separated by commas')
+        return [int(x) for x in s.split(',')]
+
+    p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    p.add_argument('--dtype', choices=('fp32', 'bf16'), help='default: bf16 (autocast) on CUDA, fp32 on CPU')
+    p.add_argument('--compile', action='store_true', help='torch.compile the model of the training step')
+    p.add_argument('--quick', action='store_true', help='everything tiny (the smoke test): under a minute on 2 cores')
+    p.add_argument('--tables', type=names(TABLES), default=list(TABLES), help='tables to print, comma separated')
+    p.add_argument('--variants', type=names(tuple(mixer.VARIANTS)), default=list(mixer.VARIANTS),
+                   help='variants of the training table, comma separated')
+    p.add_argument('--threads', type=int, default=torch.get_num_threads(), help='torch CPU threads')
+    p.add_argument('--vocab_size', type=int, default=4096)
+    p.add_argument('--d_model', type=int, default=256, help='width of the training and generation tables')
+    p.add_argument('--n_layer', type=int, default=4)
+    p.add_argument('--n_ctx', type=int, default=512, help='training table context length')
+    p.add_argument('--batch_size', type=int, default=4)
+    p.add_argument('--warmup', type=int, default=1, help='training steps not timed')
+    p.add_argument('--steps', type=int, default=3, help='timed training steps (median)')
+    p.add_argument('--mem_lengths', type=ints, default=[512, 1024, 2048, 4096, 8192])
+    p.add_argument('--mem_d_model', type=int, default=128)
+    p.add_argument('--mem_n_layer', type=int, default=2)
+    p.add_argument('--mem_budget_gb', type=float, help='memory cells estimated above this are not run '
+                   '(default: 8 on CPU, 90%% of the GPU memory on CUDA)')
+    p.add_argument('--prompts', type=ints, default=[64, 512, 2048], help='prompt lengths of the generation table')
+    p.add_argument('--new_tokens', type=int, default=256, help='tokens generated after each prompt')
+    p.add_argument('--recompute_tokens', type=int, default=16, help='tokens timed for the window recompute')
+    p.add_argument('--mem_cells', help=argparse.SUPPRESS)      # internal: run memory cells in this process
+    args = p.parse_args(argv)
+    if args.quick:
+        for k, v in QUICK.items():
+            if p.get_default(k) == getattr(args, k):            # explicit flags win over --quick
+                setattr(args, k, v)
+    try:
+        args.device = torch.device(args.device)
+    except RuntimeError as err:
+        p.error(str(err))
+    if args.device.type == 'cuda' and not torch.cuda.is_available():
+        p.error('--device cuda: CUDA is not available')
+    args.dtype = args.dtype or ('bf16' if args.device.type == 'cuda' else 'fp32')
+    if args.mem_budget_gb is None:
+        args.mem_budget_gb = (0.9 * torch.cuda.get_device_properties(args.device).total_memory / 2**30
+                              if args.device.type == 'cuda' else 8.0)
+    if min(args.threads, args.d_model, args.n_layer, args.n_ctx, args.batch_size, args.steps, args.new_tokens) < 1:
+        p.error('sizes and step counts must be >= 1')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.mem_cells:
+        return mem_child(args)
+    start = time.perf_counter()
+    print(f'# bench.py\n\n{machine(args)}\n')
+    peak = bench_peak(args)
+    for name, bench in (('train', lambda: bench_train(args, peak)), ('memory', lambda: bench_memory(args)),
+                        ('generation', lambda: bench_generation(args))):
+        if name in args.tables:
+            t0 = time.perf_counter()
+            bench()
+            log(f'{name}: {time.perf_counter() - t0:.0f} s')
+    log(f'done in {time.perf_counter() - start:.0f} s')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,69 @@
+"""Smoke test of bench.py: `python test_bench.py`. Speed is never asserted here."""
+
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+import mixer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def table_rows(out, heading):
+    """Cells of the data rows of the markdown table under `## heading` -> list of lists of str."""
+    section = out.split(f'## {heading}\n', 1)[1].split('\n## ', 1)[0]
+    lines = [l for l in section.splitlines() if l.startswith('|')]
+    return [[c.strip() for c in l.strip('|').split('|')] for l in lines[2:]]
+
+
+class TestBench(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc = subprocess.run([sys.executable, 'bench.py', '--quick'], cwd=HERE,
+                                  capture_output=True, text=True, timeout=300)
+        cls.out = cls.proc.stdout
+
+    def test_exit_status(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-3000:])
+
+    def test_all_tables_present(self):
+        for heading in ('Peak of the machine', 'Training throughput', 'Memory vs context length', 'Generation'):
+            self.assertIn(f'\n## {heading}\n', self.out)
+        self.assertIn('machine:', self.out)
+
+    def test_training_table(self):
+        rows = {r[0]: r for r in table_rows(self.out, 'Training throughput')}
+        self.assertEqual(set(rows), set(mixer.VARIANTS))
+        for name, row in rows.items():
+            self.assertGreater(float(row[3]), 0, name)                       # tokens/s
+            self.assertGreater(float(row[4].rstrip('%')), 0, name)           # MFU
+        self.assertEqual(rows['transformer'][-1], '1.00x')
+
+    def test_memory_table(self):
+        rows = table_rows(self.out, 'Memory vs context length')
+        self.assertEqual(len(rows), 5)
+        for row in rows:
+            for cell in row[1:]:
+                self.assertRegex(cell, r'^[\d.]+ \+ [\d.]+$', row[0])
+
+    def test_generation_table(self):
+        rows = table_rows(self.out, 'Generation')
+        methods = {r[0] for r in rows}
+        self.assertEqual(len(methods), 5)
+        self.assertIn('flat, window recompute', methods)
+        for row in rows:
+            self.assertGreater(float(row[5]), 0, row)                         # tokens/s
+            self.assertTrue(re.fullmatch(r'[\d.]+x', row[6]), row)            # vs recompute
+
+    def test_bad_flag_exits_2(self):
+        proc = subprocess.run([sys.executable, 'bench.py', '--variants', 'nope'], cwd=HERE,
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn('nope', proc.stderr)
+
+
+if __name__ == '__main__':
+    unittest.main()
