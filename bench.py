@@ -21,6 +21,8 @@ Tables (stdout is clean markdown; progress lines go to stderr):
    mixer recomputing its window (a full forward per new token, the reference
    code's method), the flat mixer with its cache, the recurrent mixer, the
    transformer with its KV cache and linear attention.
+5. Token-mixing paths: the Toeplitz mixing as a matrix or an FFT, the recurrent
+   mixing in one chunk or in chunks, per length (behind fft_threshold, chunk_size).
 """
 
 import argparse
@@ -38,12 +40,13 @@ import torch
 
 import mixer
 
-TABLES = ('train', 'memory', 'generation')
+TABLES = ('train', 'memory', 'generation', 'paths')
 MEM_VARIANTS = ('flat', 'transformer', 'toeplitz', 'recurrent', 'linear_attention')
 GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
                ('transformer', 'KV cache'), ('linear_attention', 'state'))
 QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
-             mem_n_layer=1, mem_lengths=[64, 128], prompts=[16, 32], new_tokens=8, recompute_tokens=4)
+             mem_n_layer=1, mem_lengths=[64, 128], prompts=[16, 32], new_tokens=8, recompute_tokens=4,
+             path_lengths=[32, 64])
 
 
 def log(msg):
@@ -164,10 +167,10 @@ def bench_train(args, peak):
 def mem_estimate(name, T, args):
     """Rough bytes one forward + backward at length T needs (model included), used
     only to skip cells over --mem_budget_gb: the n_ctx x n_ctx terms (the dense
-    mixer's W, its mask, masked product and gradients; the Toeplitz lag table and
-    gathered matrix) plus linear terms for activations and logits."""
+    mixer's W, its mask, masked product and gradients; the Toeplitz lag index and
+    gathered matrix below fft_threshold) plus linear terms for activations and logits."""
     d, L, H = args.mem_d_model, args.mem_n_layer, 4
-    per_layer = {'flat': 17 * T * T, 'toeplitz': 8 * T * T + (24 * H * T * T if T < mixer.ModelConfig.fft_threshold else 0)}
+    per_layer = {'flat': 17 * T * T, 'toeplitz': (8 + 24 * H) * T * T if T < mixer.ModelConfig.fft_threshold else 0}
     return L * (per_layer.get(name, 0) + 64 * 4 * T * d) + 4 * 4 * T * args.vocab_size
 
 
@@ -310,6 +313,43 @@ def bench_generation(args):
                     f'vs prompt {prompts[0]}', 'cache'], rows) + '\n')
 
 
+# ----------------------------------------------------------------------------- 5. computation paths
+
+def time_mix(layer, z, args, **kw):
+    """Median ms of one forward + backward of layer.mix(z, **kw) (z float [B, H, T, e])."""
+    times = []
+    for i in range(args.warmup + args.steps):
+        sync(args.device)
+        t0 = time.perf_counter()
+        with autocast(args):
+            layer.mix(z, **kw).sum().backward()
+        sync(args.device)
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times[args.warmup:])
+
+
+def bench_paths(args):
+    """Print ms of one forward + backward of a token mixing alone, per length T, for
+    the two Toeplitz paths (materialised matrix, FFT) and the recurrent mixing in
+    one chunk (the whole T x T matrix) or in chunks of 256: the measurements behind
+    ModelConfig.fft_threshold and ModelConfig.chunk_size."""
+    rows = []
+    for T in args.path_lengths:
+        z = torch.randn(args.batch_size, 4, T, args.d_model // 4, device=args.device, requires_grad=True)
+        toeplitz = mixer.ToeplitzMixing(T, args.d_model, n_head=4).to(args.device)
+        ms = [time_mix(toeplitz, z, args, use_fft=False), time_mix(toeplitz, z, args, use_fft=True)]
+        for chunk in (T, 256):
+            ms.append(time_mix(mixer.RecurrentMixing(T, args.d_model, 4, chunk_size=chunk).to(args.device), z, args))
+        rows.append([T] + [f'{m:.2f}' for m in ms])
+        log(f'paths: T={T}')
+    print(f'## Token-mixing paths\n\n_One forward + backward of the token mixing alone, batch {args.batch_size}, '
+          f'd_model {args.d_model}, 4 heads, {args.dtype}; median ms. ModelConfig.fft_threshold (default '
+          f'{mixer.ModelConfig.fft_threshold}) switches the Toeplitz mixing to the FFT; ModelConfig.chunk_size '
+          f'(default {mixer.ModelConfig.chunk_size}) is the recurrent chunk._\n')
+    print(md_table(['T', 'Toeplitz matrix', 'Toeplitz FFT', 'recurrent, one chunk', 'recurrent, chunks of 256'],
+                   rows) + '\n')
+
+
 # ----------------------------------------------------------------------------- main
 
 def parse_args(argv=None):
@@ -352,6 +392,7 @@ def parse_args(argv=None):
     p.add_argument('--prompts', type=ints, default=[64, 512, 2048], help='prompt lengths of the generation table')
     p.add_argument('--new_tokens', type=int, default=256, help='tokens generated after each prompt')
     p.add_argument('--recompute_tokens', type=int, default=16, help='tokens timed for the window recompute')
+    p.add_argument('--path_lengths', type=ints, default=[128, 256, 512, 1024, 2048, 4096])
     p.add_argument('--mem_cells', help=argparse.SUPPRESS)      # internal: run memory cells in this process
     args = p.parse_args(argv)
     if args.quick:
@@ -382,7 +423,7 @@ def main(argv=None):
     print(f'# bench.py\n\n{machine(args)}\n')
     peak = bench_peak(args)
     for name, bench in (('train', lambda: bench_train(args, peak)), ('memory', lambda: bench_memory(args)),
-                        ('generation', lambda: bench_generation(args))):
+                        ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args))):
         if name in args.tables:
             t0 = time.perf_counter()
             bench()

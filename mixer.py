@@ -240,8 +240,6 @@ class MaskedMixing(HeadMixing):
 
     def _taps(self, z):
         """The k feature-shifted copies of z [B, H, t, e] -> [B, H, k, t, e]."""
-        if self.k == 1:
-            return z.unsqueeze(2)
         left = (self.k - 1) // 2
         zp = F.pad(z, (left, self.k - 1 - left))
         n = z.shape[-1]
@@ -253,7 +251,8 @@ class MaskedMixing(HeadMixing):
         z = _append(state, 'z', z)                                        # [B, H, end, e]
         W1 = (self.W1[..., self.e * pos:self.e * end, :end]
               * self.mask1[self.e * pos:self.e * end, :end])              # rows of the new positions
-        h = (W1 @ self._taps(z)).sum(2) + self.c1[:, self.e * pos:self.e * end]
+        h = W1[:, 0] @ z if self.k == 1 else (W1 @ self._taps(z)).sum(2)
+        h = h + self.c1[:, self.e * pos:self.e * end]
         if self.e == 1:
             return h
         h = _append(state, 'h', F.gelu(h))                                # [B, H, e end, e]
@@ -732,6 +731,70 @@ class Autoencoder(_Model):
         return logits, loss
 
 
+# ----------------------------------------------------------------------------- retrieval model
+
+class EquivariantMixerBlock(nn.Module):
+    """Pre-norm mixer block over rows [query, c_1 .. c_N] (x: float [B, 1 + N, d]).
+
+    Token mixing: the unmasked mixing matrix restricted to the permutation-
+    equivariant family, with per-channel coefficient vectors a..e and row-type
+    biases (z = LN(x), m = mean over candidates of z):
+        y_q = a z_q + b m + bias_q,   y_ci = c z_ci + d m + e z_q + bias_c.
+    Then the feature MLP: x += FF(LN(x)), FF = Linear(d, ff d) -> GELU -> Linear."""
+
+    def __init__(self, d, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.a, self.c, self.e = (nn.Parameter(torch.ones(d)) for _ in range(3))
+        self.b, self.d = (nn.Parameter(torch.zeros(d)) for _ in range(2))
+        self.bias_q, self.bias_c = nn.Parameter(torch.zeros(d)), nn.Parameter(torch.zeros(d))
+        self.ff = nn.Sequential(nn.Linear(d, ff_mult * d), nn.GELU(), nn.Linear(ff_mult * d, d))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        z = self.norm1(x)
+        zq, zc = z[:, :1], z[:, 1:]
+        m = zc.mean(1, keepdim=True)
+        yq = self.a * zq + self.b * m + self.bias_q
+        yc = self.c * zc + self.d * m + self.e * zq + self.bias_c
+        x = x + self.drop(torch.cat([yq, yc], 1))
+        return x + self.drop(self.ff(self.norm2(x)))
+
+
+class RetrievalMixer(nn.Module):
+    """Scores N candidates for a query from frozen embeddings (retrieval.py's docstring).
+
+    forward(query float [B, d_in], cands float [B, N, d_in]) -> scores float [B, N],
+    permutation-equivariant in the candidates, for any N >= 1. Inputs are
+    standardised per channel with statistics set by set_input_stats (training
+    embeddings), then projected to d_r (one projection for the query row, one for
+    candidate rows), mixed by n_layer EquivariantMixerBlocks, and scored by
+    LN -> Linear(d_r, 1) on the candidate rows."""
+
+    def __init__(self, d_in, d_r=128, n_layer=2, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.register_buffer('mu', torch.zeros(d_in))
+        self.register_buffer('sd', torch.ones(d_in))
+        self.in_q, self.in_c = nn.Linear(d_in, d_r), nn.Linear(d_in, d_r)
+        self.blocks = nn.ModuleList(EquivariantMixerBlock(d_r, ff_mult, dropout) for _ in range(n_layer))
+        self.norm_f = nn.LayerNorm(d_r)
+        self.head = nn.Linear(d_r, 1)
+
+    @torch.no_grad()
+    def set_input_stats(self, emb):
+        """Per-channel mean and std of emb float [M, d_in] (the training embeddings)."""
+        self.mu.copy_(emb.mean(0))
+        self.sd.copy_(emb.std(0).clamp(min=1e-6))
+
+    def forward(self, query, cands):
+        q = self.in_q((query - self.mu) / self.sd)[:, None]
+        c = self.in_c((cands - self.mu) / self.sd)
+        x = torch.cat([q, c], 1)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm_f(x[:, 1:])).squeeze(-1)
+
+
 def build_model(cfg):
     """The model for cfg: Autoencoder if cfg.task == 'autoencode', else LanguageModel."""
     return Autoencoder(cfg) if cfg.task == 'autoencode' else LanguageModel(cfg)
@@ -743,7 +806,7 @@ def build_model(cfg):
 NOMINAL_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, 'A10': 125e12}
 
 
-def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=0.3):
+def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=1.0):
     """Measured dense matmul throughput of this machine, FLOP/s (float): the best of
     repeated n x n x n products of `dtype` on `device` over about `seconds`."""
     a = torch.randn(n, n, device=device, dtype=dtype)

@@ -24,26 +24,31 @@ def fail(msg):
     sys.exit(2)
 
 
+class CheckpointError(ValueError):
+    """A checkpoint or its tokenizer cannot be used (message is one line)."""
+
+
 def load_checkpoint(path, device='cpu'):
     """Load a train.py checkpoint -> (model in eval mode, tiktoken.Encoding, checkpoint dict).
 
     The tokenizer is the file recorded in the checkpoint, checked against its
-    SHA-256. Raises SystemExit (one-line error) on a missing or corrupt checkpoint,
-    an autoencoder checkpoint, or a missing or different tokenizer."""
+    SHA-256. Raises CheckpointError on a missing or corrupt checkpoint, or a
+    missing or different tokenizer."""
     if not os.path.isfile(path):
-        fail(f'checkpoint {path!r} not found')
+        raise CheckpointError(f'checkpoint {path!r} not found')
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
         cfg = mixer.ModelConfig(**ckpt['model_config'])
         model = mixer.build_model(cfg)
         model.load_state_dict(ckpt['model'])
     except Exception as e:  # torch raises many types for a damaged file
-        fail(f'checkpoint {path!r} is corrupt or not from train.py ({type(e).__name__}: {str(e)[:120]})')
+        raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py '
+                              f'({type(e).__name__}: {str(e)[:120]})') from None
     tok = ckpt['tokenizer']
     if not os.path.isfile(tok['file']):
-        fail(f"tokenizer {tok['file']!r} recorded in the checkpoint not found (run data/prepare.py)")
+        raise CheckpointError(f"tokenizer {tok['file']!r} recorded in the checkpoint not found (run data/prepare.py)")
     if tokenizer_sha256(tok['file']) != tok['sha256']:
-        fail(f"tokenizer {tok['file']!r} differs from the one the model was trained with (sha256 mismatch)")
+        raise CheckpointError(f"tokenizer {tok['file']!r} differs from the one the model was trained with")
     return model.to(device).eval(), load_tokenizer(tok['file']), ckpt
 
 
@@ -61,7 +66,10 @@ def main(argv=None):
     if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         fail('num_samples must be >= 1 and max_new_tokens, temperature, top_k >= 0')
 
-    model, enc, ckpt = load_checkpoint(args.ckpt, args.device)
+    try:
+        model, enc, ckpt = load_checkpoint(args.ckpt, args.device)
+    except CheckpointError as e:
+        fail(str(e))
     if model.cfg.task != 'lm':
         fail('this checkpoint is an autoencoder; sample.py needs a language model')
     text = args.start

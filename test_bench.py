@@ -30,7 +30,8 @@ class TestBench(unittest.TestCase):
         self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-3000:])
 
     def test_all_tables_present(self):
-        for heading in ('Peak of the machine', 'Training throughput', 'Memory vs context length', 'Generation'):
+        for heading in ('Peak of the machine', 'Training throughput', 'Memory vs context length', 'Generation',
+                        'Token-mixing paths'):
             self.assertIn(f'\n## {heading}\n', self.out)
         self.assertIn('machine:', self.out)
 
@@ -57,6 +58,13 @@ class TestBench(unittest.TestCase):
         for row in rows:
             self.assertGreater(float(row[5]), 0, row)                         # tokens/s
             self.assertTrue(re.fullmatch(r'[\d.]+x', row[6]), row)            # vs recompute
+
+    def test_toeplitz_table(self):
+        rows = table_rows(self.out, 'Token-mixing paths')
+        self.assertEqual([r[0] for r in rows], ['32', '64'])
+        for row in rows:
+            self.assertGreater(float(row[1]), 0)
+            self.assertGreater(float(row[2]), 0)
 
     def test_bad_flag_exits_2(self):
         proc = subprocess.run([sys.executable, 'bench.py', '--variants', 'nope'], cwd=HERE,

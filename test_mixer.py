@@ -296,34 +296,40 @@ def read_log(out_dir):
         return [json.loads(line) for line in f]
 
 
+REAL_TEXT_STEPS = 80
+LEARNING_RATES = {'linear': 3e-3}     # the linear mixer has no norm to absorb a large step
+
+
 class TestTrainingOnRealText(unittest.TestCase):
 
     def test_every_variant_learns_real_text(self):
+        """A few dozen steps take every variant below the unigram cross entropy of
+        the validation text: it predicts from context, not only token frequencies."""
         data = prepared_data()
         train = torch.from_numpy(np.fromfile(os.path.join(data, 'train.bin'), dtype=np.uint16).astype(np.int64))
         val = torch.from_numpy(np.fromfile(os.path.join(data, 'val.bin'), dtype=np.uint16).astype(np.int64))
+        counts = torch.bincount(train, minlength=512).double() + 1
+        unigram = -torch.log(counts / counts.sum())[val].mean().item()          # nats/token
         T = 64
         val_x = torch.stack([val[s:s + T + 1] for s in range(0, 64 * 200, 200)])
         for name in mixer.VARIANTS:
             torch.manual_seed(0)
             cfg = mixer.variant_config(name, vocab_size=512, n_ctx=T, d_model=64, n_layer=2, chunk_size=32)
             model = mixer.build_model(cfg)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3 if name == 'linear' else 3e-3)
-            with torch.no_grad():
-                before = model(val_x[:, :-1], val_x[:, 1:])[1].item()
+            opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATES.get(name, 1e-2))
             g = torch.Generator().manual_seed(0)
-            for _ in range(60):
+            for _ in range(REAL_TEXT_STEPS):
                 starts = torch.randint(0, len(train) - T - 1, (16,), generator=g)
                 batch = torch.stack([train[s:s + T + 1] for s in starts])
                 _, loss = model(batch[:, :-1], batch[:, 1:])
                 opt.zero_grad()
                 loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
             with torch.no_grad():
                 after = model(val_x[:, :-1], val_x[:, 1:])[1].item()
             with self.subTest(variant=name):
-                self.assertTrue(math.isfinite(after))
-                self.assertLess(after, before - 1.0, f'{name}: val loss {before:.2f} -> {after:.2f}')
+                self.assertLess(after, unigram - 0.25, f'{name}: val loss {after:.3f}, unigram {unigram:.3f}')
 
     def test_train_py_learns_and_resume_equals_uninterrupted(self):
         data = prepared_data()
@@ -426,7 +432,8 @@ class TestAutoencoder(unittest.TestCase):
 if __name__ == '__main__':
     import test_bench
     import test_prepare
-    modules = [sys.modules[__name__], test_prepare, test_bench]
+    import test_retrieval
+    modules = [sys.modules[__name__], test_prepare, test_retrieval, test_bench]
     suite = unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromModule(m) for m in modules])
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)

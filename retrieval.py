@@ -1,0 +1,624 @@
+"""Retrieval with frozen language-model embeddings (first paper; DESIGN section 2).
+
+    python retrieval.py --ckpt out/ckpt.pt
+    python retrieval.py --ckpt out/mixer/ckpt.pt --ckpt out/transformer/ckpt.pt
+    python retrieval.py --ckpt out/ckpt.pt --pairs summaries.jsonl --n_candidates 2 8 32
+
+Pairs. Each item is a (query, target) pair of texts. By default they are made
+from stories with the inverse cloze task (Lee et al. 2019): the query is one
+sentence taken out of a story, the target is the story with that sentence
+removed. The stories are those of --data_dir's val.bin (--split), decoded with
+the data dir's tokenizer (byte-level BPE, so decoding gives the exact text), or
+the stories of a raw --text file (split on <|endoftext|>). Sentences are split
+by a simple rule: a sentence ends at a run of . ! or ? (plus any closing quotes
+or brackets) followed by whitespace or the end of the story; abbreviations such
+as "Mr." therefore end a sentence too. Stories with fewer than 3 sentences are
+skipped; the query is drawn (fixed seed) among the sentences of >= 4 words
+(any sentence if none) whose text does not occur again in the rest of the
+story, so the query never appears in its target. --pairs FILE.jsonl instead
+reads {"query": ..., "target": ...} objects, one per line (each line its own
+story). The train / test split is by story (--test_frac of the stories).
+
+Embeddings. Each checkpoint embeds a text with its own tokenizer as
+<|endoftext|> + text (stories follow an <|endoftext|> in training;
+--no-prefix_eot turns this off), and takes the hidden vector of the last token
+after block --layer (default the last block, before the final norm). Texts
+longer than n_ctx are cut to n_ctx tokens: queries and --pairs targets keep
+their first tokens, inverse-cloze targets keep a window of n_ctx tokens
+centred (as far as the story allows) on the place the sentence was taken from.
+Texts are sorted by length and right-padded in batches; a causal model's
+hidden vector at a position does not depend on later (padding) tokens, so each
+text's vector is read at its own last real token. Embeddings are cached in
+--cache_dir/<key>.pt, key = sha256 of the checkpoint file + pairs + options.
+
+Retrieval model (mixer.RetrievalMixer). A bidirectional (unmasked) mixer over the
+N + 1 rows [query, candidate_1 .. candidate_N], each row an embedding
+projected to width d_r, a head d_r -> 1 scoring each candidate, and softmax
+cross-entropy over the N candidates (candidates in random order; negatives are
+other stories' targets). A learned dense (N+1) x (N+1) mixing matrix would tie
+the model to one N and to the candidates' order; the token mixing is instead
+the unmasked mixing matrix restricted to the permutation-equivariant family,
+with per-channel coefficients (vectors in R^d_r):
+    y_q  = a * z_q  + b * mean_j z_cj                + bias_q
+    y_ci = c * z_ci + d * mean_j z_cj + e * z_q      + bias_c
+So the scores permute with the candidates and any N works (train at one N,
+evaluate at others). Each layer is a pre-norm mixer block:
+x += Mix(LN(x)); x += FF(LN(x)), FF = Linear(d_r, 4 d_r) -> GELU -> Linear.
+
+Baselines without training: cosine similarity of query and candidate
+embeddings, raw and centred (the mean embedding of the training pairs
+subtracted first; LM hidden states share a large common direction).
+
+Report: top-1 accuracy for N in {2, 8, 32, 128} (N candidates: the true target
+and N - 1 targets of other test stories; --eval_rounds fixed draws per test
+query and N, the same draws for every method and checkpoint), with chance 1/N.
+An N above the number of test stories is skipped with a note (an error if it
+was asked for with --n_candidates).
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import mixer
+
+PROG = 'retrieval.py'
+DEFAULT_NS = (2, 8, 32, 128)
+EOT = '<|endoftext|>'
+CACHE_VERSION = 1
+
+
+class UsageError(Exception):
+    """Bad input: reported as a one-line 'retrieval.py: error: ...' and exit code 2."""
+
+
+def fail(msg):
+    """Print a one-line error and exit with code 2."""
+    print(f'{PROG}: error: {msg}', file=sys.stderr)
+    sys.exit(2)
+
+
+# ----------------------------------------------------------------------------- pairs
+
+# End of a sentence: a run of . ! ? and any closing quotes or brackets, then whitespace or the end.
+SENTENCE_END = re.compile(r'[.!?]+[\"\'\u201d\u2019)\]]*(?=\s|$)')
+
+
+def split_sentences(text):
+    """Sentences of `text` as (start, end) character spans, whitespace excluded.
+
+    A sentence ends at a run of '.', '!' or '?' (with any closing quotes or
+    brackets) followed by whitespace or the end of the text; trailing text
+    without such an ending is a last sentence."""
+    spans, start = [], 0
+    for m in SENTENCE_END.finditer(text):
+        s = start + len(text[start:m.end()]) - len(text[start:m.end()].lstrip())
+        if s < m.end():
+            spans.append((s, m.end()))
+        start = m.end()
+    rest = text[start:]
+    if rest.strip():
+        s = start + len(rest) - len(rest.lstrip())
+        spans.append((s, start + len(rest.rstrip())))
+    return spans
+
+
+def remove_span(text, start, end):
+    """`text` without text[start:end], the whitespace around the cut merged into one
+    (a newline if there was one). Returns (new text, offset of the cut in it)."""
+    left, right = text[:start].rstrip(), text[end:].lstrip()
+    gap = text[len(left):start] + text[end:len(text) - len(right)]
+    sep = ('\n' if '\n' in gap else ' ') if left and right else ''
+    return left + sep + right, len(left)
+
+
+def ict_pairs(stories, seed=1337, max_pairs=None, per_story=1, min_sentences=3, min_words=4):
+    """Inverse cloze pairs from a list of story strings.
+
+    Stories are visited in a seeded random order; each story with >= min_sentences
+    sentences gives up to per_story pairs with distinct query sentences. Returns a
+    list of dicts {'query', 'target', 'cut', 'story'}: `cut` is the character offset
+    in the target where the sentence was removed, `story` the story's index in
+    `stories`. The query is chosen among sentences of >= min_words words (all
+    sentences if none has that many) that do not occur in the target."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for si in rng.permutation(len(stories)).tolist():
+        if max_pairs is not None and len(out) >= max_pairs:
+            break
+        story = stories[si]
+        spans = split_sentences(story)
+        if len(spans) < min_sentences:
+            continue
+        long_ = [sp for sp in spans if len(story[sp[0]:sp[1]].split()) >= min_words]
+        options = []
+        for sp in (long_ or spans):
+            target, cut = remove_span(story, *sp)
+            if story[sp[0]:sp[1]] not in target:
+                options.append((story[sp[0]:sp[1]], target, cut))
+        for k in rng.permutation(len(options))[:per_story].tolist():
+            q, target, cut = options[k]
+            out.append({'query': q, 'target': target, 'cut': cut, 'story': si})
+            if max_pairs is not None and len(out) >= max_pairs:
+                break
+    return out
+
+
+def read_pairs_file(path, max_pairs=None, seed=1337):
+    """Pairs from a JSONL file of {"query": str, "target": str} objects (blank lines
+    skipped); each line is its own story. With max_pairs, a seeded random subset.
+    Raises UsageError naming the line of the first malformed line."""
+    if not os.path.isfile(path):
+        raise UsageError(f'pairs file {path!r} not found')
+    out = []
+    try:
+        with open(path, encoding='utf-8') as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise UsageError(f'pairs file {path!r} is not valid UTF-8 (byte offset {e.start})')
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UsageError(f'{path} line {n}: not valid JSON ({e.msg})')
+        if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) and obj[k].strip()
+                                                for k in ('query', 'target')):
+            raise UsageError(f'{path} line {n}: expected an object with non-empty string fields '
+                             f'"query" and "target"')
+        out.append({'query': obj['query'], 'target': obj['target'], 'cut': None, 'story': n})
+    if not out:
+        raise UsageError(f'pairs file {path!r} has no pairs')
+    if max_pairs is not None and len(out) > max_pairs:
+        keep = np.sort(np.random.default_rng(seed).permutation(len(out))[:max_pairs])
+        out = [out[i] for i in keep.tolist()]
+    return out
+
+
+def read_data_dir_stories(data_dir, split):
+    """Stories of data_dir's {split}.bin (uint16 tokens, stories separated by the eot
+    id of meta.json), decoded to text with the data dir's tokenizer."""
+    from data.prepare import load_tokenizer
+    meta_path = os.path.join(data_dir, 'meta.json')
+    if not os.path.isfile(meta_path):
+        raise UsageError(f'{meta_path} not found: run data/prepare.py, or pass --text or --pairs')
+    with open(meta_path) as f:
+        meta = json.load(f)
+    path = os.path.join(data_dir, f'{split}.bin')
+    if not os.path.isfile(path):
+        raise UsageError(f'{path} not found')
+    try:
+        enc = load_tokenizer(os.path.join(data_dir, meta['tokenizer']))
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f'cannot load the tokenizer of {data_dir}: {e}')
+    ids = np.fromfile(path, dtype=np.uint16).astype(np.int64)
+    ends = np.flatnonzero(ids == meta['eot_id'])
+    pieces = np.split(ids, ends)                  # each piece after the first starts with eot
+    toks = [p[1:] if i else p for i, p in enumerate(pieces)]
+    texts = enc.decode_batch([t.tolist() for t in toks if len(t)])
+    return [t.strip() for t in texts if t.strip()]
+
+
+def read_text_stories(path):
+    """Stories of a raw text file separated by <|endoftext|> (data/prepare.py's rule)."""
+    from data.prepare import read_stories
+    try:
+        return read_stories(path)
+    except (OSError, ValueError) as e:
+        raise UsageError(str(e))
+
+
+def split_by_story(pairs, test_frac=0.2, seed=1337):
+    """Indices (train, test) of `pairs`: a seeded random test_frac of the distinct
+    stories (at least one, and at least one left for training) go to test, with
+    all their pairs; no story is on both sides."""
+    stories = sorted({p['story'] for p in pairs})
+    if len(stories) < 2:
+        raise UsageError(f'need pairs from at least 2 stories, got {len(stories)}')
+    perm = np.random.default_rng(seed + 1).permutation(len(stories))
+    n_test = min(len(stories) - 1, max(1, round(test_frac * len(stories))))
+    test_stories = {stories[i] for i in perm[:n_test].tolist()}
+    train = [i for i, p in enumerate(pairs) if p['story'] not in test_stories]
+    test = [i for i, p in enumerate(pairs) if p['story'] in test_stories]
+    return train, test
+
+
+# ----------------------------------------------------------------------------- embeddings
+
+def encode_pairs(pairs, enc, n_ctx, prefix_eot=True):
+    """Token id lists (queries, targets) of `pairs` for a model of context n_ctx.
+
+    Each text is [eot] + tokens (without the eot if prefix_eot is False), at most
+    n_ctx ids. A query, or a target without a 'cut', keeps its first tokens; a
+    target with a 'cut' (inverse cloze) keeps a window centred on the cut."""
+    pre = [enc.eot_token] if prefix_eot else []
+    room = n_ctx - len(pre)
+    if room < 1:
+        raise UsageError(f'n_ctx={n_ctx} leaves no room for text')
+    queries = [pre + enc.encode_ordinary(p['query'])[:room] for p in pairs]
+    targets = []
+    for p in pairs:
+        toks = enc.encode_ordinary(p['target'])
+        start = 0
+        if len(toks) > room and p.get('cut') is not None:
+            at = len(enc.encode_ordinary(p['target'][:p['cut']]))
+            start = min(max(0, at - room // 2), len(toks) - room)
+        targets.append(pre + toks[start:start + room])
+    return queries, targets
+
+
+@torch.no_grad()
+def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=None):
+    """Embeddings float [len(seqs), d] of token id lists (each non-empty, <= n_ctx).
+
+    A language model's embedding is the hidden vector of a text's last token after
+    block `layer` (default the last). Texts are sorted by length and right-padded
+    per batch; since the model is causal, a text's vector at its own last real
+    token is the same as alone. An autoencoder uses its encoder's last token
+    (layer must be None). progress(done, total) is called after each batch."""
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    out = [None] * len(seqs)
+    is_lm = hasattr(model, 'hidden')
+    for b0 in range(0, len(order), batch_size):
+        idxs = order[b0:b0 + batch_size]
+        lens = [len(seqs[i]) for i in idxs]
+        if min(lens) < 1:
+            raise ValueError('cannot embed an empty token sequence')
+        if is_lm:
+            T = max(lens)
+            pad = seqs[idxs[-1]][-1]                     # any valid id: it is never read
+            x = torch.tensor([seqs[i] + [pad] * (T - len(seqs[i])) for i in idxs], device=device)
+            h = model.hidden(x, layer=layer)             # [B, T, d]
+            e = h[torch.arange(len(idxs), device=device), torch.tensor(lens, device=device) - 1]
+        else:                                            # autoencoder: equal lengths only
+            e = torch.empty(len(idxs), model.cfg.d_model, device=device)
+            for L in sorted(set(lens)):
+                rows = [k for k, n in enumerate(lens) if n == L]
+                e[rows] = model.encode(torch.tensor([seqs[idxs[k]] for k in rows], device=device))
+        for k, i in enumerate(idxs):
+            out[i] = e[k].float().cpu()
+        if progress:
+            progress(min(b0 + batch_size, len(order)), len(order))
+    return torch.stack(out)
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def pairs_sha256(pairs):
+    blob = json.dumps([[p['query'], p['target'], p['cut']] for p in pairs], ensure_ascii=False)
+    return hashlib.sha256(blob.encode('utf-8')).hexdigest()
+
+
+def progress_printer(label):
+    """A progress(done, total) callback printing to stderr (a few lines when not a tty)."""
+    tty = sys.stderr.isatty()
+    state = {'last': -1}
+
+    def progress(done, total):
+        quarter = 4 * done // total
+        if tty:
+            print(f'\r{label}: {done}/{total}', end='\n' if done == total else '', file=sys.stderr, flush=True)
+        elif quarter != state['last'] and (quarter > 0 or done == total):
+            state['last'] = quarter
+            print(f'{label}: {done}/{total}', file=sys.stderr, flush=True)
+    return progress
+
+
+def load_model(path, device):
+    """sample.load_checkpoint, its CheckpointError reported as this program's UsageError."""
+    from sample import CheckpointError, load_checkpoint
+    try:
+        return load_checkpoint(path, device)
+    except CheckpointError as e:
+        raise UsageError(str(e))
+
+
+def checkpoint_embeddings(path, pairs, pairs_key, args):
+    """(query, target) embeddings float [P, d] of `pairs` by checkpoint `path`, from
+    the cache when there; also returns a short description of the model."""
+    model, enc, ckpt = load_model(path, args.device)
+    cfg = model.cfg
+    if args.layer is not None:
+        if not hasattr(model, 'hidden'):
+            raise UsageError('--layer is not supported for autoencoder checkpoints')
+        if not -cfg.n_layer <= args.layer < cfg.n_layer:
+            raise UsageError(f'--layer {args.layer} out of range for a {cfg.n_layer}-layer model')
+    desc = f'{cfg.kind}' + (f'/{cfg.mixing}' if cfg.kind in ('mixer', 'hybrid') else '') + \
+        f' d={cfg.d_model} L={cfg.n_layer} n_ctx={cfg.n_ctx}' + (' autoencoder' if cfg.task != 'lm' else '')
+    layer = None if args.layer is None else range(cfg.n_layer)[args.layer]
+    key_src = json.dumps({'v': CACHE_VERSION, 'ckpt': file_sha256(path), 'pairs': pairs_key,
+                          'layer': layer, 'prefix_eot': args.prefix_eot})
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
+    cache = None if args.no_cache else os.path.join(args.cache_dir, f'{key}.pt')
+    if cache and os.path.isfile(cache):
+        try:
+            d = torch.load(cache, map_location='cpu', weights_only=True)
+            if d['query'].shape[0] == len(pairs):
+                print(f'{path}: embeddings from cache {cache}', file=sys.stderr)
+                return d['query'], d['target'], desc
+        except Exception:
+            pass                                        # unreadable cache: recompute
+    queries, targets = encode_pairs(pairs, enc, cfg.n_ctx, args.prefix_eot)
+    t0 = time.time()
+    emb = embed_tokens(model, queries + targets, layer, args.embed_batch, args.device,
+                       progress_printer(f'{path}: embedding texts'))
+    print(f'{path}: embedded {len(queries) + len(targets)} texts in {time.time() - t0:.1f}s', file=sys.stderr)
+    q, t = emb[:len(pairs)], emb[len(pairs):]
+    if cache:
+        os.makedirs(args.cache_dir, exist_ok=True)
+        tmp = f'{cache}.tmp{os.getpid()}'
+        try:
+            torch.save({'query': q, 'target': t, 'key': key_src}, tmp)
+            os.replace(tmp, cache)                      # atomic: never a half-written cache file
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return q, t, desc
+
+
+# ----------------------------------------------------------------------------- retrieval model
+
+def draw_candidates(rng, stories, pos, n):
+    """Candidates for the queries of pairs `pos` (int array [B]): each query's own
+    target and n - 1 targets of pairs from other stories (stories: int array, one
+    per pair), drawn uniformly without replacement, in random order.
+    Returns (indices int [B, n], labels int [B] = the position of the own target)."""
+    pos = np.asarray(pos)
+    if n > 1:
+        keys = rng.random((len(pos), len(stories)))
+        keys[stories[None, :] == stories[pos][:, None]] = np.inf      # never the query's own story
+        neg = np.argpartition(keys, n - 2, axis=1)[:, :n - 1]
+        cands = np.concatenate([neg, pos[:, None]], 1)
+    else:
+        cands = pos[:, None]
+    perm = np.argsort(rng.random((len(pos), n)), axis=1)
+    return np.take_along_axis(cands, perm, 1), np.argmax(perm == n - 1, axis=1)
+
+
+def candidate_draws(stories, n, rounds, seed):
+    """Fixed evaluation draws: every query `rounds` times -> (queries [K], cands [K, n], labels [K])."""
+    rng = np.random.default_rng([seed, n])
+    qs = np.tile(np.arange(len(stories)), rounds)
+    cs, ls = zip(*(draw_candidates(rng, stories, qs[i:i + 256], n) for i in range(0, len(qs), 256)))
+    return qs, np.concatenate(cs), np.concatenate(ls)
+
+
+def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, weight_decay=0.05,
+                    seed=1337, log=None):
+    """Train `model` on pairs (q [P, d_in], t [P, d_in], stories [P]) with n candidates
+    per query (negatives from other stories, fresh each step); AdamW, cosine decay.
+    log(step, loss) is called every 100 steps. Returns the final mean loss."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    model.set_input_stats(torch.cat([q, t]))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    model.train()
+    order, at, recent = rng.permutation(len(q)), 0, []
+    for step in range(steps):
+        for g in opt.param_groups:
+            g['lr'] = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        if at + batch_size > len(order):
+            order, at = rng.permutation(len(q)), 0
+        pos = order[at:at + batch_size]
+        at += batch_size
+        cands, labels = (torch.from_numpy(a) for a in draw_candidates(rng, stories, pos, n))
+        loss = F.cross_entropy(model(q[torch.from_numpy(pos)], t[cands]), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        recent.append(loss.item())
+        if log and ((step + 1) % 100 == 0 or step + 1 == steps):
+            log(step + 1, float(np.mean(recent[-100:])))
+    model.eval()
+    return float(np.mean(recent[-50:]))
+
+
+@torch.no_grad()
+def accuracy(score_fn, q, t, draws, batch=256):
+    """Top-1 accuracy of score_fn(query [B, d], cands [B, n, d]) -> [B, n] on fixed draws."""
+    qs, cs, ls = draws
+    correct = 0
+    for i in range(0, len(qs), batch):
+        s = score_fn(q[torch.from_numpy(qs[i:i + batch])], t[torch.from_numpy(cs[i:i + batch])])
+        correct += (s.argmax(-1) == torch.from_numpy(ls[i:i + batch])).sum().item()
+    return correct / len(qs)
+
+
+def cosine_scores(center=None):
+    def score(query, cands):
+        if center is not None:
+            query, cands = query - center, cands - center
+        return F.cosine_similarity(query[:, None], cands, dim=-1)
+    return score
+
+
+# ----------------------------------------------------------------------------- report
+
+def markdown_table(results, ns, chance=True):
+    """Markdown table: one row per (checkpoint, method), one column per N."""
+    lines = ['| checkpoint | method | ' + ' | '.join(f'N={n}' for n in ns) + ' |',
+             '|---|---|' + '---:|' * len(ns)]
+    if chance:
+        lines.append('| (chance) | 1/N | ' + ' | '.join(f'{1 / n:.3f}' for n in ns) + ' |')
+    for r in results:
+        for method, accs in r['accuracy'].items():
+            lines.append(f'| {r["name"]} | {method} | ' + ' | '.join(f'{accs[str(n)]:.3f}' for n in ns) + ' |')
+    return '\n'.join(lines)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=_HelpFormatter)
+    g = p.add_argument_group('models')
+    g.add_argument('--ckpt', action='append', required=True, metavar='PATH',
+                   help='checkpoint from train.py; repeat to compare checkpoints in one table')
+    g.add_argument('--layer', type=int, default=None,
+                   help='embed with the hidden vector after this block (0-based, negative counts from '
+                        'the end; None: the last block, before the final norm)')
+    g.add_argument('--prefix_eot', action=argparse.BooleanOptionalAction, default=True,
+                   help='start every text with <|endoftext|>')
+    g.add_argument('--device', default='cpu')
+    g.add_argument('--threads', type=int, default=1,
+                   help='torch CPU threads (the matrices are small: one thread is much faster than '
+                        'two on a busy CPU)')
+    g.add_argument('--embed_batch', type=int, default=64, help='texts per embedding forward pass')
+    g = p.add_argument_group('pairs')
+    g.add_argument('--data_dir', default='data/tinystories', help='prepared data (stories of --split.bin)')
+    g.add_argument('--split', default='val', choices=('val', 'train'),
+                   help='which prepared split the stories come from (default val: unseen by the LMs)')
+    g.add_argument('--text', help='raw text file of stories separated by <|endoftext|>, instead of --data_dir')
+    g.add_argument('--pairs', help='JSONL file of {"query": ..., "target": ...} pairs, instead of inverse cloze')
+    g.add_argument('--max_pairs', type=int, default=2000)
+    g.add_argument('--per_story', type=int, default=1, help='inverse cloze pairs per story')
+    g.add_argument('--test_frac', type=float, default=0.2, help='fraction of stories held out for testing')
+    g = p.add_argument_group('retrieval model')
+    g.add_argument('--d_r', type=int, default=128, help='width of the retrieval mixer')
+    g.add_argument('--r_layers', type=int, default=2, help='blocks of the retrieval mixer')
+    g.add_argument('--train_n', type=int, default=16, help='candidates per query in training')
+    g.add_argument('--steps', type=int, default=400)
+    g.add_argument('--batch_size', type=int, default=64)
+    g.add_argument('--lr', type=float, default=2e-3)
+    g.add_argument('--weight_decay', type=float, default=0.05)
+    g.add_argument('--dropout', type=float, default=0.0)
+    g = p.add_argument_group('evaluation and output')
+    g.add_argument('--n_candidates', type=int, nargs='+', metavar='N',
+                   help=f'candidate counts to evaluate (default {" ".join(map(str, DEFAULT_NS))}; '
+                        'defaults above the test set size are skipped, explicit ones are an error)')
+    g.add_argument('--eval_rounds', type=int, default=3, help='fixed candidate draws per test query and N')
+    g.add_argument('--seed', type=int, default=1337)
+    g.add_argument('--cache_dir', default=os.path.join('out', 'retrieval_cache'))
+    g.add_argument('--no_cache', action='store_true', help='neither read nor write the embedding cache')
+    g.add_argument('--json', metavar='PATH', help='also write the results as JSON here')
+    return p
+
+
+def check_args(args):
+    for name in ('max_pairs', 'per_story', 'd_r', 'r_layers', 'train_n', 'steps', 'batch_size',
+                 'eval_rounds', 'embed_batch', 'threads'):
+        if getattr(args, name) < 1:
+            raise UsageError(f'--{name} must be >= 1, got {getattr(args, name)}')
+    if args.train_n < 2:
+        raise UsageError('--train_n must be >= 2')
+    if not 0 < args.test_frac < 1:
+        raise UsageError(f'--test_frac must be in (0, 1), got {args.test_frac}')
+    if args.n_candidates and min(args.n_candidates) < 1:
+        raise UsageError('--n_candidates must be >= 1')
+    if not 0 <= args.dropout < 1:
+        raise UsageError('--dropout must be in [0, 1)')
+    if args.pairs and args.text:
+        raise UsageError('pass at most one of --pairs and --text')
+    for path in args.ckpt:
+        if not os.path.isfile(path):
+            raise UsageError(f'checkpoint {path!r} not found')
+
+
+def load_pairs(args):
+    """The pairs the options ask for, and a one-line description of their source."""
+    if args.pairs:
+        return read_pairs_file(args.pairs, args.max_pairs, args.seed), f'pairs file {args.pairs}'
+    if args.text:
+        stories, src = read_text_stories(args.text), args.text
+    else:
+        stories, src = read_data_dir_stories(args.data_dir, args.split), f'{args.data_dir}/{args.split}.bin'
+    pairs = ict_pairs(stories, args.seed, args.max_pairs, args.per_story)
+    if not pairs:
+        raise UsageError(f'no story in {src} has 3 or more sentences')
+    return pairs, f'inverse cloze on {src} ({len(stories)} stories)'
+
+
+def run(args):
+    check_args(args)
+    pairs, source = load_pairs(args)
+    train_idx, test_idx = split_by_story(pairs, args.test_frac, args.seed)
+    stories = np.array([p['story'] for p in pairs])
+    tr_st, te_st = stories[train_idx], stories[test_idx]
+    n_test_stories, n_train_stories = len(set(te_st.tolist())), len(set(tr_st.tolist()))
+    notes = []
+    if args.n_candidates:
+        ns = sorted(set(args.n_candidates))
+        if ns[-1] > n_test_stories:
+            raise UsageError(f'--n_candidates {ns[-1]} is larger than the test set ({n_test_stories} stories); '
+                             f'raise --max_pairs or --test_frac')
+    else:
+        ns = [n for n in DEFAULT_NS if n <= n_test_stories]
+        skipped = [n for n in DEFAULT_NS if n > n_test_stories]
+        if skipped:
+            notes.append(f'N={", ".join(map(str, skipped))} skipped: the test set has only {n_test_stories} stories')
+        if not ns:
+            raise UsageError(f'the test set has only {n_test_stories} stories, too few for N=2')
+    train_n = min(args.train_n, n_train_stories)
+    if train_n < args.train_n:
+        notes.append(f'training used N={train_n} (only {n_train_stories} training stories)')
+    if train_n < 2:
+        raise UsageError(f'only {n_train_stories} training stories; need at least 2')
+    pairs_key = pairs_sha256(pairs)
+    print(f'{source}: {len(pairs)} pairs, {len(train_idx)} train / {len(test_idx)} test '
+          f'({n_train_stories} / {n_test_stories} stories)', file=sys.stderr)
+    draws = {n: candidate_draws(te_st, n, args.eval_rounds, args.seed) for n in ns}
+    results = []
+    for path in args.ckpt:
+        q, t, desc = checkpoint_embeddings(path, pairs, pairs_key, args)
+        tr, te = torch.tensor(train_idx), torch.tensor(test_idx)
+        torch.manual_seed(args.seed)                    # same init whether or not embeddings were cached
+        model = mixer.RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)
+        t0 = time.time()
+        final = train_retrieval(model, q[tr], t[tr], tr_st, train_n, args.steps, args.batch_size, args.lr,
+                                args.weight_decay, args.seed,
+                                log=lambda s, l: print(f'{path}: retrieval mixer step {s}/{args.steps} '
+                                                       f'loss {l:.3f}', file=sys.stderr))
+        print(f'{path}: trained the retrieval mixer in {time.time() - t0:.1f}s', file=sys.stderr)
+        center = torch.cat([q[tr], t[tr]]).mean(0)
+        methods = {'mixer (trained)': lambda a, b: model(a, b), 'cosine': cosine_scores(),
+                   'cosine (centred)': cosine_scores(center)}
+        acc = {m: {str(n): accuracy(fn, q[te], t[te], draws[n]) for n in ns} for m, fn in methods.items()}
+        results.append({'ckpt': path, 'name': path, 'model': desc, 'accuracy': acc, 'final_train_loss': final})
+    return {'source': source, 'pairs': len(pairs), 'train_pairs': len(train_idx), 'test_pairs': len(test_idx),
+            'test_stories': n_test_stories, 'ns': ns, 'train_n': train_n, 'eval_trials': args.eval_rounds,
+            'notes': notes, 'results': results, 'args': vars(args)}
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        if args.threads >= 1:
+            torch.set_num_threads(args.threads)
+        out = run(args)
+    except UsageError as e:
+        fail(str(e))
+    print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["test_pairs"]} test '
+          f'pairs; retrieval mixer trained at N={out["train_n"]}; {out["eval_trials"]} fixed candidate draws '
+          f'per test query and N.\n')
+    print(markdown_table(out['results'], out['ns']))
+    print()
+    for r in out['results']:
+        print(f'- {r["name"]}: {r["model"]}')
+    for note in out['notes']:
+        print(f'- note: {note}')
+    if args.json:
+        tmp = args.json + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump(out, f, indent=2)
+        os.replace(tmp, args.json)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,272 @@
+"""Tests for retrieval.py: inverse cloze pairs, the equivariant retrieval mixer,
+batched embeddings, an end-to-end run on real text, and bad inputs.
+
+    python -m unittest test_retrieval -v
+
+Real text comes from $TINYSTORIES_DIR (train.txt, valid.txt), by default
+../shared/data/tinystories beside the repo; tests that need it are skipped
+with a printed reason if it is absent.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+import mixer
+import retrieval
+
+from test_mixer import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, prepared_data
+
+
+def need_text():
+    if not HAVE_TEXT:
+        print(f'skipped: {NO_TEXT}')
+        raise unittest.SkipTest(NO_TEXT)
+
+
+def run(*args):
+    """Run retrieval.py (or another project script) -> CompletedProcess (text)."""
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, 'OMP_NUM_THREADS': '1'})
+
+
+_SHARED = {}
+
+
+def tearDownModule():
+    if 'tmp' in _SHARED:
+        shutil.rmtree(_SHARED['tmp'], ignore_errors=True)
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def tiny_checkpoint():
+    """(data dir, checkpoint) made once: test_mixer.prepared_data(), then 2 train.py steps (still in the
+    learning-rate warm-up) of a tiny mixer. The model is thus close to its init, whose
+    uniform causal mixing makes the last token's vector a bag of the text's words: a
+    small but clear retrieval signal. In our runs a few hundred steps of LM training of
+    such tiny models erased that signal before building their own (near chance), so this
+    test checks the pipeline on real text, not the quality of LM training."""
+    need_text()
+    if 'ckpt' not in _SHARED:
+        tmp = tempfile.mkdtemp(prefix='retrieval_test_')
+        data = prepared_data()
+        out = os.path.join(tmp, 'ckpt')
+        r = run('train.py', f'--data_dir={data}', '--d_model=32', '--n_layer=2', '--n_ctx=128', '--batch_size=8',
+                '--max_iters=2', '--eval_interval=2', '--eval_windows=4', '--log_interval=2',
+                f'--out_dir={out}')
+        assert r.returncode == 0, r.stderr
+        _SHARED.update(tmp=tmp, data=data, ckpt=os.path.join(out, 'ckpt.pt'))
+    return _SHARED['data'], _SHARED['ckpt']
+
+
+class TestPairs(unittest.TestCase):
+
+    def test_sentence_splitter(self):
+        text = 'Tom said, "Hi!" Then he ran home.\nWhy? Because it rained'
+        got = [text[a:b] for a, b in retrieval.split_sentences(text)]
+        self.assertEqual(got, ['Tom said, "Hi!"', 'Then he ran home.', 'Why?', 'Because it rained'])
+
+    def test_inverse_cloze_pairs_on_real_text(self):
+        need_text()
+        stories = retrieval.read_text_stories(os.path.join(TEXT_DIR, 'valid.txt'))[:300]
+        pairs = retrieval.ict_pairs(stories, seed=0, per_story=2)
+        self.assertGreater(len(pairs), 400)
+        for p in pairs:
+            story = stories[p['story']]
+            self.assertIn(p['query'], story)                    # taken out of the original story
+            self.assertNotIn(p['query'], p['target'])           # and really absent from the target
+            self.assertGreaterEqual(len(retrieval.split_sentences(story)), 3)
+            # the target is the story minus that sentence (up to whitespace at the cut)
+            self.assertEqual(''.join(p['target'].split()), ''.join(story.replace(p['query'], '', 1).split()))
+            self.assertTrue(story.startswith(p['target'][:p['cut']]))   # cut = end of the text before
+        self.assertEqual(pairs, retrieval.ict_pairs(stories, seed=0, per_story=2))   # fixed seed
+        train, test = retrieval.split_by_story(pairs, 0.2, seed=0)
+        self.assertEqual(sorted(train + test), list(range(len(pairs))))
+        tr, te = {pairs[i]['story'] for i in train}, {pairs[i]['story'] for i in test}
+        self.assertFalse(tr & te, 'a story is on both sides of the split')
+        self.assertAlmostEqual(len(te) / len(tr | te), 0.2, delta=0.01)
+        # each story gave at most 2 pairs, with different queries
+        by_story = {}
+        for p in pairs:
+            by_story.setdefault(p['story'], []).append(p['query'])
+        self.assertTrue(all(len(v) <= 2 and len(set(v)) == len(v) for v in by_story.values()))
+
+    def test_target_window_is_centred_on_the_cut(self):
+        class WordEncoder:                       # one token per word, eot = -1
+            eot_token = -1
+
+            def encode_ordinary(self, text):
+                return [int(w[1:]) for w in text.split()]
+        words = ' '.join(f'w{i}' for i in range(200))
+        pair = {'query': 'w1 w2', 'target': words, 'cut': words.index('w120')}
+        q, t = retrieval.encode_pairs([pair], WordEncoder(), 33)
+        self.assertEqual(q[0], [-1, 1, 2])
+        self.assertEqual(t[0], [-1] + list(range(104, 136)))     # 32 words around word 120
+        pair['cut'] = words.index('w190')
+        self.assertEqual(retrieval.encode_pairs([pair], WordEncoder(), 33)[1][0], [-1] + list(range(168, 200)))
+        pair['cut'] = None                       # a --pairs target keeps its beginning
+        self.assertEqual(retrieval.encode_pairs([pair], WordEncoder(), 33, prefix_eot=False)[1][0],
+                         list(range(33)))
+
+
+class TestRetrievalMixer(unittest.TestCase):
+
+    def test_permutation_equivariant_in_the_candidates_for_any_n(self):
+        torch.manual_seed(0)
+        model = mixer.RetrievalMixer(d_in=12, d_r=16, n_layer=2).eval()
+        with torch.no_grad():                   # move every parameter off its init (b = d = 0 ...)
+            for p in model.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+            model.set_input_stats(torch.randn(50, 12))
+        for n in (1, 2, 7, 33):
+            q, c = torch.randn(3, 12), torch.randn(3, n, 12)
+            perm = torch.randperm(n)
+            s = model(q, c)
+            with self.subTest(n=n):
+                self.assertEqual(tuple(s.shape), (3, n))
+                torch.testing.assert_close(model(q, c[:, perm]), s[:, perm], atol=1e-5, rtol=1e-5)
+                if n > 1:   # the scores do depend on the query and on the other candidates
+                    self.assertGreater((model(q.flip(0), c) - s).abs().max().item(), 1e-4)
+                    c2 = c.clone()
+                    c2[:, 0] += 1.0
+                    self.assertGreater((model(q, c2)[:, 1:] - s[:, 1:]).abs().max().item(), 1e-5)
+
+    def test_learns_a_synthetic_problem(self):
+        # query = noisy copy of its target's embedding; every pair its own story
+        g = torch.Generator().manual_seed(0)
+        t = torch.randn(600, 24, generator=g)
+        q = t + 0.5 * torch.randn(600, 24, generator=g)
+        stories = np.arange(600)
+        torch.manual_seed(0)
+        model = mixer.RetrievalMixer(24, d_r=32, n_layer=1)
+        retrieval.train_retrieval(model, q[:500], t[:500], stories[:500], n=8, steps=150, batch_size=32,
+                                  lr=3e-3, seed=0)
+        for n in (8, 32):
+            draws = retrieval.candidate_draws(stories[500:], n, rounds=2, seed=0)
+            acc = retrieval.accuracy(lambda a, b: model(a, b), q[500:], t[500:], draws)
+            with self.subTest(n=n):
+                self.assertGreater(acc, 0.9, f'N={n}: top-1 accuracy {acc:.3f}')
+
+    def test_candidate_draws_are_fixed_and_exclude_the_querys_story(self):
+        stories = np.array([0, 0, 1, 2, 3, 3, 4, 5, 6, 7])
+        a = retrieval.candidate_draws(stories, 4, rounds=2, seed=3)
+        b = retrieval.candidate_draws(stories, 4, rounds=2, seed=3)
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+        qs, cs, ls = a
+        for q, c, label in zip(qs, cs, ls):
+            self.assertEqual(c[label], q)
+            self.assertEqual(len(set(c.tolist())), 4)
+            self.assertEqual(sum(stories[j] == stories[q] for j in c), 1)
+
+
+class TestEmbeddings(unittest.TestCase):
+
+    def test_batched_embedding_equals_alone(self):
+        g = torch.Generator().manual_seed(0)
+        seqs = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (5, 1, 17, 9, 24, 9, 3, 12, 20, 2)]
+        for name in ('flat', 'transformer', 'toeplitz', 'linear_attention'):
+            torch.manual_seed(0)
+            cfg = mixer.variant_config(name, vocab_size=64, n_ctx=24, d_model=32, n_layer=2, chunk_size=8)
+            model = mixer.build_model(cfg).eval()
+            for layer in (None, 0):
+                batched = retrieval.embed_tokens(model, seqs, layer=layer, batch_size=4)
+                for i, s in enumerate(seqs):
+                    alone = model.embed(torch.tensor([s]), layer=layer)[0]
+                    with self.subTest(variant=name, layer=layer, length=len(s)):
+                        torch.testing.assert_close(batched[i], alone, atol=1e-5, rtol=0)
+        torch.manual_seed(0)
+        ae = mixer.build_model(mixer.ModelConfig(vocab_size=64, n_ctx=24, d_model=32, n_layer=1,
+                                                 task='autoencode')).eval()
+        batched = retrieval.embed_tokens(ae, seqs, batch_size=4)
+        for i, s in enumerate(seqs):
+            torch.testing.assert_close(batched[i], ae.encode(torch.tensor([s]))[0], atol=1e-5, rtol=0)
+
+
+class TestEndToEnd(unittest.TestCase):
+
+    def test_short_run_beats_chance_and_uses_the_cache(self):
+        # Inverse cloze on the 1,841 stories of the shared valid.txt, embedded by the tiny
+        # checkpoint. With so little LM training the signal is small but clear at large N.
+        data, ckpt = tiny_checkpoint()
+        tmp = _SHARED['tmp']
+        out = os.path.join(tmp, 'res.json')
+        args = ['retrieval.py', '--ckpt', ckpt, '--text', os.path.join(TEXT_DIR, 'valid.txt'), '--steps', '150',
+                '--d_r', '32', '--train_n', '8', '--batch_size', '32', '--cache_dir', os.path.join(tmp, 'cache'),
+                '--json', out]
+        r = run(*args)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        res = read_json(out)
+        self.assertEqual(res['ns'], [2, 8, 32, 128])
+        self.assertGreaterEqual(res['test_stories'], 300)
+        self.assertIn('| (chance) | 1/N | 0.500 | 0.125 | 0.031 | 0.008 |', r.stdout)
+        acc = res['results'][0]['accuracy']
+        self.assertEqual(set(acc), {'mixer (trained)', 'cosine', 'cosine (centred)'})
+        for method, a in acc.items():
+            self.assertIn(f'| {ckpt} | {method} |', r.stdout)
+            self.assertTrue(all(0 <= v <= 1 for v in a.values()))
+        best = {n: max(a[str(n)] for a in acc.values()) for n in (32, 128)}
+        self.assertGreater(best[32], 1.5 / 32, acc)
+        self.assertGreater(best[128], 2.5 / 128, acc)
+        self.assertEqual(len(os.listdir(os.path.join(tmp, 'cache'))), 1)
+        # second run: embeddings from the cache, the same numbers (fixed seeds and draws)
+        r2 = run(*args)
+        self.assertEqual(r2.returncode, 0, r2.stderr[-2000:])
+        self.assertIn('from cache', r2.stderr)
+        self.assertEqual(read_json(out)['results'][0]['accuracy'], acc)
+
+
+class TestBadInputs(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix='retrieval_bad_')
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.fake_ckpt = os.path.join(self.tmp, 'ckpt.pt')       # a file, never loaded by these tests
+        with open(self.fake_ckpt, 'wb') as f:
+            f.write(b'not a checkpoint')
+        self.pairs = os.path.join(self.tmp, 'pairs.jsonl')
+
+    def write_pairs(self, lines):
+        with open(self.pairs, 'w') as f:
+            f.write('\n'.join(lines) + '\n')
+
+    def check_error(self, r, *needles):
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertNotIn('Traceback', r.stderr)
+        last = r.stderr.strip().splitlines()[-1]        # earlier lines: progress only
+        self.assertTrue(last.startswith('retrieval.py: error: '), r.stderr)
+        for s in needles:
+            self.assertIn(s, last)
+
+    def test_malformed_pairs_line(self):
+        good = json.dumps({'query': 'a cat', 'target': 'the cat sat on the mat'})
+        for bad in ('{"query": "x", "target": ', '{"query": "x"}', '["x", "y"]', '{"query": 3, "target": "y"}'):
+            self.write_pairs([good, good, '', bad, good])
+            r = run('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs)
+            with self.subTest(line=bad):
+                self.check_error(r, 'line 4')
+
+    def test_missing_and_corrupt_checkpoint_and_too_large_n(self):
+        self.write_pairs([json.dumps({'query': f'q{i}', 'target': f't{i}'}) for i in range(20)])
+        r = run('retrieval.py', '--ckpt', self.fake_ckpt + '.missing', '--pairs', self.pairs)
+        self.check_error(r, 'not found')
+        r = run('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs, '--n_candidates', '2', '8')
+        self.check_error(r, 'larger than the test set')
+        r = run('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs, '--n_candidates', '2',
+                '--no_cache')
+        self.check_error(r, 'corrupt')
+
+
+if __name__ == '__main__':
+    unittest.main()
