@@ -68,7 +68,7 @@ class ModelConfig:
     ff_mult: int = 4
     tie_embeddings: bool = True
     dropout: float = 0.0
-    fft_threshold: int = 1024
+    fft_threshold: int = 256
     chunk_size: int = 256
     task: str = 'lm'
 
@@ -273,7 +273,7 @@ class ToeplitzMixing(HeadMixing):
     over about 16 tokens, times out_scale. Bias c per position and head, init 0.
     Decoding caches z."""
 
-    def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=1024, out_scale=1.0):
+    def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0):
         super().__init__(d_model, n_head)
         self.fft_threshold = fft_threshold
         b = 1 - 1 / 16
