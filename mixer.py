@@ -578,6 +578,14 @@ class _Model(nn.Module):
                     if name.endswith('proj_out.weight') and not name.startswith('mixing.mix.'):
                         nn.init.normal_(p, std=0.02 / math.sqrt(2 * n_blocks))
 
+    @staticmethod
+    def loss(logits, targets):
+        """Mean cross entropy (nats/token) of logits [B, T, vocab] against targets
+        long [B, T] (-1 ignored); None when targets is None."""
+        if targets is None:
+            return None
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
+
     def num_params(self):
         """Number of parameters (tied embeddings counted once)."""
         return sum(p.numel() for p in self.parameters())
@@ -633,10 +641,7 @@ class LanguageModel(_Model):
 
     def forward(self, idx, targets=None):
         logits = self.lm_head(self.norm_f(self.hidden(idx)))
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
-        return logits, loss
+        return logits, self.loss(logits, targets)
 
     def decode(self, idx, cache):
         """Incremental forward: logits [B, T, vocab] of the tokens idx [B, T] that follow
@@ -725,10 +730,7 @@ class Autoencoder(_Model):
 
     def forward(self, idx, targets=None):
         logits = self.decode_embedding(self.encode(idx), idx.shape[1])
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
-        return logits, loss
+        return logits, self.loss(logits, targets)
 
 
 # ----------------------------------------------------------------------------- retrieval model

@@ -22,23 +22,17 @@ import tiktoken.load
 REPO = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(REPO, "data"))
 import prepare  # noqa: E402
+from test_mixer import HAVE_TEXT, NO_TEXT, TEXT_DIR  # noqa: E402
 
 PREPARE = os.path.join(REPO, "data", "prepare.py")
 EOT = prepare.EOT
 
 
-def tinystories_dir():
-    d = os.environ.get("TINYSTORIES_DIR", os.path.join(REPO, "..", "shared", "data", "tinystories"))
-    ok = all(os.path.isfile(os.path.join(d, f)) for f in ("train.txt", "valid.txt"))
-    return d if ok else None
-
-
 def read_real(name, nbytes=None):
-    d = tinystories_dir()
-    if d is None:
-        msg = "TinyStories text not found (set TINYSTORIES_DIR); skipping"
-        print(msg)
-        raise unittest.SkipTest(msg)
+    if not HAVE_TEXT:
+        print(NO_TEXT)
+        raise unittest.SkipTest(NO_TEXT)
+    d = TEXT_DIR
     with open(os.path.join(d, name), encoding="utf-8") as f:
         return f.read(nbytes) if nbytes else f.read()
 
