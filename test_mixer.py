@@ -369,6 +369,34 @@ class TestTrainingOnRealText(unittest.TestCase):
         self.assertEqual(len(losses), 4)
         self.assertLess(losses[-1], losses[0] - 0.3)
 
+    def test_mixing_lr_mult_scales_only_the_token_mixing(self):
+        """param_groups puts each parameter in one group; only the mixings' W and c
+        (not the multi-head projections) get mixing_lr_mult, and c is not decayed.
+        With mixing_lr_mult = 0, train.py leaves the mixing matrices untouched."""
+        import train
+        model = mixer.build_model(mixer.variant_config('multihead', vocab_size=64, n_ctx=8, d_model=16, n_layer=2))
+        groups = train.param_groups(model, {'mixing_lr_mult': 0.5, 'weight_decay': 0.1})
+        ids = [id(p) for g in groups for p in g['params']]
+        self.assertEqual(sorted(ids), sorted(id(p) for p in model.parameters()))
+        group_of = {id(p): g for g in groups for p in g['params']}
+        for name, p in model.named_parameters():
+            with self.subTest(name=name):
+                is_mixing = name.endswith(('mixing.W1', 'mixing.c1'))
+                self.assertEqual(group_of[id(p)]['lr_mult'], 0.5 if is_mixing else 1.0)
+                decayed = p.dim() >= 2 and not name.endswith('c1')
+                self.assertEqual(group_of[id(p)]['weight_decay'], 0.1 if decayed else 0.0)
+        out = tempfile.mkdtemp(prefix='mixer_lrmult_')
+        r = run('train.py', f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=1', '--n_ctx=32',
+                '--batch_size=4', '--max_iters=3', '--eval_interval=3', '--eval_windows=4',
+                '--warmup_iters=0', '--mixing_lr_mult=0', f'--out_dir={out}')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trained = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=True)['model']
+        torch.manual_seed(1337)                    # train.py's seed: the same init
+        cfg = mixer.variant_config('flat', vocab_size=trained['wte.weight'].shape[0], d_model=32, n_layer=1, n_ctx=32)
+        init = mixer.build_model(cfg).state_dict()
+        self.assertTrue(torch.equal(trained['blocks.0.mixing.W1'], init['blocks.0.mixing.W1']))
+        self.assertFalse(torch.equal(trained['blocks.0.ff.fc.weight'], init['blocks.0.ff.fc.weight']))
+
     def test_train_py_rejects_bad_settings(self):
         for args, msg in ((['--no_such_key=1'], 'unknown setting'), (['--d_model=big'], 'must be int'),
                           (['--variant=nope'], 'unknown variant'), (['missing_config.py'], 'not found'),

@@ -47,6 +47,7 @@ weight_decay = 0.1
 beta1 = 0.9
 beta2 = 0.95
 grad_clip = 1.0                 # 0: off
+mixing_lr_mult = 1.0            # learning rate multiplier for the token-mixing matrices (W, c)
 # evaluation and logging
 eval_interval = 250
 eval_windows = 64               # fixed, evenly spaced validation windows
@@ -111,6 +112,21 @@ def parse_overrides(argv):
                 fail(f'unknown setting {key!r} (see --help)')
             out[key] = coerce(key, value)
     return out
+
+
+def param_groups(model, cfg):
+    """AdamW groups: weight decay only on matrices (not biases, norms or the mixing bias
+    c), and the token-mixing parameters (those of a mixer.HeadMixing, projections
+    excluded) at `mixing_lr_mult` times the learning rate. Each group carries 'lr_mult'."""
+    mixing = {id(p) for m in model.modules() if isinstance(m, mixer.HeadMixing)
+              for n, p in m.named_parameters() if not n.startswith('proj_')}
+    groups = {}
+    for n, p in model.named_parameters():
+        decay = p.dim() >= 2 and not n.endswith(('.c', '.c1', '.c2'))
+        mult = cfg['mixing_lr_mult'] if id(p) in mixing else 1.0
+        groups.setdefault((decay, mult), []).append(p)
+    return [{'params': ps, 'weight_decay': cfg['weight_decay'] if decay else 0.0, 'lr_mult': mult}
+            for (decay, mult), ps in groups.items()]
 
 
 def lr_at(it, cfg):
@@ -222,12 +238,8 @@ def main(argv):
         fail(str(e))
     torch.manual_seed(cfg['seed'] + rank)
     model = mixer.build_model(model_cfg).to(dev)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.endswith(('.c', '.c1', '.c2'))]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and not n.endswith(('.c', '.c1', '.c2')))]
-    optimizer = torch.optim.AdamW([{'params': decay, 'weight_decay': cfg['weight_decay']},
-                                   {'params': no_decay, 'weight_decay': 0.0}],
-                                  lr=cfg['learning_rate'], betas=(cfg['beta1'], cfg['beta2']),
-                                  fused=dev.startswith('cuda'))
+    optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg['learning_rate'],
+                                  betas=(cfg['beta1'], cfg['beta2']), fused=dev.startswith('cuda'))
     batch_gen = torch.Generator().manual_seed(cfg['seed'] + 1000 * rank)   # each rank draws its own windows
     step, best_val = 0, float('inf')
     if ckpt is not None:
@@ -305,7 +317,7 @@ def main(argv):
             break
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
-            group['lr'] = lr
+            group['lr'] = lr * group['lr_mult']
         loss_sum = 0.0
         for micro in range(cfg['grad_accum']):
             starts = torch.randint(len(train_data) - n_ctx - 1, (cfg['batch_size'],), generator=batch_gen)
