@@ -419,6 +419,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     if args.mem_cells:
         return mem_child(args)
+    if args.device.type == 'cpu':
+        mixer.keep_freed_memory()   # as train.py does (the memory table's children do not)
     start = time.perf_counter()
     print(f'# bench.py\n\n{machine(args)}\n')
     peak = bench_peak(args)

@@ -19,6 +19,7 @@ Models: LanguageModel (kinds mixer, transformer, hybrid, linear_attention) and
 Autoencoder. VARIANTS maps the papers' variant names to config overrides.
 """
 
+import ctypes
 import math
 import time
 from dataclasses import dataclass, fields
@@ -802,7 +803,26 @@ def build_model(cfg):
     return Autoencoder(cfg) if cfg.task == 'autoencode' else LanguageModel(cfg)
 
 
-# ----------------------------------------------------------------------------- machine peak, for MFU
+# ----------------------------------------------------------------------------- the machine: allocator, peak for MFU
+
+def keep_freed_memory():
+    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep
+    freed memory, instead of mmap-ing each block over its threshold (32 MiB at most)
+    afresh and unmapping it on free. Such blocks come and go on every CPU training
+    step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the softmax and
+    its gradient), and each new mapping is page-faulted in again at a few GB/s.
+    Measured on 2 cores: cross entropy forward+backward on those logits 67 -> 23-28
+    ms, a whole step of the CPU config 234 -> 201 ms. The cost: memory freed by
+    tensors stays with the process. Returns True if applied, False without glibc
+    (macOS, Windows, musl); never raises."""
+    try:
+        libc = ctypes.CDLL('libc.so.6')
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
 
 # Nominal dense bf16 peak (FLOP/s, no sparsity) of GPUs we know; others get a measured peak only.
 NOMINAL_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, 'A10': 125e12}

@@ -197,6 +197,8 @@ def main(argv):
         dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo')
     master = rank == 0
     say = print if master else (lambda *a, **k: None)
+    if dev == 'cpu':
+        mixer.keep_freed_memory()          # large per-step tensors: no page faults each step
     if dev.startswith('cuda') and not torch.cuda.is_available():
         fail('device cuda requested but CUDA is not available')
     dt_name = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if dev.startswith('cuda') else 'float32')
