@@ -1,5 +1,5 @@
 # A flat masked mixer that trains on the shared TinyStories part (1.4 M tokens) on
-# 2 CPU cores in about 11 minutes. Chosen by measurement (README, "Results"): at this
+# 2 CPU cores in about 10 minutes. Chosen by measurement (README, "Results"): at this
 # token budget a narrow model that sees more tokens beat a wider one (d_model 256:
 # 3.28 nats after 6 minutes, d_model 128: 3.28 after 4.6); the token-mixing matrices
 # at 0.3x the learning rate and beta2 0.99 took val loss at step 500 from 3.85 to
