@@ -812,7 +812,7 @@ def keep_freed_memory():
     step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the softmax and
     its gradient), and each new mapping is page-faulted in again at a few GB/s.
     Measured on 2 cores: cross entropy forward+backward on those logits 67 -> 23-28
-    ms, a whole step of the CPU config 234 -> 201 ms. The cost: memory freed by
+    ms; a CPU-config training step about 250 -> 170 ms. The cost: memory freed by
     tensors stays with the process. Returns True if applied, False without glibc
     (macOS, Windows, musl); never raises."""
     try:
@@ -821,7 +821,6 @@ def keep_freed_memory():
         return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
-
 
 
 # Nominal dense bf16 peak (FLOP/s, no sparsity) of GPUs we know; others get a measured peak only.

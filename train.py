@@ -246,7 +246,10 @@ def main(argv):
     step, best_val = 0, float('inf')
     if ckpt is not None:
         model.load_state_dict(ckpt['model'])
-        optimizer.load_state_dict(ckpt['optimizer'])
+        try:
+            optimizer.load_state_dict(ckpt['optimizer'])
+        except ValueError as e:        # e.g. another mixing_lr_mult: other parameter groups
+            fail(f"the checkpoint's optimizer state does not fit these settings: {e}")
         step, best_val = ckpt['step'], ckpt['best_val_loss']
         if rank < len(ckpt['rng']):
             torch.set_rng_state(ckpt['rng'][rank]['torch'])
@@ -319,7 +322,7 @@ def main(argv):
             break
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
-            group['lr'] = lr * group['lr_mult']
+            group['lr'] = lr * group.get('lr_mult', 1.0)   # checkpoints from before lr_mult: 1
         loss_sum = 0.0
         for micro in range(cfg['grad_accum']):
             starts = torch.randint(len(train_data) - n_ctx - 1, (cfg['batch_size'],), generator=batch_gen)
