@@ -188,6 +188,8 @@ def main(argv):
     dev = cfg['device']
     if dev == 'auto':
         dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if dev == 'cpu':                   # before any thread starts (gloo's included)
+        mixer.keep_freed_memory()      # large per-step tensors: no page faults each step
     rank, world, local = 0, 1, 0
     if ddp:
         rank, world, local = (int(os.environ[k]) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'))
@@ -197,8 +199,6 @@ def main(argv):
         dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo')
     master = rank == 0
     say = print if master else (lambda *a, **k: None)
-    if dev == 'cpu':
-        mixer.keep_freed_memory()          # large per-step tensors: no page faults each step
     if dev.startswith('cuda') and not torch.cuda.is_available():
         fail('device cuda requested but CUDA is not available')
     dt_name = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if dev.startswith('cuda') else 'float32')
@@ -358,6 +358,7 @@ def main(argv):
             write_log(rec)
             stats = []
     if ddp:
+        dist.barrier()                 # rank 0 may still be evaluating and saving
         dist.destroy_process_group()
 
 
