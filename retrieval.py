@@ -70,6 +70,7 @@ import torch
 import torch.nn.functional as F
 
 import mixer
+from data.prepare import file_sha256, load_tokenizer, read_stories
 
 PROG = 'retrieval.py'
 DEFAULT_NS = (2, 8, 32, 128)
@@ -185,10 +186,26 @@ def read_pairs_file(path, max_pairs=None, seed=1337):
     return out
 
 
+class TokenStories:
+    """The non-empty stories of a token file as a read-only sequence of str, each
+    decoded when indexed: ids is the file's uint16 memmap, spans [N, 2] int64 the
+    token range of each story (the eot separators excluded). Only the stories that
+    ict_pairs visits are ever decoded, so a split of any size costs its memmap."""
+
+    def __init__(self, ids, spans, enc):
+        self.ids, self.spans, self.enc = ids, spans, enc
+
+    def __len__(self):
+        return len(self.spans)
+
+    def __getitem__(self, i):
+        a, b = self.spans[i]
+        return self.enc.decode(self.ids[a:b].tolist()).strip()
+
+
 def read_data_dir_stories(data_dir, split):
     """Stories of data_dir's {split}.bin (uint16 tokens, stories separated by the eot
-    id of meta.json), decoded to text with the data dir's tokenizer."""
-    from data.prepare import load_tokenizer
+    id of meta.json), decoded with the data dir's tokenizer: a TokenStories."""
     meta_path = os.path.join(data_dir, 'meta.json')
     if not os.path.isfile(meta_path):
         raise UsageError(f'{meta_path} not found: run data/prepare.py, or pass --text or --pairs')
@@ -201,17 +218,16 @@ def read_data_dir_stories(data_dir, split):
         enc = load_tokenizer(os.path.join(data_dir, meta['tokenizer']))
     except (OSError, ValueError, KeyError) as e:
         raise UsageError(f'cannot load the tokenizer of {data_dir}: {e}')
-    ids = np.fromfile(path, dtype=np.uint16).astype(np.int64)
+    ids = np.memmap(path, dtype=np.uint16, mode='r')
     ends = np.flatnonzero(ids == meta['eot_id'])
-    pieces = np.split(ids, ends)                  # each piece after the first starts with eot
-    toks = [p[1:] if i else p for i, p in enumerate(pieces)]
-    texts = enc.decode_batch([t.tolist() for t in toks if len(t)])
-    return [t.strip() for t in texts if t.strip()]
+    starts = np.concatenate([[0], ends + 1])
+    stops = np.concatenate([ends, [len(ids)]])
+    keep = stops > starts
+    return TokenStories(ids, np.stack([starts[keep], stops[keep]], 1), enc)
 
 
 def read_text_stories(path):
     """Stories of a raw text file separated by <|endoftext|> (data/prepare.py's rule)."""
-    from data.prepare import read_stories
     try:
         return read_stories(path)
     except (OSError, ValueError) as e:
@@ -290,14 +306,6 @@ def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=
         if progress:
             progress(min(b0 + batch_size, len(order)), len(order))
     return torch.stack(out)
-
-
-def file_sha256(path):
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for chunk in iter(lambda: f.read(1 << 20), b''):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def pairs_sha256(pairs):

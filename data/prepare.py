@@ -166,10 +166,16 @@ def load_tokenizer(path):
                              explicit_n_vocab=vocab_size)
 
 
-def tokenizer_sha256(path):
-    """Hex sha256 digest (str) of the tokenizer file's bytes: its identity in checkpoints."""
+def file_sha256(path):
+    """Hex sha256 digest (str) of a file's bytes, read in 1 MiB pieces."""
+    h = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+tokenizer_sha256 = file_sha256   # the tokenizer file's identity in meta.json and checkpoints
 
 
 def download(name, raw_dir):
