@@ -41,7 +41,7 @@ import torch
 import mixer
 
 TABLES = ('train', 'memory', 'generation', 'paths')
-MEM_VARIANTS = ('flat', 'transformer', 'toeplitz', 'recurrent', 'linear_attention')
+MEM_VARIANTS = ('flat', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent', 'linear_attention')
 GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
                ('transformer', 'KV cache'), ('linear_attention', 'state'))
 QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
@@ -170,7 +170,7 @@ def mem_estimate(name, T, args):
     mixer's W, its mask, masked product and gradients; the Toeplitz lag index and
     gathered matrix below fft_threshold) plus linear terms for activations and logits."""
     d, L, H = args.mem_d_model, args.mem_n_layer, 4
-    per_layer = {'flat': 17 * T * T, 'toeplitz': (8 + 24 * H) * T * T if T < mixer.ModelConfig.fft_threshold else 0}
+    per_layer = {'flat': 17 * T * T, 'transformer_naive': 16 * H * T * T, 'toeplitz': (8 + 24 * H) * T * T if T < mixer.ModelConfig.fft_threshold else 0}
     return L * (per_layer.get(name, 0) + 64 * 4 * T * d) + 4 * 4 * T * args.vocab_size
 
 

@@ -1,7 +1,8 @@
 """Masked mixers and their baselines, in one file.
 
-A masked mixer is an MLP-Mixer made causal: self-attention is replaced by a
-learned token-mixing matrix M = W * tril(1) (DESIGN.md section 2). This file
+A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention
+is replaced by a learned token-mixing matrix M = W * tril(1) (Badger 2024, "Masked
+Mixers for Language Generation and Retrieval"; README "How the models work"). This file
 holds every model kind behind one config and one interface:
 
     cfg = ModelConfig(kind='mixer', d_model=256, n_layer=4, n_ctx=256)
@@ -29,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-KINDS = ('mixer', 'transformer', 'hybrid', 'linear_attention')
+KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
 MIXINGS = ('dense', 'toeplitz', 'recurrent')
 
 
@@ -37,7 +38,8 @@ MIXINGS = ('dense', 'toeplitz', 'recurrent')
 class ModelConfig:
     """Every model's hyper-parameters. Fields not used by a kind are ignored.
 
-    kind: 'mixer' | 'transformer' | 'hybrid' | 'linear_attention'.
+    kind: 'mixer' | 'transformer' (llama-style) | 'gpt' (GPT-2-style: LayerNorm, GELU
+        MLP, no RoPE; use with posenc=True) | 'hybrid' | 'linear_attention'.
     mixing: token mixing of 'mixer' and 'hybrid': 'dense' | 'toeplitz' | 'recurrent'.
     n_head: heads of the token mixing / attention. For a mixer, n_head = 1 is the
         papers' flat mixer (no projections); n_head > 1 adds the projections
@@ -46,8 +48,13 @@ class ModelConfig:
     kernel: > 1 makes the "fully convolutional" mixer (k taps over the feature axis).
     recurrent_form: 'column' | 'row' | 'mixed' (heads alternate column, row).
     norm / activation: norm=False, activation='none' gives the linear mixer.
-    posenc: add a learned absolute position embedding (off by default; the first
-        paper found no gain for mixers).
+    posenc: add a learned absolute position embedding (off by default; Badger 2024
+        found no gain for mixers).
+    attention: 'sdpa' (fused scaled_dot_product_attention) or 'naive' (softmax of the
+        full T x T score matrix, materialised: the baseline of Badger 2024's memory
+        comparison). Same outputs, different memory.
+    embed_linear: an extra Linear(d, d) after the token embedding (Badger 2024's best
+        convolutional mixer had one).
     fft_threshold: the Toeplitz mixing uses the FFT when T >= this (see README).
     chunk_size: chunk length of the recurrent mixing and linear attention.
     task: 'lm' (next-token prediction) or 'autoencode'.
@@ -66,6 +73,8 @@ class ModelConfig:
     norm: bool = True
     activation: str = 'gelu'
     posenc: bool = False
+    attention: str = 'sdpa'
+    embed_linear: bool = False
     ff_mult: int = 4
     tie_embeddings: bool = True
     dropout: float = 0.0
@@ -82,6 +91,7 @@ class ModelConfig:
         check(self.activation in ('gelu', 'none'), f"activation must be 'gelu' or 'none', got {self.activation!r}")
         check(self.recurrent_form in ('column', 'row', 'mixed'), f'bad recurrent_form {self.recurrent_form!r}')
         check(self.task in ('lm', 'autoencode'), f"task must be 'lm' or 'autoencode', got {self.task!r}")
+        check(self.attention in ('sdpa', 'naive'), f"attention must be 'sdpa' or 'naive', got {self.attention!r}")
         for name in ('vocab_size', 'n_ctx', 'd_model', 'n_layer', 'n_head', 'expansion', 'kernel',
                      'ff_mult', 'fft_threshold', 'chunk_size'):
             check(getattr(self, name) >= 1, f'{name} must be >= 1, got {getattr(self, name)}')
@@ -112,6 +122,8 @@ VARIANTS = {
     'linear': dict(norm=False, activation='none'),
     'posenc': dict(posenc=True),
     'transformer': dict(kind='transformer', n_head=4),
+    'gpt': dict(kind='gpt', n_head=4, posenc=True),
+    'transformer_naive': dict(kind='transformer', n_head=4, attention='naive'),
     'hybrid': dict(kind='hybrid', n_head=4),
     'linear_attention': dict(kind='linear_attention', n_head=4),
 }
@@ -205,7 +217,7 @@ def prefix_mean(mask):
 
 
 class MaskedMixing(HeadMixing):
-    """Dense masked token mixing (DESIGN section 2): y_i = sum_{j<=i} M[i, j] z_j + c_i.
+    """Dense masked token mixing (Badger 2024): y_i = sum_{j<=i} M[i, j] z_j + c_i.
 
     M = W * tril(1) is formed inside the autograd graph on every call, so the upper
     triangle gets zero gradient and stays exactly zero. A length-T input uses the
@@ -213,7 +225,7 @@ class MaskedMixing(HeadMixing):
       expansion e > 1: h = GELU(M1 z + c1) with e * n_ctx hidden rows, hidden row r
           belonging to position r // e (M1[r, j] = 0 for j > r // e), then
           y = M2 h + c2 with M2[i, r] = 0 for r // e > i: causal for every e.
-      kernel k > 1 ("fully convolutional" mixer, first paper): k matrices; tap u
+      kernel k > 1 ("fully convolutional" mixer, Badger 2024): k matrices; tap u
           reads the feature axis shifted by u - (k - 1) // 2 (zero padded): a
           convolution over features whose channels are tokens.
     Init: each row of M is `out_scale` x the mean of the allowed (past) positions
@@ -309,7 +321,7 @@ class ToeplitzMixing(HeadMixing):
 
 
 class RecurrentMixing(HeadMixing):
-    """Masked recurrent mixing (third seed document, "Masked Recurrent Mixers").
+    """Masked recurrent mixing (Badger, blog post "Masked Recurrent Mixers").
 
     Per head h a decay a = sigmoid(decay_logit) in (0, 1) and per-position v, c:
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
@@ -388,14 +400,17 @@ def apply_rope(x, cos, sin):
 
 
 class Attention(nn.Module):
-    """Llama-style causal self-attention: RoPE, scaled_dot_product_attention, KV cache.
+    """Causal self-attention with a KV cache: llama-style with RoPE (Su et al. 2021),
+    or GPT-2-style without (rope=False; positions then come from a learned embedding).
 
     x: float [B, T, d] at positions pos..pos+T-1 -> float [B, T, d]. Decoding
-    appends K, V [B, H, t, d / H] to the layer state."""
+    appends K, V [B, H, t, d / H] to the layer state. naive=True computes
+    softmax(Q K^T / sqrt(e) + causal mask) V with the [B, H, T, t] scores
+    materialised, as plain PyTorch code does (memory O(T^2) per head)."""
 
-    def __init__(self, n_ctx, d_model, n_head):
+    def __init__(self, n_ctx, d_model, n_head, rope=True, naive=False):
         super().__init__()
-        self.n_head = n_head
+        self.n_head, self.rope, self.naive = n_head, rope, naive
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj_out = nn.Linear(d_model, d_model, bias=False)
         cos, sin = rope_tables(n_ctx, d_model // n_head)
@@ -405,13 +420,18 @@ class Attention(nn.Module):
     def forward(self, x, state=None, pos=0):
         T = x.shape[1]
         q, k, v = rearrange(self.qkv(x), 'b t (three h e) -> three b h t e', three=3, h=self.n_head)
-        cos, sin = self.cos[pos:pos + T], self.sin[pos:pos + T]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.rope:
+            cos, sin = self.cos[pos:pos + T], self.sin[pos:pos + T]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = _append(state, 'k', k), _append(state, 'v', v)
-        if pos == 0 or T == 1:   # whole prefix, or one new query that may see every key
+        # query i (at position pos + i) may see keys 0 .. pos + i
+        mask = torch.arange(pos + T, device=x.device)[None, :] <= torch.arange(pos, pos + T, device=x.device)[:, None]
+        if self.naive:
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])      # [B, H, T, pos + T]
+            y = scores.masked_fill(~mask, float('-inf')).softmax(-1) @ v
+        elif pos == 0 or T == 1:   # whole prefix, or one new query that may see every key
             y = F.scaled_dot_product_attention(q, k, v, is_causal=(T > 1))
-        else:                    # T new queries after a cached prefix
-            mask = torch.arange(pos + T, device=x.device)[None, :] <= torch.arange(pos, pos + T, device=x.device)[:, None]
+        else:                      # T new queries after a cached prefix
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
@@ -462,12 +482,12 @@ class LinearAttention(nn.Module):
 
 
 class HybridMixing(nn.Module):
-    """Transformer-mixer hybrid (first paper, "Transformer mixer hybrids"): the
+    """Transformer-mixer hybrid (Badger 2024, "Transformer mixer hybrids"): the
     attention output also passes through a masked token mixing, in one residual branch."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.attn = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head)
+        self.attn = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, naive=cfg.attention == 'naive')
         self.mix = make_token_mixing(cfg, n_head=1)
 
     def forward(self, x, state=None, pos=0):
@@ -520,15 +540,15 @@ class SwiGLU(nn.Module):
 
 
 def make_norm(cfg):
-    """LayerNorm for mixers (as in the papers), RMSNorm for the llama-style kinds,
-    identity when cfg.norm is False (the linear mixer)."""
+    """LayerNorm for mixers (as in the papers) and GPT, RMSNorm for the llama-style
+    kinds, identity when cfg.norm is False (the linear mixer)."""
     if not cfg.norm:
         return nn.Identity()
-    return nn.LayerNorm(cfg.d_model) if cfg.kind == 'mixer' else nn.RMSNorm(cfg.d_model)
+    return nn.LayerNorm(cfg.d_model) if cfg.kind in ('mixer', 'gpt') else nn.RMSNorm(cfg.d_model)
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: x += Mix(LN(x)); x += FF(LN(x)) (DESIGN section 2).
+    """Pre-norm residual block: x += Mix(LN(x)); x += FF(LN(x)) (MLP-Mixer, Badger 2024).
 
     Mix is the kind's sequence mixing (masked token mixing, attention, linear
     attention, or the hybrid); FF is the GELU MLP for mixers, SwiGLU otherwise."""
@@ -539,8 +559,12 @@ class Block(nn.Module):
         if cfg.kind == 'mixer':
             self.mixing = make_token_mixing(cfg, cfg.n_head, MIX_INIT_SCALE if cfg.n_head == 1 else 1.0)
             self.ff = MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation)
+        elif cfg.kind == 'gpt':
+            self.mixing = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, rope=False, naive=cfg.attention == 'naive')
+            self.ff = MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation)
         else:
-            self.mixing = {'transformer': lambda: Attention(cfg.n_ctx, cfg.d_model, cfg.n_head),
+            self.mixing = {'transformer': lambda: Attention(cfg.n_ctx, cfg.d_model, cfg.n_head,
+                                                            naive=cfg.attention == 'naive'),
                            'hybrid': lambda: HybridMixing(cfg),
                            'linear_attention': lambda: LinearAttention(cfg.d_model, cfg.n_head, cfg.chunk_size),
                            }[cfg.kind]()
@@ -559,6 +583,7 @@ class _Model(nn.Module):
     def _build_io(self, cfg):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.embed_proj = nn.Linear(cfg.d_model, cfg.d_model) if cfg.embed_linear else nn.Identity()
         self.norm_f = make_norm(cfg)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -609,7 +634,7 @@ def _check_length(T, limit):
 
 
 class LanguageModel(_Model):
-    """Causal LM of any kind (mixer, transformer, hybrid, linear_attention).
+    """Causal LM of any kind (mixer, transformer, gpt, hybrid, linear_attention).
 
     forward(idx [B, T] long, targets [B, T] long or None) -> (logits float [B, T, vocab],
     loss: mean next-token cross entropy in nats, or None). T <= n_ctx, else ValueError.
@@ -630,7 +655,7 @@ class LanguageModel(_Model):
         the cache advances. Raises ValueError past n_ctx (position-indexed kinds)."""
         pos = cache.pos if cache is not None else 0
         _check_length(pos + idx.shape[1], self.max_len)
-        x = self.wte(idx)
+        x = self.embed_proj(self.wte(idx))
         if self.wpe is not None:
             x = x + self.wpe[pos:pos + idx.shape[1]]
         n = len(self.blocks) if layer is None else range(len(self.blocks))[layer] + 1
@@ -650,7 +675,7 @@ class LanguageModel(_Model):
         return self.lm_head(self.norm_f(self.hidden(idx, cache)))
 
     def embed(self, idx, layer=None):
-        """Embedding of each text (first paper): the hidden vector of the last token
+        """Embedding of each text (Badger 2024): the hidden vector of the last token
         after block `layer` (default the last): float [B, d]."""
         return self.hidden(idx, layer=layer)[:, -1]
 
@@ -694,7 +719,7 @@ def sample_next(logits, temperature=1.0, top_k=None):
 
 
 class Autoencoder(_Model):
-    """Autoencoder (second blog post): encoder blocks read the tokens; the last
+    """Autoencoder (Badger, blog post "Masked Mixers II"): encoder blocks read the tokens; the last
     token's last hidden vector e [B, d] is repeated T times as the decoder's input;
     the decoder blocks reconstruct every token (cross entropy at all T positions).
 
@@ -715,7 +740,7 @@ class Autoencoder(_Model):
     def encode(self, idx):
         """idx long [B, T] -> embedding float [B, d] (last token, last encoder block)."""
         _check_length(idx.shape[1], self.cfg.n_ctx)
-        x = self.wte(idx)
+        x = self.embed_proj(self.wte(idx))
         for block in self.encoder:
             x = block(x)
         return x[:, -1]
