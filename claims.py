@@ -1,0 +1,630 @@
+"""The masked-mixer papers' claims, reproduced at equal compute on this machine.
+
+    python claims.py                 # the full comparison (about 80 minutes on 2 CPU cores)
+    python claims.py --quick         # tiny models and budgets: every row in about 2 minutes
+    python claims.py --budget 2      # twice the training time for every run
+    python claims.py --models flat,transformer     # only these models (and the rows they make)
+
+Every model trains for the same wall-clock budget on the machine it runs on.
+First each model's step time is measured by train.py itself (a short run, two
+runs at a time, one thread each, as the real runs go); its max_iters is then
+budget / step time, so that its cosine schedule ends on time. The step times
+are cached in OUT/calibration.json, so a rerun trains the same step counts
+(--recalibrate measures again).
+
+Same tuning effort for every model: a learning-rate sweep over --lrs on a proxy
+(the first third of the full schedule, seed 0), the best of which is continued
+to the full budget (resuming its checkpoint: the same run as if uninterrupted);
+then further seeds at that learning rate from scratch. Every model has the shape
+and optimiser settings of config/tinystories_cpu.py (d_model 128, 4 layers,
+n_ctx 256, batch 8, beta2 0.99, token mixing at 0.3x the learning rate); only
+the variant, and the learning rate found by the sweep, differ.
+
+Each finished run writes result.json in its folder under OUT/runs; a killed
+claims.py resumes where it stopped and a rerun costs nothing. Output: the
+markdown table on stdout and in OUT/claims.md, every run in OUT/runs.jsonl,
+and OUT/curves.png (validation loss against training seconds; needs matplotlib).
+
+Claims and papers: Badger 2024, "Masked Mixers for Language Generation and
+Retrieval" (arXiv 2409.01482), and the blog posts Masked Mixers II, Masked
+Mixers IV: Linear Language Models and Masked Recurrent Mixers.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CONFIG = os.path.join(ROOT, 'config', 'tinystories_cpu.py')
+
+# name -> (train.py arguments, family). Families decide the "best of" row.
+MODELS = {
+    'flat': (['--variant=flat'], 'mixer'),
+    'transformer': (['--variant=transformer'], 'transformer'),
+    'gpt': (['--variant=gpt'], 'transformer'),
+    'expanded': (['--variant=expanded'], 'mixer'),
+    'flat_nonorm': (['--variant=flat', '--norm=False'], 'mixer'),
+    'transformer_nonorm': (['--variant=transformer', '--norm=False'], 'transformer'),
+    'posenc': (['--variant=posenc'], 'mixer'),
+    'toeplitz': (['--variant=toeplitz'], 'mixer'),
+    'multihead2': (['--variant=multihead', '--n_head=2'], 'mixer'),
+    'multihead4': (['--variant=multihead', '--n_head=4'], 'mixer'),
+    'kernel4': (['--variant=kernel', '--kernel=4'], 'mixer'),
+    'kernel4_embed': (['--variant=kernel', '--kernel=4', '--embed_linear=True'], 'mixer'),
+    'hybrid': (['--variant=hybrid'], 'hybrid'),
+    'recurrent': (['--variant=recurrent'], 'mixer'),
+    'linear': (['--variant=linear'], 'mixer'),
+    'flat_muon': (['--variant=flat', '--optimizer=muon'], 'mixer'),
+    'transformer_muon': (['--variant=transformer', '--optimizer=muon'], 'transformer'),
+}
+AE_MODELS = ('flat', 'transformer')            # autoencoders, at their LM model's learning rate
+RETRIEVAL_MODELS = ('flat', 'transformer')
+MEMORY_VARIANTS = ('flat', 'transformer', 'transformer_naive')
+
+SETTINGS = {   # default run and --quick
+    'full': dict(budget_s=150.0, lrs=(1e-3, 3e-3, 9e-3), seeds=2, calib_steps=30, shape=[],
+                 ae_shape=['--n_ctx=64', '--n_layer=2'], ae_budget=0.5, mem_lengths=(256, 512, 1024, 2048),
+                 retrieval=['--max_pairs', '2000', '--steps', '400'], mem_shape=['--mem_d_model', '128',
+                                                                                 '--mem_n_layer', '4']),
+    'quick': dict(budget_s=1.0, lrs=(3e-3,), seeds=2, calib_steps=6,
+                  shape=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=8'],
+                  ae_shape=['--n_ctx=16'], ae_budget=0.5, mem_lengths=(32, 64),
+                  retrieval=['--max_pairs', '200', '--steps', '20', '--embed_batch', '16'],
+                  mem_shape=['--mem_d_model', '32', '--mem_n_layer', '1']),
+}
+
+
+def fail(msg):
+    """Print a one-line error and exit with status 2."""
+    print(f'claims.py: error: {msg}', file=sys.stderr)
+    sys.exit(2)
+
+
+def say(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- work done in pool processes
+
+def train_in_process(argv, log_path):
+    """Run train.main(argv) in this (pool) process, console output to log_path.
+    -> exit status (0 ok; train.py's own status on an error, e.g. 2 for bad settings)."""
+    import train                                  # imported once per pool process
+    with open(log_path, 'a') as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        try:
+            train.main(argv)
+            return 0
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else 1
+        except Exception as e:                    # a run that crashes is reported, not the whole claims run
+            print(f'{type(e).__name__}: {e}', flush=True)
+            return 1
+
+
+def run_command(args, out_path):
+    """Run a project script (python args...) with stdout to out_path -> exit status."""
+    tmp = out_path + '.tmp'
+    with open(tmp, 'w') as f:
+        rc = subprocess.run([sys.executable, *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    os.replace(tmp, out_path)
+    return rc
+
+
+def _pool_init(threads):
+    import torch
+    torch.set_num_threads(threads)
+
+
+# ----------------------------------------------------------------------------- runs and their cache
+
+def read_log(path):
+    """Events of a train.py log.jsonl: (evals [(step, val_loss, val_bpb, val_acc)], summary or None)."""
+    evals, summary = [], None
+    if os.path.isfile(path):
+        for line in open(path):
+            rec = json.loads(line)
+            if rec.get('event') == 'eval':
+                evals.append((rec['step'], rec['val_loss'], rec['val_bpb'], rec.get('val_acc')))
+            elif rec.get('event') == 'summary':
+                summary = rec
+    return evals, summary
+
+
+class Runner:
+    """Runs train.py jobs on a pool of `workers` processes with `threads` threads each,
+    caches each finished run's result.json, and prints progress and ETAs."""
+
+    def __init__(self, out, workers, threads):
+        self.out, self.workers = out, workers
+        self.pool = ProcessPoolExecutor(workers, mp_context=get_context('spawn'),
+                                        initializer=_pool_init, initargs=(threads,))
+
+    def result_path(self, run_dir):
+        return os.path.join(run_dir, 'result.json')
+
+    def cached(self, run_dir, argv):
+        """The cached result of this exact argv in run_dir, or None."""
+        path = self.result_path(run_dir)
+        if os.path.isfile(path):
+            res = json.load(open(path))
+            if res.get('argv') == argv:
+                return res
+        return None
+
+    def train_batch(self, jobs, what):
+        """jobs: list of (run_dir, argv, eta_seconds, prepare) -> list of results (dicts with
+        'rc', 'evals', 'summary', 'argv'), in order. prepare(run_dir) sets the folder up
+        (default: empty it). Cached runs are not run again."""
+        results, todo = [None] * len(jobs), []
+        for i, (run_dir, argv, eta, prepare) in enumerate(jobs):
+            results[i] = self.cached(run_dir, argv)
+            if results[i] is None:
+                todo.append(i)
+        if len(todo) < len(jobs):
+            say(f'{what}: {len(jobs) - len(todo)} of {len(jobs)} runs cached')
+        left = sum(jobs[i][2] for i in todo)
+        t0, done, futures = time.time(), 0, {}
+        for i in todo:
+            run_dir, argv, eta, prepare = jobs[i]
+            (prepare or reset_dir)(run_dir)
+            futures[self.pool.submit(train_in_process, argv, os.path.join(run_dir, 'console.txt'))] = i
+        if todo:
+            say(f'{what}: {len(todo)} runs, about {fmt_s(left / self.workers)} of training on {self.workers} workers')
+        for fut in as_completed(futures):
+            i = futures[fut]
+            run_dir, argv, eta, _ = jobs[i]
+            evals, summary = read_log(os.path.join(run_dir, 'log.jsonl'))
+            res = {'argv': argv, 'rc': fut.result(), 'evals': evals, 'summary': summary}
+            if res['rc'] == 0:                       # failed runs are retried by the next call
+                with open(self.result_path(run_dir) + '.tmp', 'w') as f:
+                    json.dump(res, f)
+                os.replace(self.result_path(run_dir) + '.tmp', self.result_path(run_dir))
+            results[i] = res
+            done += 1
+            left -= eta
+            final = f'val {evals[-1][1]:.4f}' if evals else 'no eval'
+            say(f'  [{done}/{len(todo)}] {os.path.relpath(run_dir, self.out)}: '
+                f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {final}; '
+                f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in this phase')
+        return results
+
+    def commands(self, jobs, what):
+        """jobs: list of (args, out_path) run as `python args...` on the pool -> exit statuses."""
+        futs = [self.pool.submit(run_command, args, path) for args, path in jobs]
+        say(f'{what}: {len(jobs)} commands')
+        return [f.result() for f in futs]
+
+
+def reset_dir(run_dir):
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+
+
+def fmt_s(s):
+    return f'{s / 60:.1f} min' if s >= 90 else f'{s:.0f} s'
+
+
+# ----------------------------------------------------------------------------- the comparison
+
+def train_args(base, model, extra):
+    return [CONFIG, *base, *MODELS[model][0], *extra] if model in MODELS else [CONFIG, *base, *extra]
+
+
+def calibrate(runner, out, names, base, steps, recalibrate):
+    """Median ms per training step of each name (a MODELS name, or 'ae:NAME') measured by
+    train.py under the run conditions -> {name: seconds per step}; cached in OUT/calibration.json."""
+    path = os.path.join(out, 'calibration.json')
+    cal = {} if recalibrate or not os.path.isfile(path) else json.load(open(path))
+    todo = [n for n in names if n not in cal or cal[n]['argv_base'] != base]
+    jobs = []
+    for n in todo:
+        model, extra = (n[3:], base['ae']) if n.startswith('ae:') else (n, [])
+        argv = train_args(base['lm'], model, [*extra, f'--max_iters={steps}', '--eval_interval=100000',
+                                               '--log_interval=5', '--save_checkpoint=False',
+                                               f'--out_dir={os.path.join(out, "calibration", n)}'])
+        jobs.append((os.path.join(out, 'calibration', n), argv, 0, None))
+    for n, res in zip(todo, runner.train_batch(jobs, 'calibration') if jobs else []):
+        logs = [json.loads(l) for l in open(os.path.join(out, 'calibration', n, 'log.jsonl'))]
+        ms = [r['ms_per_step'] for r in logs if r.get('event') == 'train']
+        if res['rc'] != 0 or not ms:
+            fail(f'calibration run of {n} failed: see {os.path.join(out, "calibration", n, "console.txt")}')
+        cal[n] = {'s_per_step': statistics.median(ms[1:] or ms) / 1000, 'argv_base': base}
+    with open(path + '.tmp', 'w') as f:
+        json.dump(cal, f, indent=1)
+    os.replace(path + '.tmp', path)
+    return {n: cal[n]['s_per_step'] for n in names}
+
+
+def lm_runs(runner, out, models, base, step_s, budget_s, lrs, seeds):
+    """The sweep and the seeds of every model -> {model: {'lr', 'sweep', 'runs', 'steps'}}."""
+    plan = {}
+    for m in models:
+        steps = max(12, round(budget_s / step_s[m]))
+        proxy = steps // 3 if len(lrs) > 1 else steps
+        plan[m] = dict(steps=steps, proxy=proxy, schedule=[
+            f'--lr_decay_iters={steps}', f'--warmup_iters={max(2, steps // 30)}',
+            f'--eval_interval={max(1, steps // 4)}'])
+
+    def argv(m, lr, seed, iters, run_dir, resume=False):
+        return train_args(base['lm'], m, [f'--learning_rate={lr:g}', f'--min_lr={lr / 10:g}', f'--seed={seed}',
+                                           f'--max_iters={iters}', *plan[m]['schedule'], f'--out_dir={run_dir}',
+                                           *(['--init_from=resume'] if resume else [])])
+
+    def rdir(m, lr, seed, tag=''):
+        return os.path.join(out, 'runs', m, f'lr{lr:g}-seed{seed}{tag}')
+
+    if len(lrs) > 1:
+        jobs = [(rdir(m, lr, 0, '-proxy'), argv(m, lr, 0, plan[m]['proxy'], rdir(m, lr, 0, '-proxy')),
+                 plan[m]['proxy'] * step_s[m], None) for m in models for lr in lrs]
+        res = iter(runner.train_batch(jobs, 'learning-rate sweep (proxy: first third of each schedule)'))
+        for m in models:
+            plan[m]['sweep'] = {lr: final_loss(next(res)) for lr in lrs}
+            plan[m]['lr'] = min(lrs, key=lambda lr: plan[m]['sweep'][lr])
+    else:
+        for m in models:
+            plan[m]['sweep'], plan[m]['lr'] = {}, lrs[0]
+
+    def from_proxy(m):
+        def prepare(run_dir):
+            reset_dir(run_dir)
+            src = rdir(m, plan[m]['lr'], 0, '-proxy')
+            for f in ('ckpt.pt', 'log.jsonl'):
+                shutil.copy(os.path.join(src, f), os.path.join(run_dir, f))
+        return prepare
+
+    jobs = []
+    for m in models:
+        lr, steps = plan[m]['lr'], plan[m]['steps']
+        for seed in range(seeds):
+            d = rdir(m, lr, seed)
+            resume = seed == 0 and len(lrs) > 1 and math.isfinite(plan[m]['sweep'][lr])
+            jobs.append((d, argv(m, lr, seed, steps, d, resume), (steps - plan[m]['proxy'] * resume) * step_s[m],
+                         from_proxy(m) if resume else None))
+    res = iter(runner.train_batch(jobs, 'full budget at the chosen learning rates'))
+    for m in models:
+        plan[m]['runs'] = [next(res) for _ in range(seeds)]
+        plan[m]['dirs'] = [rdir(m, plan[m]['lr'], s) for s in range(seeds)]
+        plan[m]['command'] = 'python train.py ' + ' '.join(
+            os.path.relpath(a, ROOT) if a == CONFIG else a
+            for a in argv(m, plan[m]['lr'], 0, plan[m]['steps'], f'out/{m}'))
+    return plan
+
+
+def final_loss(res):
+    """Final val loss (nats/token) of a run, inf for a failed or diverged one."""
+    if res is None or res['rc'] != 0 or not res['evals'] or not math.isfinite(res['evals'][-1][1]):
+        return float('inf')
+    return res['evals'][-1][1]
+
+
+def unigram_loss(data_dir):
+    """Cross entropy (nats/token) of val.bin under the add-one unigram of train.bin."""
+    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
+    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    n = int(max(train.max(), val.max())) + 1
+    p = (np.bincount(train, minlength=n) + 1) / (len(train) + n)
+    return float(-np.log(p[val]).mean())
+
+
+# ----------------------------------------------------------------------------- the table
+
+def stats(xs):
+    """mean and spread (half the range) of a list of numbers."""
+    return float(np.mean(xs)), float((max(xs) - min(xs)) / 2)
+
+
+def verdict(a, b, expect, higher_is_better=False):
+    """Compare per-seed values a (the claim's subject) and b (its reference).
+    expect: 'better' | 'worse' | 'equal' | 'not better'. The difference counts only
+    when larger than the sum of the two spreads, else 'within noise'."""
+    (ma, sa), (mb, sb) = stats(a), stats(b)
+    if not (math.isfinite(ma) and math.isfinite(mb)):
+        return 'no (a run failed)'
+    d = (mb - ma) if higher_is_better else (ma - mb)      # < 0: a is better
+    if abs(d) <= sa + sb:
+        return {'equal': 'yes (within noise)', 'not better': 'yes (within noise)'}.get(expect, 'within noise')
+    seen = 'better' if d < 0 else 'worse'
+    ok = seen == expect or (expect == 'not better' and seen == 'worse')
+    return f'{"yes" if ok else "no"} ({seen})'
+
+
+def fmt(xs, digits=3):
+    m, s = stats(xs)
+    return f'{m:.{digits}f} +- {s:.{digits}f}' if math.isfinite(m) else 'failed'
+
+
+def losses(plan, m):
+    return [final_loss(r) for r in plan[m]['runs']]
+
+
+def md_table(header, rows):
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    return '\n'.join(lines + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows])
+
+
+def claim_rows(plan, extras):
+    """The claims table rows: [claim, papers, ours, agree?, command]."""
+    rows = []
+
+    def cmd(*ms):
+        return f'`python claims.py --models {",".join(ms)}`'
+
+    def pair(claim, papers, a, b, expect):
+        if a in plan and b in plan:
+            la, lb = losses(plan, a), losses(plan, b)
+            rows.append([claim, papers, f'{a} {fmt(la)} vs {b} {fmt(lb)} nats', verdict(la, lb, expect), cmd(a, b)])
+
+    pair('flat mixer vs llama-style transformer', 'mixer slightly worse: 1.89 vs 1.71 (12 h, RTX 3060)',
+         'flat', 'transformer', 'worse')
+    pair('flat mixer vs GPT-style transformer', 'mixer better: 1.81 vs 1.96', 'flat', 'gpt', 'better')
+    pair('flat vs expanded mixer', 'flat better: 2.111 vs 2.183 (one epoch)', 'flat', 'expanded', 'better')
+    if all(m in plan for m in ('flat', 'flat_nonorm', 'transformer', 'transformer_nonorm')):
+        dm = [x - y for x, y in zip(losses(plan, 'flat_nonorm'), losses(plan, 'flat'))]
+        dt = [x - y for x, y in zip(losses(plan, 'transformer_nonorm'), losses(plan, 'transformer'))]
+        rows.append(['layer norms removed: cost to the mixer vs to the transformer',
+                     'mixer still trains, transformer degrades (Masked Mixers IV)',
+                     f'mixer +{fmt(dm)}, transformer +{fmt(dt)} nats', verdict(dm, dt, 'better'),
+                     cmd('flat', 'flat_nonorm', 'transformer', 'transformer_nonorm')])
+    pair('learned positional encoding for the mixer', 'no gain', 'posenc', 'flat', 'not better')
+    pair('Toeplitz vs dense mixer', 'about equal (Masked Recurrent Mixers)', 'toeplitz', 'flat', 'equal')
+    pair('2 heads vs flat mixer', 'slight gain: 1.72 vs 1.74', 'multihead2', 'flat', 'better')
+    pair('4 heads vs flat mixer', 'slight gain: 1.72 vs 1.74', 'multihead4', 'flat', 'better')
+    pair('kernel 4 mixer vs transformer', 'mixer better: 1.74 vs 1.82 (4x V100)', 'kernel4', 'transformer', 'better')
+    pair('kernel 4 + linear after the embedding vs kernel 4', 'better: 1.71 vs 1.74', 'kernel4_embed', 'kernel4',
+         'better')
+    pair('hybrid transformer-mixer vs transformer', 'hybrid best of all: 1.59 vs 1.61', 'hybrid', 'transformer',
+         'better')
+    pair('recurrent vs dense mixer', 'close, with constant-state inference', 'recurrent', 'flat', 'equal')
+    if 'linear' in plan:
+        ll = losses(plan, 'linear')
+        uni = extras['unigram']
+        ok = max(ll) < uni - 0.5
+        rows.append(['linear mixer trains (no norm, no nonlinearity)', 'trains, writes grammatical text',
+                     f'{fmt(ll)} nats (unigram {uni:.3f}); sample below', 'yes' if ok else 'no', cmd('linear')])
+    if extras.get('retrieval'):
+        r = extras['retrieval']
+        rows.append(['retrieval top-1 at N=32, mixer vs transformer embeddings', "mixer's embeddings retrieve better",
+                     f'flat {fmt(r["flat"])} vs transformer {fmt(r["transformer"])}',
+                     verdict(r['flat'], r['transformer'], 'better', higher_is_better=True), cmd('flat', 'transformer')])
+    if extras.get('ae'):
+        a = extras['ae']
+        rows.append(['autoencoder token accuracy, mixer vs transformer', 'the mixer reconstructs better',
+                     f'flat {fmt(a["flat"])} vs transformer {fmt(a["transformer"])}',
+                     verdict(a['flat'], a['transformer'], 'better', higher_is_better=True), cmd('flat', 'transformer')])
+    if extras.get('memory'):
+        mem = extras['memory']
+        T = max(t for t in mem['flat'] if all(t in mem[v] for v in mem))
+        f, t, n = (mem[v][T] for v in MEMORY_VARIANTS)
+        rows.append([f'training memory per step at n_ctx {T}: transformer / mixer',
+                     'mixer about 4x less than the transformer',
+                     f'SDPA {t / f:.2f}x, naive attention {n / f:.2f}x ({f / 2**20:.0f} / {t / 2**20:.0f} / '
+                     f'{n / 2**20:.0f} MiB)', f'vs naive: {"yes" if n > f else "no"}; vs SDPA: {"yes" if t > f else "no"}',
+                     '`python bench.py --tables memory`'])
+    pair('Muon vs AdamW, flat mixer', '(no paper: ours)', 'flat_muon', 'flat', 'better')
+    pair('Muon vs AdamW, transformer', '(no paper: ours)', 'transformer_muon', 'transformer', 'better')
+    for row in rows:
+        if row[1] == '(no paper: ours)':
+            row[3] = row[3].replace('yes', 'Muon better').replace('no', 'Muon not better')
+    best = {}
+    for fam in ('mixer', 'transformer'):
+        cands = [m for m in plan if MODELS[m][1] == fam and math.isfinite(np.mean(losses(plan, m)))]
+        if cands:
+            best[fam] = min(cands, key=lambda m: np.mean(losses(plan, m)))
+    if len(best) == 2:
+        bm, bt = best['mixer'], best['transformer']
+        rows.append(['best mixer vs best transformer (each at its best lr)', 'about equal (the papers\' best mixer '
+                     '1.74 vs transformer 1.82)', f'{bm} {fmt(losses(plan, bm))} vs {bt} {fmt(losses(plan, bt))}',
+                     verdict(losses(plan, bm), losses(plan, bt), 'better'), cmd(bm, bt)])
+    return rows
+
+
+def run_rows(plan, n_train_tokens, tokens_per_step):
+    rows = []
+    for m, p in plan.items():
+        ls = losses(plan, m)
+        bpb = [r['evals'][-1][2] if r['evals'] else float('nan') for r in p['runs']]
+        sweep = ', '.join(f'{lr:g}: {v:.3f}' for lr, v in p['sweep'].items()) or '-'
+        tokens = p['steps'] * tokens_per_step
+        rows.append([m, f'{p["lr"]:g}', sweep, p['steps'], f'{tokens / 1e6:.2f}M', f'{tokens / n_train_tokens:.2f}',
+                     fmt(ls), fmt(bpb), f'`{p["command"]}`'])
+    return rows
+
+
+def plot(plan, step_s, path):
+    """Validation loss vs training seconds, one line per model (seed 0) -> path, or a note."""
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return 'no plot: matplotlib is not installed (pip install matplotlib)'
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for m, p in plan.items():
+        ev = p['runs'][0]['evals']
+        if ev:
+            style = '-' if MODELS[m][1] == 'mixer' else '--'
+            ax.plot([s * step_s[m] for s, *_ in ev[1:]], [e[1] for e in ev[1:]], style, label=m)
+    ax.set_xlabel('training seconds (steps x calibrated step time)')
+    ax.set_ylabel('validation loss (nats/token)')
+    ax.set_title('Equal wall-clock budget: mixers solid, transformers dashed (seed 0)')
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path + '.tmp.png', dpi=110)
+    os.replace(path + '.tmp.png', path)
+    plt.close(fig)
+    return f'plot: {path}'
+
+
+# ----------------------------------------------------------------------------- main
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument('--quick', action='store_true', help='tiny models and budgets (the smoke test)')
+    p.add_argument('--budget', type=float, default=1.0, help='multiplier of every training budget')
+    p.add_argument('--models', help=f'comma-separated subset of: {",".join(MODELS)}')
+    p.add_argument('--lrs', help='comma-separated learning rates of the sweep (default 1e-3,3e-3,9e-3)')
+    p.add_argument('--seeds', type=int, help='seeds per model at the full budget (default 2)')
+    p.add_argument('--workers', type=int, default=2, help='runs at a time')
+    p.add_argument('--threads', type=int, default=1, help='torch threads per run')
+    p.add_argument('--data_dir', default=os.path.join('data', 'tinystories'), help='prepared data')
+    p.add_argument('--out', help='output folder (default out/claims, out/claims_quick with --quick)')
+    p.add_argument('--recalibrate', action='store_true', help='measure the step times again')
+    args = p.parse_args(argv)
+    s = SETTINGS['quick' if args.quick else 'full']
+    args.models = args.models.split(',') if args.models else list(MODELS)
+    bad = [m for m in args.models if m not in MODELS]
+    if bad:
+        fail(f'unknown model(s) {",".join(bad)}; choose from {",".join(MODELS)}')
+    try:
+        args.lrs = tuple(float(x) for x in args.lrs.split(',')) if args.lrs else s['lrs']
+    except ValueError:
+        fail(f'--lrs must be numbers separated by commas, got {args.lrs!r}')
+    args.seeds = args.seeds or s['seeds']
+    for name in ('budget', 'seeds', 'workers', 'threads'):
+        if getattr(args, name) <= 0 or min(args.lrs) <= 0:
+            fail(f'--{name} and --lrs must be positive')
+    if not os.path.isfile(os.path.join(args.data_dir, 'meta.json')):
+        fail(f'{args.data_dir}/meta.json not found: run data/prepare.py first (or set --data_dir)')
+    args.out = args.out or os.path.join('out', 'claims_quick' if args.quick else 'claims')
+    args.s = s
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    s, out = args.s, os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    os.environ['OMP_NUM_THREADS'] = str(args.threads)      # pool processes start with this many threads
+    t_start = time.time()
+    data_dir = os.path.abspath(args.data_dir)
+    meta = json.load(open(os.path.join(data_dir, 'meta.json')))
+    base = {'lm': [*s['shape'], f'--data_dir={data_dir}']}
+    base['ae'] = ['--task=autoencode', *s['ae_shape']]
+    budget_s = s['budget_s'] * args.budget
+    models = args.models
+    ae = [m for m in AE_MODELS if m in models]
+    runner = Runner(out, args.workers, args.threads)
+    say(f'claims: {len(models)} models, learning rates {", ".join(f"{x:g}" for x in args.lrs)}, '
+        f'{args.seeds} seeds, {budget_s:.0f} s of training per run, {args.workers} runs at a time x '
+        f'{args.threads} thread(s); output in {out}')
+
+    step_s = calibrate(runner, out, models + [f'ae:{m}' for m in ae], base, s['calib_steps'], args.recalibrate)
+    for m in models:
+        say(f'  {m}: {1000 * step_s[m]:.1f} ms/step -> {max(12, round(budget_s / step_s[m]))} steps')
+    sweep = len(args.lrs) > 1            # proxies of a third each, the best one continued, other seeds
+    per_model = (len(args.lrs) / 3 + 2 / 3 + args.seeds - 1 if sweep else args.seeds) * budget_s
+    say(f'whole run: about {fmt_s(len(models) * per_model / args.workers)} of language-model training left at most '
+        f'(cached runs cost nothing)')
+    plan = lm_runs(runner, out, models, base, step_s, budget_s, args.lrs, args.seeds)
+
+    extras = {'unigram': unigram_loss(data_dir)}
+    if ae:   # autoencoders: the LM's learning rate, half the budget, the AE shape
+        jobs = []
+        for m in ae:
+            steps = max(12, round(s['ae_budget'] * budget_s / step_s[f'ae:{m}']))
+            for seed in range(args.seeds):
+                d = os.path.join(out, 'runs', f'ae_{m}', f'lr{plan[m]["lr"]:g}-seed{seed}')
+                argv = train_args(base['lm'], m, [*base['ae'], f'--learning_rate={plan[m]["lr"]:g}',
+                                                  f'--min_lr={plan[m]["lr"] / 10:g}', f'--seed={seed}',
+                                                  f'--max_iters={steps}', f'--warmup_iters={max(2, steps // 30)}',
+                                                  f'--eval_interval={steps}', f'--out_dir={d}'])
+                jobs.append((d, argv, steps * step_s[f'ae:{m}'], None))
+        res = iter(runner.train_batch(jobs, 'autoencoders'))
+        extras['ae'] = {m: [(r['evals'][-1][3] if r['rc'] == 0 and r['evals'] else float('nan'))
+                            for r in (next(res) for _ in range(args.seeds))] for m in ae}
+        if len(ae) < 2:
+            del extras['ae']
+
+    cmds, names = [], []
+    if all(m in models for m in RETRIEVAL_MODELS):
+        ckpts = [a for m in RETRIEVAL_MODELS for d in plan[m]['dirs'] for a in ('--ckpt', os.path.join(d, 'ckpt.pt'))]
+        cmds.append((['retrieval.py', *ckpts, '--data_dir', data_dir, '--n_candidates', '32', '--threads',
+                      str(args.threads), '--cache_dir', os.path.join(out, 'retrieval_cache'),
+                      '--json', os.path.join(out, 'retrieval.json'), *s['retrieval']],
+                     os.path.join(out, 'retrieval.txt')))
+        names.append('retrieval')
+    for v in MEMORY_VARIANTS:
+        cmds.append((['bench.py', '--mem_cells', f'{v}:{",".join(map(str, s["mem_lengths"]))}', '--device', 'cpu',
+                      '--dtype', 'fp32', '--threads', str(args.threads), *s['mem_shape']],
+                     os.path.join(out, f'memory_{v}.jsonl')))
+        names.append(f'memory_{v}')
+    if 'linear' in models:
+        cmds.append((['sample.py', '--ckpt', os.path.join(plan['linear']['dirs'][0], 'ckpt.pt'), '--start',
+                      'Once upon a time', '--num_samples', '1', '--max_new_tokens', '80', '--seed', '1',
+                      '--temperature', '0.8', '--top_k', '40'], os.path.join(out, 'linear_sample.txt')))
+        names.append('sample')
+    for name, rc, (cmd, path) in zip(names, runner.commands(cmds, 'retrieval, memory, sample'), cmds):
+        if rc != 0:
+            say(f'  {name} failed (exit {rc}): see {path}')
+            continue
+        if name == 'retrieval':
+            r = json.load(open(os.path.join(out, 'retrieval.json')))
+            acc = [res['accuracy']['mixer (trained)']['32'] for res in r['results']]
+            extras['retrieval'] = {m: acc[i * args.seeds:(i + 1) * args.seeds] for i, m in enumerate(RETRIEVAL_MODELS)}
+        elif name.startswith('memory'):
+            cells = [json.loads(l) for l in open(path)]
+            extras.setdefault('memory', {})[name[7:]] = {c['T']: c['step'] + c['model'] for c in cells if 'step' in c}
+        else:
+            extras['sample'] = open(path).read().strip()
+    if 'memory' in extras and len(extras['memory']) < len(MEMORY_VARIANTS):
+        del extras['memory']
+
+    # report
+    n_train = meta['train']['tokens'] if 'tokens' in meta.get('train', {}) else len(
+        np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r'))
+    tps = tokens_per_step(base['lm'])
+    rows = claim_rows(plan, extras)
+    text = [f'# Claims at equal compute\n',
+            f'Every model: {budget_s:.0f} s of training ({args.workers} runs at a time, {args.threads} thread(s) '
+            f'each), learning rate chosen from {", ".join(f"{x:g}" for x in args.lrs)} on the first third of the '
+            f'schedule, {args.seeds} seeds; ours = mean +- half the range over seeds, validation loss in '
+            f'nats/token unless named; "agree" only when the difference exceeds the two spreads added.\n',
+            md_table(['claim (from the papers)', 'what the papers report', 'ours (mean +- spread over seeds)',
+                      'agree?', 'command'], rows), '\n## Runs\n',
+            md_table(['model', 'lr', 'sweep (lr: proxy val loss)', 'steps', 'tokens', 'epochs', 'val loss (nats)',
+                      'val bits/byte', 'command (seed 0)'], run_rows(plan, n_train, tps))]
+    if extras.get('sample'):
+        text += ['\n## A linear mixer writes\n', '\n'.join('> ' + l for l in extras['sample'].splitlines())]
+    note = plot(plan, step_s, os.path.join(out, 'curves.png'))
+    report = '\n'.join(text) + '\n'
+    print(report)
+    with open(os.path.join(out, 'claims.md.tmp'), 'w') as f:
+        f.write(report)
+    os.replace(os.path.join(out, 'claims.md.tmp'), os.path.join(out, 'claims.md'))
+    with open(os.path.join(out, 'runs.jsonl.tmp'), 'w') as f:
+        for m, p in plan.items():
+            for seed, (d, r) in enumerate(zip(p['dirs'], p['runs'])):
+                f.write(json.dumps({'model': m, 'seed': seed, 'lr': p['lr'], 'steps': p['steps'], 'dir': d,
+                                    'sweep': p['sweep'], **r}) + '\n')
+    os.replace(os.path.join(out, 'runs.jsonl.tmp'), os.path.join(out, 'runs.jsonl'))
+    say(note)
+    say(f'claims: done in {fmt_s(time.time() - t_start)}; table in {os.path.join(out, "claims.md")}')
+    runner.pool.shutdown()
+
+
+def tokens_per_step(base_lm):
+    """batch_size x n_ctx of the runs (config file, then the --key=value overrides)."""
+    ns = {}
+    exec(open(CONFIG).read(), {}, ns)
+    for a in base_lm:
+        k, _, v = a[2:].partition('=')
+        if k in ('batch_size', 'n_ctx'):
+            ns[k] = int(v)
+    return ns['batch_size'] * ns['n_ctx']
+
+
+if __name__ == '__main__':
+    main()
