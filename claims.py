@@ -200,10 +200,21 @@ class Runner:
         return results
 
     def commands(self, jobs, what):
-        """jobs: list of (args, out_path) run as `python args...` on the pool -> exit statuses."""
-        futs = [self.pool.submit(run_command, args, path) for args, path in jobs]
-        say(f'{what}: {len(jobs)} commands')
-        return [f.result() for f in futs]
+        """jobs: list of (args, out_path) run as `python args...` on the pool -> exit statuses.
+        A command whose output exists from the same args (OUT_PATH.args.json) is not run again."""
+        def cached(args, path):
+            return os.path.isfile(path) and os.path.isfile(path + '.args.json') and \
+                json.load(open(path + '.args.json')) == args
+        futs = [None if cached(args, path) else self.pool.submit(run_command, args, path) for args, path in jobs]
+        todo = sum(f is not None for f in futs)
+        say(f'{what}: {todo} commands' + (f', {len(jobs) - todo} cached' if todo < len(jobs) else ''))
+        rcs = []
+        for f, (args, path) in zip(futs, jobs):
+            rcs.append(0 if f is None else f.result())
+            if f is not None and rcs[-1] == 0:
+                with open(path + '.args.json', 'w') as fh:
+                    json.dump(args, fh)
+        return rcs
 
 
 def reset_dir(run_dir):

@@ -1,0 +1,146 @@
+"""Tests for claims.py and the model options it compares (GPT-style transformer, naive
+attention, the extra linear layer after the embedding).
+
+Part of the suite run by python test_mixer.py (or alone: python -m unittest test_claims -v).
+"""
+import json
+import math
+import os
+import shutil
+import tempfile
+import unittest
+
+import torch
+
+import claims
+import mixer
+from test_mixer import HAVE_TEXT, NO_TEXT, TEXT_DIR, run, tiny_model
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class TestClaimModels(unittest.TestCase):
+
+    def test_naive_attention_equals_sdpa_in_forward_and_cached_decode(self):
+        for name in ('transformer', 'gpt', 'hybrid'):
+            sdpa = tiny_model(name)
+            naive = tiny_model(name, attention='naive')
+            naive.load_state_dict(sdpa.state_dict())
+            idx = torch.randint(0, 64, (2, 20))
+            with self.subTest(variant=name):
+                torch.testing.assert_close(naive(idx)[0], sdpa(idx)[0], atol=1e-5, rtol=0)
+                cache = mixer.Cache(len(naive.blocks))
+                pieces = [naive.decode(idx[:, :7], cache), naive.decode(idx[:, 7:12], cache),
+                          naive.decode(idx[:, 12:], cache)]
+                torch.testing.assert_close(torch.cat(pieces, 1), sdpa(idx)[0], atol=1e-5, rtol=0)
+
+    def test_gpt_has_no_rotary_positions_but_learned_ones(self):
+        model = tiny_model('gpt')
+        self.assertIsNotNone(model.wpe)
+        self.assertTrue(all(not b.mixing.rope for b in model.blocks))
+        self.assertIsInstance(model.blocks[0].norm1, torch.nn.LayerNorm)
+        self.assertIsInstance(model.blocks[0].ff, mixer.MLP)
+        # without the learned positions one layer cannot tell the order: a permutation of the
+        # earlier tokens gives the same last-position logits (softmax attention is a set operation)
+        model = tiny_model('gpt', n_layer=1)
+        with torch.no_grad():
+            model.wpe.zero_()
+        idx = torch.tensor([[5, 9, 12, 30, 7]])
+        perm = torch.tensor([[9, 30, 5, 12, 7]])
+        torch.testing.assert_close(model(idx)[0][:, -1], model(perm)[0][:, -1], atol=1e-5, rtol=0)
+        llama = tiny_model('transformer', n_layer=1)      # RoPE: the order matters
+        self.assertGreater((llama(idx)[0][:, -1] - llama(perm)[0][:, -1]).abs().max().item(), 1e-4)
+
+    def test_embed_linear_is_used_and_causal(self):
+        model = tiny_model('kernel', kernel=4, embed_linear=True)
+        idx = torch.randint(0, 64, (2, 16))
+        logits = model(idx)[0]
+        idx2 = idx.clone()
+        idx2[:, 9] = (idx2[:, 9] + 1) % 64
+        self.assertTrue(torch.equal(model(idx2)[0][:, :9], logits[:, :9]))
+        with torch.no_grad():
+            model.embed_proj.weight.mul_(2)
+        self.assertGreater((model(idx)[0] - logits).abs().max().item(), 1e-4)
+
+
+class TestVerdict(unittest.TestCase):
+
+    def test_difference_counts_only_beyond_the_spreads(self):
+        self.assertEqual(claims.verdict([3.0, 3.2], [3.05, 3.15], 'better'), 'within noise')
+        self.assertEqual(claims.verdict([3.0, 3.2], [3.05, 3.15], 'equal'), 'yes (within noise)')
+        self.assertEqual(claims.verdict([2.0, 2.1], [3.0, 3.1], 'better'), 'yes (better)')
+        self.assertEqual(claims.verdict([2.0, 2.1], [3.0, 3.1], 'worse'), 'no (better)')
+        self.assertEqual(claims.verdict([2.0, 2.1], [3.0, 3.1], 'equal'), 'no (better)')
+        self.assertEqual(claims.verdict([0.9, 0.8], [0.1, 0.2], 'better', higher_is_better=True), 'yes (better)')
+        self.assertEqual(claims.verdict([float('inf'), 3.0], [3.0, 3.1], 'better'), 'no (a run failed)')
+
+
+@unittest.skipUnless(HAVE_TEXT, NO_TEXT)
+class TestClaimsQuick(unittest.TestCase):
+    """python claims.py --quick on real text: every row, finite numbers, a plot, and a cache."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        data = os.path.join(cls.tmp, 'data')
+        r = run('data/prepare.py', '--train', os.path.join(TEXT_DIR, 'train.txt'),
+                '--valid', os.path.join(TEXT_DIR, 'valid.txt'), '--vocab_size', '512', '--out', data)
+        assert r.returncode == 0, r.stderr
+        cls.out = os.path.join(cls.tmp, 'claims')
+        cls.first = run('claims.py', '--quick', '--data_dir', data, '--out', cls.out)
+        cls.mtimes = {p: os.path.getmtime(p) for p in cls.results()}
+        cls.second = run('claims.py', '--quick', '--data_dir', data, '--out', cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def results(cls):
+        return [os.path.join(d, 'result.json') for d, _, files in os.walk(cls.out) if 'result.json' in files]
+
+    def test_every_row_present_with_finite_numbers(self):
+        self.assertEqual(self.first.returncode, 0, self.first.stderr[-3000:])
+        with open(os.path.join(self.out, 'claims.md')) as f:
+            table = f.read()
+        for claim in ('llama-style transformer', 'GPT-style', 'expanded', 'layer norms removed',
+                      'positional encoding', 'Toeplitz', '2 heads', '4 heads', 'kernel 4 mixer vs',
+                      'linear after the embedding', 'hybrid', 'recurrent', 'linear mixer trains', 'retrieval',
+                      'autoencoder', 'training memory', 'Muon vs AdamW, flat', 'Muon vs AdamW, transformer',
+                      'best mixer vs best transformer'):
+            with self.subTest(claim=claim):
+                self.assertIn(claim, table)
+        self.assertNotIn('failed', table)
+        self.assertNotIn('nan', table)
+        with open(os.path.join(self.out, 'runs.jsonl')) as f:
+            runs = [json.loads(l) for l in f]
+        self.assertEqual({r['model'] for r in runs}, set(claims.MODELS))
+        for r in runs:
+            self.assertEqual(r['rc'], 0)
+            self.assertTrue(math.isfinite(r['evals'][-1][1]), r['model'])
+
+    def test_plot_is_written(self):
+        path = os.path.join(self.out, 'curves.png')
+        self.assertTrue(os.path.isfile(path))
+        with open(path, 'rb') as f:
+            self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
+
+    def test_second_call_reuses_every_run(self):
+        self.assertEqual(self.second.returncode, 0, self.second.stderr[-3000:])
+        self.assertEqual({p: os.path.getmtime(p) for p in self.results()}, self.mtimes)
+        self.assertNotIn('runs, about', self.second.stderr)        # no phase had anything to train
+        self.assertIn('cached', self.second.stderr)
+        self.assertEqual(self.second.stdout, self.first.stdout)     # the same table, from the cache
+
+    def test_bad_arguments_are_one_line_errors(self):
+        for args, msg in ((['--models', 'nope'], 'unknown model'), (['--budget', '0'], 'positive'),
+                          (['--data_dir', os.path.join(self.tmp, 'missing')], 'prepare.py')):
+            r = run('claims.py', *args)
+            with self.subTest(args=args):
+                self.assertEqual(r.returncode, 2)
+                self.assertIn(msg, r.stderr)
+                self.assertNotIn('Traceback', r.stderr)
+
+
+if __name__ == '__main__':
+    unittest.main()
