@@ -46,7 +46,7 @@ from multiprocessing import get_context
 import numpy as np
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-CONFIG = os.path.join(ROOT, 'config', 'tinystories_cpu.py')
+CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
 
 # name -> (train.py arguments, family). Families decide the "best of" row.
 MODELS = {
@@ -101,6 +101,7 @@ def train_in_process(argv, log_path):
     """Run train.main(argv) in this (pool) process, console output to log_path.
     -> exit status (0 ok; train.py's own status on an error, e.g. 2 for bad settings)."""
     import train                                  # imported once per pool process
+    os.chdir(ROOT)
     with open(log_path, 'a') as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
             train.main(argv)
@@ -245,6 +246,7 @@ def calibrate(runner, out, names, base, steps, recalibrate):
                                                '--log_interval=5', '--save_checkpoint=False',
                                                f'--out_dir={os.path.join(out, "calibration", n)}'])
         jobs.append((os.path.join(out, 'calibration', n), argv, 0, None))
+        shutil.rmtree(jobs[-1][0], ignore_errors=True)        # measured now, never taken from a cache
     for n, res in zip(todo, runner.train_batch(jobs, 'calibration') if jobs else []):
         logs = [json.loads(l) for l in open(os.path.join(out, 'calibration', n, 'log.jsonl'))]
         ms = [r['ms_per_step'] for r in logs if r.get('event') == 'train']
@@ -306,9 +308,7 @@ def lm_runs(runner, out, models, base, step_s, budget_s, lrs, seeds):
     for m in models:
         plan[m]['runs'] = [next(res) for _ in range(seeds)]
         plan[m]['dirs'] = [rdir(m, plan[m]['lr'], s) for s in range(seeds)]
-        plan[m]['command'] = 'python train.py ' + ' '.join(
-            os.path.relpath(a, ROOT) if a == CONFIG else a
-            for a in argv(m, plan[m]['lr'], 0, plan[m]['steps'], f'out/{m}'))
+        plan[m]['command'] = 'python train.py ' + ' '.join(argv(m, plan[m]['lr'], 0, plan[m]['steps'], f'out/{m}'))
     return plan
 
 
@@ -521,6 +521,9 @@ def main(argv=None):
     os.environ['OMP_NUM_THREADS'] = str(args.threads)      # pool processes start with this many threads
     t_start = time.time()
     data_dir = os.path.abspath(args.data_dir)
+    if not os.path.relpath(data_dir, ROOT).startswith('..'):   # the same cache keys from any checkout
+        data_dir = os.path.relpath(data_dir, ROOT)
+    os.chdir(ROOT)                                # every path below: absolute or relative to ROOT
     meta = json.load(open(os.path.join(data_dir, 'meta.json')))
     base = {'lm': [*s['shape'], f'--data_dir={data_dir}']}
     base['ae'] = ['--task=autoencode', *s['ae_shape']]
@@ -629,7 +632,7 @@ def main(argv=None):
 def tokens_per_step(base_lm):
     """batch_size x n_ctx of the runs (config file, then the --key=value overrides)."""
     ns = {}
-    exec(open(CONFIG).read(), {}, ns)
+    exec(open(os.path.join(ROOT, CONFIG)).read(), {}, ns)
     for a in base_lm:
         k, _, v = a[2:].partition('=')
         if k in ('batch_size', 'n_ctx'):
