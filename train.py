@@ -1,4 +1,4 @@
-"""Train any model kind of mixer.py on prepared token files (DESIGN section 3).
+"""Train any model kind of mixer.py on prepared token files (a nanoGPT-style loop).
 
     python train.py config/tinystories_cpu.py --variant=toeplitz --max_iters=500
     torchrun --standalone --nproc_per_node=2 train.py config/tinystories_cpu.py
@@ -12,6 +12,7 @@ lists every setting.
 """
 
 import ast
+import hashlib
 import json
 import math
 import os
@@ -31,13 +32,15 @@ import mixer
 # I/O
 out_dir = 'out'                 # checkpoint ckpt.pt and log.jsonl go here
 data_dir = 'data/tinystories'   # train.bin, val.bin, meta.json, tokenizer from data/prepare.py
-init_from = 'scratch'           # 'scratch' or 'resume' (from out_dir/ckpt.pt)
+init_from = 'scratch'           # 'scratch' or 'resume' (from out_dir/ckpt.pt, with its saved settings)
+overwrite = False               # a 'scratch' run may replace an out_dir that holds ckpt.pt / log.jsonl
 variant = 'flat'                # a name in mixer.VARIANTS
 task = 'lm'                     # 'lm' (next token) or 'autoencode'
 seed = 1337
 # optimisation
 batch_size = 16                 # windows per micro-step per process
 grad_accum = 1                  # micro-steps per optimiser step
+optimizer = 'adamw'             # 'adamw', or 'muon': torch.optim.Muon for the blocks' 2-D Linear weights
 max_iters = 1000
 learning_rate = 2e-3
 min_lr = 2e-4                   # cosine decay floor
@@ -57,6 +60,11 @@ save_checkpoint = True
 device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
 dtype = 'auto'                  # 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16'
 compile = False                 # torch.compile the model
+# test hooks (test_train.py)
+dump_debug = False              # each rank writes out_dir/debug_rank{r}.json: its window starts and
+                                # loss per step, and the sha256 of its parameters at the end
+replay_windows = ''             # a JSON file [step][i] of window starts to train on instead of random
+                                # draws; rank r, micro-step m take i in [(r*grad_accum+m)*B, +B)
 # model: every field of mixer.ModelConfig (vocab_size comes from meta.json)
 globals().update({f.name: f.default for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')})
 # -----------------------------------------------------------------------------
@@ -114,14 +122,53 @@ def parse_overrides(argv):
     return out
 
 
-def param_groups(model, cfg):
+CHOICES = {'init_from': ('scratch', 'resume'), 'task': ('lm', 'autoencode'), 'optimizer': ('adamw', 'muon'),
+           'dtype': ('auto', 'float32', 'bfloat16')}
+
+
+def check_settings(cfg):
+    """Range-check the non-model settings of `cfg` (model ones are checked by
+    mixer.ModelConfig); the first violation is a one-line error, exit 2."""
+    for key, choices in CHOICES.items():
+        if cfg[key] not in choices:
+            fail(f'{key} must be one of {", ".join(map(repr, choices))}, got {cfg[key]!r}')
+    rules = [('batch_size', 1), ('grad_accum', 1), ('max_iters', 0), ('warmup_iters', 0), ('eval_interval', 1),
+             ('eval_windows', 1), ('log_interval', 1), ('weight_decay', 0), ('grad_clip', 0),
+             ('mixing_lr_mult', 0), ('min_lr', 0)]
+    for key, low in rules:
+        if cfg[key] < low:
+            fail(f'{key} must be >= {low}, got {cfg[key]!r}')
+    if not cfg['learning_rate'] > 0:
+        fail(f'learning_rate must be > 0, got {cfg["learning_rate"]!r}')
+    if cfg['lr_decay_iters'] is not None and (not isinstance(cfg['lr_decay_iters'], int) or cfg['lr_decay_iters'] < 1):
+        fail(f'lr_decay_iters must be None or an int >= 1, got {cfg["lr_decay_iters"]!r}')
+    for key in ('beta1', 'beta2'):
+        if not 0 <= cfg[key] < 1:
+            fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
+    if cfg['replay_windows'] and not os.path.isfile(cfg['replay_windows']):
+        fail(f'replay_windows file {cfg["replay_windows"]!r} not found')
+
+
+def muon_params(model):
+    """The parameters that optimizer='muon' gives to torch.optim.Muon: the 2-D weights of
+    the nn.Linear layers inside the blocks (mixer.Block: attention, MLP and head
+    projections); never embeddings, the (tied) LM head, norms, biases or the
+    token-mixing matrices of a mixer.HeadMixing. Returns a set of parameter ids."""
+    return {id(m.weight) for b in model.modules() if isinstance(b, mixer.Block)
+            for m in b.modules() if isinstance(m, torch.nn.Linear) and m.weight.dim() == 2}
+
+
+def param_groups(model, cfg, only=None):
     """AdamW groups: weight decay only on matrices (not biases, norms or the mixing bias
     c), and the token-mixing parameters (those of a mixer.HeadMixing, projections
-    excluded) at `mixing_lr_mult` times the learning rate. Each group carries 'lr_mult'."""
+    excluded) at `mixing_lr_mult` times the learning rate. Each group carries 'lr_mult'.
+    `only`: a set of parameter ids to group (default: every parameter)."""
     mixing = {id(p) for m in model.modules() if isinstance(m, mixer.HeadMixing)
               for n, p in m.named_parameters() if not n.startswith('proj_')}
     groups = {}
     for n, p in model.named_parameters():
+        if only is not None and id(p) not in only:
+            continue
         decay = p.dim() >= 2 and not n.endswith(('.c', '.c1', '.c2'))
         mult = cfg['mixing_lr_mult'] if id(p) in mixing else 1.0
         groups.setdefault((decay, mult), []).append(p)
@@ -151,8 +198,9 @@ def get_batch(data, starts, n_ctx, task, dev):
     """Windows of n_ctx + 1 tokens at `starts` -> (x, y) long [B, n_ctx]; y is x shifted
     by one for 'lm' and x itself for 'autoencode'."""
     w = torch.from_numpy(np.stack([data[s:s + n_ctx + 1].astype(np.int64) for s in starts.tolist()]))
-    x, y = w[:, :-1], (w[:, 1:] if task == 'lm' else w[:, :-1])
-    return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+    if str(dev).startswith('cuda'):                    # page-locked, one asynchronous copy
+        w = w.pin_memory().to(dev, non_blocking=True)
+    return w[:, :-1], (w[:, 1:] if task == 'lm' else w[:, :-1])
 
 
 @torch.no_grad()
@@ -174,14 +222,58 @@ def evaluate(model, val, cfg, dev, autocast, bytes_per_token):
     return {'val_loss': loss, 'val_bpb': loss / math.log(2) / bytes_per_token, 'val_acc': correct / count}
 
 
-def main(argv):
-    overrides = parse_overrides(argv)
+def resolve_settings(overrides):
+    """The run's settings: defaults < variant < config files / --key=value for a fresh
+    run; for init_from='resume', the saved run's settings (ckpt['config']) < the
+    explicit overrides, each change printed. -> (cfg dict, checkpoint dict or None).
+    Model settings cannot change on resume (one-line error, exit 2)."""
     cfg = dict(DEFAULTS)
     var = overrides.get('variant', cfg['variant'])
     if var not in mixer.VARIANTS:
         fail(f'unknown variant {var!r}; choose from {", ".join(mixer.VARIANTS)}')
     cfg.update(mixer.VARIANTS[var])
     cfg.update(overrides)
+    if cfg['init_from'] != 'resume':
+        return cfg, None
+    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
+    if not os.path.isfile(ckpt_path):
+        fail(f'--init_from=resume but {ckpt_path} does not exist')
+    try:
+        ckpt = torch.load(ckpt_path, map_location='cpu', weights_only=True)
+    except Exception as e:
+        fail(f'cannot read {ckpt_path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}')
+    saved = {k: v for k, v in ckpt.get('config', {}).items() if k in DEFAULTS}
+    saved.update({k: ckpt['model_config'][k] for k in MODEL_KEYS + ['task']})   # the architecture
+    cfg = {**DEFAULTS, **saved, 'init_from': 'resume', 'out_dir': cfg['out_dir']}
+    if int(os.environ.get('RANK', 0)) == 0:
+        print(f'resuming {ckpt_path} with its saved settings')
+    for k, v in overrides.items():
+        if k in ('init_from', 'out_dir') or v == cfg[k]:
+            continue
+        if k in MODEL_KEYS or k in ('task', 'variant'):
+            fail(f'{k} cannot change on resume (saved {cfg[k]!r}, asked {v!r})')
+        if int(os.environ.get('RANK', 0)) == 0:
+            print(f'  changed on resume: {k} = {v!r} (saved run: {cfg[k]!r})')
+        cfg[k] = v
+    if cfg['max_iters'] < ckpt['step']:
+        fail(f'max_iters={cfg["max_iters"]} is below the checkpoint\'s step {ckpt["step"]}')
+    return cfg, ckpt
+
+
+def main(argv):
+    """Train with the settings of `argv` (config files and --key=value). Writes out_dir/
+    ckpt.pt and log.jsonl (events config, schedule, train, eval, summary). Exits 2 on
+    bad settings or data (one line), 1 on a non-finite loss (the checkpoint kept)."""
+    t_wall = time.perf_counter()
+    overrides = parse_overrides(argv)
+    cfg, ckpt = resolve_settings(overrides)
+    check_settings(cfg)
+    var = cfg['variant']
+    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
+    log_path = os.path.join(cfg['out_dir'], 'log.jsonl')
+    if ckpt is None and not cfg['overwrite'] and any(map(os.path.exists, (ckpt_path, log_path))):
+        fail(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
+             f'pass --init_from=resume to continue it or --overwrite=True to replace it')
 
     # distributed setup: torchrun sets RANK / WORLD_SIZE / LOCAL_RANK
     ddp = int(os.environ.get('RANK', -1)) != -1
@@ -214,7 +306,8 @@ def main(argv):
     meta_path = os.path.join(cfg['data_dir'], 'meta.json')
     if not os.path.isfile(meta_path):
         fail(f'{meta_path} not found: run data/prepare.py first (or set --data_dir)')
-    meta = json.load(open(meta_path))
+    with open(meta_path) as f:
+        meta = json.load(f)
     train_data = load_tokens(os.path.join(cfg['data_dir'], 'train.bin'))
     val_data = load_tokens(os.path.join(cfg['data_dir'], 'val.bin'))
     if min(len(train_data), len(val_data)) < cfg['n_ctx'] + 2:
@@ -222,17 +315,6 @@ def main(argv):
 
     # model, optimiser, checkpoint
     os.makedirs(cfg['out_dir'], exist_ok=True)
-    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
-    ckpt = None
-    if cfg['init_from'] == 'resume':
-        if not os.path.isfile(ckpt_path):
-            fail(f'--init_from=resume but {ckpt_path} does not exist')
-        ckpt = torch.load(ckpt_path, map_location='cpu', weights_only=True)
-        for k in MODEL_KEYS:                      # the architecture comes from the checkpoint
-            cfg[k] = ckpt['model_config'][k]
-        cfg['task'] = ckpt['model_config']['task']
-    elif cfg['init_from'] != 'scratch':
-        fail(f"init_from must be 'scratch' or 'resume', got {cfg['init_from']!r}")
     try:
         model_cfg = mixer.ModelConfig(vocab_size=meta['vocab_size'], task=cfg['task'],
                                       **{k: cfg[k] for k in MODEL_KEYS})
@@ -240,20 +322,32 @@ def main(argv):
         fail(str(e))
     torch.manual_seed(cfg['seed'] + rank)
     model = mixer.build_model(model_cfg).to(dev)
-    optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg['learning_rate'],
-                                  betas=(cfg['beta1'], cfg['beta2']), fused=dev.startswith('cuda'))
+    muon_ids = muon_params(model) if cfg['optimizer'] == 'muon' else set()
+    adamw_ids = {id(p) for p in model.parameters()} - muon_ids
+    optimizers = [torch.optim.AdamW(param_groups(model, cfg, adamw_ids), lr=cfg['learning_rate'],
+                                    betas=(cfg['beta1'], cfg['beta2']), fused=dev.startswith('cuda'))]
+    if muon_ids:
+        optimizers.append(torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
+                                           weight_decay=cfg['weight_decay'], adjust_lr_fn='match_rms_adamw'))
+    opt_keys = ['optimizer', 'optimizer_muon'][:len(optimizers)]
     batch_gen = torch.Generator().manual_seed(cfg['seed'] + 1000 * rank)   # each rank draws its own windows
     step, best_val = 0, float('inf')
     if ckpt is not None:
         model.load_state_dict(ckpt['model'])
-        try:
-            optimizer.load_state_dict(ckpt['optimizer'])
-        except ValueError as e:        # e.g. another mixing_lr_mult: other parameter groups
-            fail(f"the checkpoint's optimizer state does not fit these settings: {e}")
+        for key, opt in zip(opt_keys, optimizers):
+            fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+            try:
+                opt.load_state_dict(ckpt[key])
+            except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
+                fail(f"the checkpoint's optimizer state does not fit these settings: {e}")
+            for g, f in zip(opt.param_groups, fresh):   # betas, weight decay: these settings, not the saved
+                g.update(f)
         step, best_val = ckpt['step'], ckpt['best_val_loss']
         if rank < len(ckpt['rng']):
             torch.set_rng_state(ckpt['rng'][rank]['torch'])
             batch_gen.set_state(ckpt['rng'][rank]['batch'])
+            if dev.startswith('cuda') and ckpt['rng'][rank].get('cuda') is not None:
+                torch.cuda.set_rng_state(ckpt['rng'][rank]['cuda'], dev)
         say(f'resumed from {ckpt_path} at step {step}')
     raw_model = model
     if cfg['compile']:
@@ -265,8 +359,7 @@ def main(argv):
     flops_per_token = raw_model.flops_per_token(cfg['n_ctx'])
     peak_measured = mixer.measure_matmul_flops(dev, torch.bfloat16 if dt_name == 'bfloat16' else torch.float32)
     peak_nominal = mixer.nominal_peak(dev)
-    log_path = os.path.join(cfg['out_dir'], 'log.jsonl')
-    log = open(log_path, 'a') if master else None
+    log = open(log_path, 'a' if ckpt is not None else 'w') if master else None   # scratch: a new log
 
     def write_log(rec):
         if log:
@@ -286,17 +379,20 @@ def main(argv):
     say(f'MFU is reported against the {peak_text}')
 
     def save():
-        state = {'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(),
+        state = {'model': raw_model.state_dict(), **{k: o.state_dict() for k, o in zip(opt_keys, optimizers)},
                  'model_config': asdict(model_cfg), 'config': cfg, 'step': step,
                  'best_val_loss': best_val, 'rng': rng_states,
                  'tokenizer': {'file': os.path.abspath(os.path.join(cfg['data_dir'], meta['tokenizer'])),
-                               'sha256': meta['tokenizer_sha256']}}
+                               'sha256': meta['tokenizer_sha256'],    # + the rank file itself: no data dir needed
+                               'text': open(os.path.join(cfg['data_dir'], meta['tokenizer']),
+                                            encoding='ascii', newline='').read()}}
         tmp = ckpt_path + '.tmp'
         torch.save(state, tmp)
         os.replace(tmp, ckpt_path)                 # atomic: a crash never leaves half a checkpoint
 
     def gather_rng():
-        mine = {'torch': torch.get_rng_state(), 'batch': batch_gen.get_state()}
+        mine = {'torch': torch.get_rng_state(), 'batch': batch_gen.get_state(),
+                'cuda': torch.cuda.get_rng_state(dev) if dev.startswith('cuda') else None}
         if not ddp:
             return [mine]
         everyone = [None] * world
@@ -304,59 +400,166 @@ def main(argv):
         return everyone
 
     bytes_per_token = meta['val']['bytes_per_token']
-    n_ctx = cfg['n_ctx']
-    t_last, stats = time.perf_counter(), []
+    n_ctx, B, accum, max_iters = cfg['n_ctx'], cfg['batch_size'], cfg['grad_accum'], cfg['max_iters']
+    cuda = dev.startswith('cuda')
+    replay = None
+    if cfg['replay_windows']:
+        with open(cfg['replay_windows']) as f:
+            replay = json.load(f)
+    debug = {'rank': rank, 'starts': [], 'loss': []} if cfg['dump_debug'] else None
+    start_step, skip_eval = step, ckpt is not None and step < max_iters   # the saved step was evaluated
+    decay_iters = cfg['lr_decay_iters'] or max_iters
+    schedule = {'event': 'schedule', 'from_step': step, 'max_iters': max_iters,
+                'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'],
+                'min_lr': cfg['min_lr'], 'lr_decay_iters': decay_iters, 'lr_now': lr_at(step, cfg)}
+    if ckpt is not None:
+        schedule['lr_saved_schedule'] = lr_at(step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
+            'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'max_iters')}})
+    write_log(schedule)
+    say(f'schedule: steps {step} -> {max_iters}; lr warm-up {cfg["warmup_iters"]} steps to '
+        f'{cfg["learning_rate"]:.2e}, cosine to {cfg["min_lr"]:.2e} at step {decay_iters}; lr now '
+        f'{schedule["lr_now"]:.2e}' + (f' (the saved run\'s schedule: {schedule["lr_saved_schedule"]:.2e})'
+                                       if ckpt is not None else ''))
+
+    def stop(msg):
+        """A non-finite loss: one line, exit 1; the last checkpoint (all finite) stays."""
+        print(f'train.py: error: {msg}; stopping, {ckpt_path} keeps the last good state', file=sys.stderr)
+        sys.exit(1)
+
+    pending = []                       # (step, loss tensor) not yet checked for finiteness
+
+    def check_finite():
+        if pending:
+            losses = torch.stack([l for _, l in pending]).float().cpu()     # one device sync
+            bad = (~torch.isfinite(losses)).nonzero()
+            if len(bad):
+                stop(f'non-finite train loss {losses[bad[0, 0]].item()} at step {pending[bad[0, 0]][0]}')
+            pending.clear()
+
+    def hms(seconds):
+        seconds = int(round(seconds))
+        return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+    t_loop = t_last = time.perf_counter()
+    train_seconds, interval_seconds, interval_steps, last_ev = 0.0, 0.0, 0, None
+
+    def tick():
+        """Add the training time since the last tick (device synchronised)."""
+        nonlocal t_last, train_seconds, interval_seconds
+        if cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        train_seconds += now - t_last
+        interval_seconds += now - t_last
+        t_last = now
+
+    def eta():
+        done = step - start_step
+        left = (time.perf_counter() - t_loop) / done * (max_iters - step) if done else float('nan')
+        return hms(left) if math.isfinite(left) else '?'
+
     while True:
-        if step % cfg['eval_interval'] == 0 or step == cfg['max_iters']:
+        if (step % cfg['eval_interval'] == 0 or step == max_iters) and not skip_eval:
+            tick()
+            check_finite()
             rng_states = gather_rng()
             if master:
                 ev = evaluate(raw_model, val_data, cfg, dev, autocast, bytes_per_token)
+                if not math.isfinite(ev['val_loss']):
+                    stop(f'non-finite val loss {ev["val_loss"]} at step {step}')
                 best_val = min(best_val, ev['val_loss'])
-                print(f'step {step:5d} | val loss {ev["val_loss"]:.4f} nats/token | '
-                      f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f}', flush=True)
+                last_ev = {'step': step, **ev}
+                print(f'step {step:5d}/{max_iters} | val loss {ev["val_loss"]:.4f} nats/token | '
+                      f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | ETA {eta()}', flush=True)
                 write_log({'event': 'eval', 'step': step, **ev})
                 if cfg['save_checkpoint'] and step > 0:
                     save()
             t_last = time.perf_counter()           # evaluation time is not training time
-        if step >= cfg['max_iters']:
+        skip_eval = False
+        if step >= max_iters:
             break
         lr = lr_at(step, cfg)
-        for group in optimizer.param_groups:
-            group['lr'] = lr * group.get('lr_mult', 1.0)   # checkpoints from before lr_mult: 1
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group['lr'] = lr * group.get('lr_mult', 1.0)   # checkpoints from before lr_mult: 1
         loss_sum = 0.0
-        for micro in range(cfg['grad_accum']):
-            starts = torch.randint(len(train_data) - n_ctx - 1, (cfg['batch_size'],), generator=batch_gen)
+        for micro in range(accum):
+            if replay is None:
+                starts = torch.randint(len(train_data) - n_ctx - 1, (B,), generator=batch_gen)
+            else:
+                if step >= len(replay):
+                    fail(f'replay_windows holds {len(replay)} steps, step {step + 1} needs more')
+                starts = torch.tensor(replay[step][(rank * accum + micro) * B:(rank * accum + micro + 1) * B])
+            if debug is not None:
+                (debug['starts'].append([]) if micro == 0 else None)
+                debug['starts'][-1] += starts.tolist()
             x, y = get_batch(train_data, starts, n_ctx, cfg['task'], dev)
             # DDP all-reduces gradients on every backward; only the last micro-step needs it.
-            sync = not ddp or micro == cfg['grad_accum'] - 1
+            sync = not ddp or micro == accum - 1
             with (nullcontext() if sync else model.no_sync()), autocast:
                 _, loss = model(x, y)
-                (loss / cfg['grad_accum']).backward()
-            loss_sum += loss.item()
+                (loss / accum).backward()
+            loss_sum = loss_sum + loss.detach()     # no .item(): no device sync per micro-step
         if cfg['grad_clip'] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg['grad_clip'])
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        for opt in optimizers:
+            opt.step()
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
         step += 1
-        if dev.startswith('cuda'):
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        stats.append(now - t_last)
-        t_last = now
-        if step % cfg['log_interval'] == 0 and master:
-            ms = 1000 * float(np.median(stats))
-            tok_s = tokens_per_step / (ms / 1000)
-            mfu = flops_per_token * tok_s / world / peak_measured
-            rec = {'event': 'train', 'step': step, 'loss': loss_sum / cfg['grad_accum'], 'lr': lr,
-                   'ms_per_step': ms, 'tokens_per_s': tok_s, 'mfu': mfu}
-            extra = ''
-            if peak_nominal:
-                rec['mfu_nominal'] = flops_per_token * tok_s / world / peak_nominal
-                extra = f' ({100 * rec["mfu_nominal"]:.1f}% of nominal)'
-            print(f'step {step:5d} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
-                  f'{tok_s:,.0f} tok/s | MFU {100 * mfu:.1f}%{extra}', flush=True)
-            write_log(rec)
-            stats = []
+        interval_steps += 1
+        pending.append((step, loss_sum / accum))
+        if debug is not None:
+            debug['loss'].append(pending[-1][1].item())
+        if not cuda:
+            check_finite()                          # cheap on the CPU: every step
+        if step % cfg['log_interval'] == 0:
+            tick()
+            check_finite()
+            loss_mean = loss_sum / accum
+            if ddp:                                 # the mean over ranks, not rank 0's alone
+                loss_mean = loss_mean.reshape(1).float()
+                dist.all_reduce(loss_mean)
+                loss_mean = loss_mean / world
+            if master:
+                ms = 1000 * interval_seconds / interval_steps
+                tok_s = tokens_per_step / (ms / 1000)
+                mfu = flops_per_token * tok_s / world / peak_measured
+                rec = {'event': 'train', 'step': step, 'loss': loss_mean.item(), 'lr': lr,
+                       'ms_per_step': ms, 'tokens_per_s': tok_s, 'mfu': mfu}
+                extra = ''
+                if peak_nominal:
+                    rec['mfu_nominal'] = flops_per_token * tok_s / world / peak_nominal
+                    extra = f' ({100 * rec["mfu_nominal"]:.1f}% of nominal)'
+                print(f'step {step:5d}/{max_iters} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
+                      f'{tok_s:,.0f} tok/s | MFU {100 * mfu:.1f}%{extra} | ETA {eta()}', flush=True)
+                write_log(rec)
+            interval_seconds, interval_steps = 0.0, 0
+    if master:
+        if last_ev is None or last_ev['step'] != step:       # e.g. resumed past its max_iters
+            last_ev = {'step': step, **evaluate(raw_model, val_data, cfg, dev, autocast, bytes_per_token)}
+            best_val = min(best_val, last_ev['val_loss'])
+        tokens_seen = step * tokens_per_step
+        tok_s = (step - start_step) * tokens_per_step / train_seconds if train_seconds > 0 else 0.0
+        summary = {'event': 'summary', 'final_val_loss': last_ev['val_loss'], 'final_val_bpb': last_ev['val_bpb'],
+                   'final_val_acc': last_ev['val_acc'], 'best_val_loss': best_val, 'step': step,
+                   'tokens_seen': tokens_seen, 'epochs': tokens_seen / len(train_data),
+                   'train_seconds': train_seconds, 'wall_seconds': time.perf_counter() - t_wall,
+                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / world / peak_measured}
+        write_log(summary)
+        print(f'summary: final val loss {summary["final_val_loss"]:.4f} nats/token '
+              f'({summary["final_val_bpb"]:.4f} bits/byte, acc {summary["final_val_acc"]:.3f}), '
+              f'best {best_val:.4f} | {step} steps, {tokens_seen:,} tokens = {summary["epochs"]:.2f} epochs | '
+              f'wall {hms(summary["wall_seconds"])}, training {hms(train_seconds)}, {tok_s:,.0f} tok/s, '
+              f'MFU {100 * summary["mfu"]:.1f}% | checkpoint '
+              f'{ckpt_path if cfg["save_checkpoint"] and os.path.isfile(ckpt_path) else "none"}', flush=True)
+    if debug is not None:
+        h = hashlib.sha256()
+        for v in raw_model.state_dict().values():
+            h.update(v.detach().cpu().contiguous().numpy().tobytes())
+        debug['param_sha256'] = h.hexdigest()
+        with open(os.path.join(cfg['out_dir'], f'debug_rank{rank}.json'), 'w') as f:
+            json.dump(debug, f)
     if ddp:
         dist.barrier()                 # rank 0 may still be evaluating and saving
         dist.destroy_process_group()
