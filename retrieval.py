@@ -1,4 +1,5 @@
-"""Retrieval with frozen language-model embeddings (first paper; DESIGN section 2).
+"""Retrieval with frozen language-model embeddings (Badger 2024, "Masked Mixers for
+Language Generation and Retrieval").
 
     python retrieval.py --ckpt out/ckpt.pt
     python retrieval.py --ckpt out/mixer/ckpt.pt --ckpt out/transformer/ckpt.pt

@@ -315,14 +315,17 @@ class TestPrepareCLI(unittest.TestCase):
         before = {n: read_bytes(os.path.join(self.out, n)) for n in os.listdir(self.out)}
         calls = []
 
-        def failing_encode(enc, stories):  # fail on the second split, after temps exist
+        real_encode = prepare.encode_stream
+
+        def failing_encode(enc, stream, out, **kw):  # fail on the second split, after temps exist
             calls.append(1)
             if len(calls) == 2:
+                out.write(b"\0" * 6)                 # half-written
                 raise OSError("disk full (simulated)")
-            return prepare.np.zeros(3, dtype=np.uint16)
+            return real_encode(enc, stream, out, **kw)
 
         err = io.StringIO()
-        with mock.patch.object(prepare, "encode_split", failing_encode), \
+        with mock.patch.object(prepare, "encode_stream", failing_encode), \
                 contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             rc = prepare.main(["--train", train, "--valid", valid, "--out", self.out,
                                "--vocab_size", str(self.V + 10)])

@@ -23,16 +23,19 @@ import hashlib
 import heapq
 import json
 import os
+import shutil
 import sys
 import time
 import urllib.request
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import regex
 import tiktoken
 
 EOT = "<|endoftext|>"
+EOT_BYTES = EOT.encode("ascii")
 GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -146,19 +149,33 @@ def load_tokenizer(path):
     single bytes not ranked by byte value)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"tokenizer file not found: {path}")
-    ranks = {}
     with open(path, "rb") as f:
-        for n, line in enumerate(f.read().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                tok, r = line.split()
-                ranks[base64.b64decode(tok, validate=True)] = int(r)
-            except ValueError as e:
-                raise ValueError(f"malformed tokenizer file {path}, line {n}: {line[:60]!r}") from e
+        return tokenizer_from_text(f.read(), f"tokenizer file {path}")
+
+
+def tokenizer_from_text(text, where="tokenizer"):
+    """A tiktoken.Encoding from the content of a tokenizer.tiktoken file (str or
+    bytes), as load_tokenizer builds it; `where` names the source in errors (str).
+    This is how a checkpoint's embedded tokenizer is loaded. Raises ValueError if
+    the content is malformed (bad line, duplicate, ranks not 0..n-1, single bytes
+    not ranked by byte value)."""
+    if isinstance(text, str):
+        try:
+            text = text.encode("ascii")
+        except UnicodeEncodeError:
+            raise ValueError(f"malformed {where}: not ASCII") from None
+    ranks = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            tok, r = line.split()
+            ranks[base64.b64decode(tok, validate=True)] = int(r)
+        except ValueError as e:
+            raise ValueError(f"malformed {where}, line {n}: {line[:60]!r}") from e
     if sorted(ranks.values()) != list(range(len(ranks))) or len(ranks) < 256 or \
             any(ranks.get(bytes([b])) != b for b in range(256)):
-        raise ValueError(f"malformed tokenizer file {path}: ranks must be 0..n-1 with "
+        raise ValueError(f"malformed {where}: ranks must be 0..n-1 with "
                          "the 256 single bytes first (rank = byte value), no duplicates")
     vocab_size = len(ranks) + 1
     return tiktoken.Encoding(f"tinystories-bpe-{vocab_size}", pat_str=GPT2_PAT,
@@ -220,9 +237,9 @@ def read_stories(path):
 
 
 def encode_split(enc, stories, chunk=10_000):
-    """Encode stories, each followed by <|endoftext|>; returns a uint16 numpy array.
-    Works through `chunk` stories at a time so the full 2 M-story split never
-    holds more than one chunk of Python ints."""
+    """Encode a list of stories (str), each followed by <|endoftext|>, all at once;
+    returns a uint16 numpy array [n_tokens]. The in-memory reference that the
+    streaming encoder (encode_stream) must reproduce byte for byte."""
     parts = []
     for start in range(0, len(stories), chunk):
         ids = []
@@ -236,16 +253,148 @@ def encode_split(enc, stories, chunk=10_000):
 
 
 def bpe_sample(stories, max_bytes):
-    """The leading stories up to about max_bytes of UTF-8 text (all if max_bytes <= 0):
-    the BPE is trained on this sample, as is usual for large corpora."""
-    if max_bytes <= 0:
-        return stories
-    total = 0
-    for n, s in enumerate(stories):
-        total += len(s)
-        if total > max_bytes:
-            return stories[:n + 1]
-    return stories
+    """The leading stories up to about max_bytes of text (all if max_bytes <= 0), from
+    a list of stories or any iterable of lists of stories (a StoryStream, which is
+    then read only as far as needed): the BPE is trained on this sample, as is usual
+    for large corpora. Counts characters (= bytes for ASCII text); the story that
+    crosses max_bytes is included. Returns a list of str."""
+    chunks = [stories] if isinstance(stories, list) and (not stories or isinstance(stories[0], str)) else stories
+    out, total = [], 0
+    for chunk in chunks:
+        for s in chunk:
+            out.append(s)
+            total += len(s)
+            if 0 < max_bytes < total:
+                return out
+    return out
+
+
+class StoryStream:
+    """The stories of a UTF-8 text file, read in chunks of about chunk_bytes bytes.
+
+    Iterating yields one list of stories (stripped, non-empty str, as split_stories
+    gives) per chunk. A chunk is cut after its last <|endoftext|> separator and the
+    tail is carried over to the next one, so no story is ever cut in two and the
+    concatenated lists equal split_stories(whole text). Memory is bounded by
+    chunk_bytes plus the longest story, whatever the file size.
+
+    A byte sequence that is not UTF-8 raises ValueError naming the file, its byte
+    offset and story number (1-based: 1 + the number of separators before it);
+    with skip_bad_utf8=True that story is left out instead and recorded in
+    self.skipped as (byte offset, story number). Counters after (or during)
+    iteration: bytes_read, chunks, skipped, saw_separator, size (file bytes).
+    Raises FileNotFoundError if path is not a file, ValueError if chunk_bytes < 1."""
+
+    def __init__(self, path, chunk_bytes=8 << 20, skip_bad_utf8=False):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"file not found: {path}")
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        self.path, self.chunk_bytes, self.skip_bad_utf8 = path, chunk_bytes, skip_bad_utf8
+        self.size = os.path.getsize(path)
+        self.bytes_read = self.chunks = self.segments = 0
+        self.skipped = []
+        self.saw_separator = False
+
+    def _stories(self, part, offset):
+        """Stories of `part` (bytes from file offset `offset` up to a separator or the
+        end of file; a separator-joined run of whole segments)."""
+        n_sep = part.count(EOT_BYTES)
+        try:
+            segs = part.decode("utf-8").split(EOT)
+        except UnicodeDecodeError as e:
+            story = self.segments + part.count(EOT_BYTES, 0, e.start) + 1
+            if not self.skip_bad_utf8:
+                raise ValueError(f"{self.path} is not valid UTF-8 at byte offset {offset + e.start} "
+                                 f"(story {story}); pass --skip_bad_utf8 to skip such stories") from None
+            segs, pos = [], offset
+            for i, b in enumerate(part.split(EOT_BYTES)):
+                try:
+                    segs.append(b.decode("utf-8"))
+                except UnicodeDecodeError as e2:
+                    self.skipped.append((pos + e2.start, self.segments + i + 1))
+                    print(f"prepare.py: warning: {self.path}: story {self.segments + i + 1} skipped, "
+                          f"not valid UTF-8 at byte offset {pos + e2.start}", file=sys.stderr)
+                pos += len(b) + len(EOT_BYTES)
+        self.segments += n_sep + 1
+        self.saw_separator |= n_sep > 0
+        return [t for t in (s.strip() for s in segs) if t]
+
+    def __iter__(self):
+        self.bytes_read = self.chunks = self.segments = 0
+        self.skipped, self.saw_separator = [], False
+        pending, pending_len = [], 0      # the unfinished segment: pieces of bytes
+        L = len(EOT_BYTES)
+        tail = b""                        # the last L-1 bytes of the pending pieces
+        with open(self.path, "rb") as f:
+            while True:
+                data = f.read(self.chunk_bytes)
+                self.bytes_read += len(data)
+                if not data:                                   # end of file: the last segment
+                    if pending_len:
+                        self.chunks += 1
+                        yield self._stories(b"".join(pending), self.bytes_read - pending_len)
+                    return
+                if EOT_BYTES not in tail + data[:L - 1] and EOT_BYTES not in data:
+                    pending.append(data)                       # a story longer than a chunk
+                    pending_len += len(data)
+                    tail = (tail + data[-(L - 1):])[-(L - 1):]
+                    continue
+                buf = b"".join(pending) + data if pending else data
+                start = self.bytes_read - len(buf)
+                cut = buf.rfind(EOT_BYTES)
+                pending = [buf[cut + L:]]
+                pending_len = len(pending[0])
+                tail = pending[0][-(L - 1):]
+                self.chunks += 1
+                yield self._stories(buf[:cut], start)
+
+
+def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
+    """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream),
+    each followed by <|endoftext|>, writing uint16 token ids to the binary file
+    object `out` as they come. The result equals encode_split(enc, all stories).
+
+    Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..." that
+    tiktoken encodes on num_threads threads (default: all cores) straight into numpy
+    (tiktoken encodes the pieces between special tokens independently, so this is
+    per-story encoding). Prints progress (MB done, MB/s, ETA) every progress_s
+    seconds when the stream has a `size`. Returns {"tokens", "bytes", "stories"}
+    (bytes: UTF-8 bytes of the stripped stories). Raises ValueError if a token id
+    does not fit in uint16, OSError if writing fails."""
+    threads = num_threads or os.cpu_count() or 1
+    allowed = {EOT}
+    n_tok = n_bytes = n_stories = 0
+    t0 = last = time.time()
+    size = getattr(stream, "size", 0)
+
+    def report(final=False):
+        done = getattr(stream, "bytes_read", 0) / 1e6
+        dt = max(time.time() - t0, 1e-9)
+        rate = done / dt
+        eta = (size / 1e6 - done) / rate if rate > 0 else 0.0
+        print(f"{label}: {done:.1f}/{size / 1e6:.1f} MB, {rate:.1f} MB/s, "
+              + (f"done in {dt:.1f}s" if final else f"ETA {eta:.0f}s"), flush=True)
+
+    with ThreadPoolExecutor(threads) as ex:
+        for stories in stream:
+            if not stories:
+                continue
+            k = -(-len(stories) // (4 * threads))
+            texts = [EOT.join(stories[i:i + k]) + EOT for i in range(0, len(stories), k)]
+            for ids in ex.map(lambda t: enc.encode_to_numpy(t, allowed_special=allowed), texts):
+                if ids.size and int(ids.max()) >= 65536:
+                    raise ValueError("token ids do not fit in uint16 (vocab_size > 65536)")
+                out.write(ids.astype(np.uint16).tobytes())
+                n_tok += int(ids.size)
+            n_bytes += sum(len(t.encode("utf-8")) for t in texts) - len(EOT) * len(stories)
+            n_stories += len(stories)
+            if size and time.time() - last >= progress_s:
+                last = time.time()
+                report()
+    if size:
+        report(final=True)
+    return {"tokens": n_tok, "bytes": n_bytes, "stories": n_stories}
 
 
 def main(argv=None):
@@ -255,17 +404,34 @@ def main(argv=None):
     p.add_argument("--train", help="local training text (default: download TinyStories-train.txt)")
     p.add_argument("--valid", help="local validation text (default: download TinyStories-valid.txt)")
     p.add_argument("--out", default=os.path.join(DATA_DIR, "tinystories"), help="output dir")
-    p.add_argument("--vocab_size", type=int, default=4096, help="tokens incl. <|endoftext|>")
+    p.add_argument("--vocab_size", type=int, default=None,
+                   help="tokens incl. <|endoftext|> (default 4096; with --tokenizer: that file's)")
     p.add_argument("--bpe_max_bytes", type=int, default=100_000_000,
                    help="train the BPE on the first stories up to this many bytes (0: all)")
+    p.add_argument("--tokenizer", metavar="FILE",
+                   help="encode with this existing tokenizer.tiktoken instead of training one")
+    p.add_argument("--chunk_bytes", type=int, default=8 << 20,
+                   help="read and encode the text in chunks of about this many bytes")
+    p.add_argument("--skip_bad_utf8", action="store_true",
+                   help="skip a story that is not valid UTF-8 (counted in meta.json) instead of stopping")
     args = p.parse_args(argv)
     t0 = time.time()
     tmps = []
     try:
-        if not 257 <= args.vocab_size <= 65536:
+        if args.vocab_size is not None and not 257 <= args.vocab_size <= 65536:
             raise ValueError(f"--vocab_size must be in [257, 65536], got {args.vocab_size}")
+        if args.chunk_bytes < 1:
+            raise ValueError(f"--chunk_bytes must be >= 1, got {args.chunk_bytes}")
         if (args.train is None) != (args.valid is None):
             raise ValueError("pass both --train and --valid, or neither (to download)")
+        enc = None
+        if args.tokenizer is not None:
+            enc = load_tokenizer(args.tokenizer)
+            if enc.n_vocab > 65536:
+                raise ValueError(f"tokenizer {args.tokenizer} has {enc.n_vocab} tokens; uint16 files hold 65536")
+            if args.vocab_size is not None and args.vocab_size != enc.n_vocab:
+                raise ValueError(f"--vocab_size {args.vocab_size} but tokenizer {args.tokenizer} "
+                                 f"has {enc.n_vocab} tokens")
         paths = [args.train, args.valid]
         if args.train is None:
             try:
@@ -273,29 +439,47 @@ def main(argv=None):
                 paths = [download(f"TinyStories-{s}.txt", raw) for s in ("train", "valid")]
             except OSError as e:
                 raise ValueError(f"download failed ({e}); pass --train/--valid to use local files")
-        splits = {"train": read_stories(paths[0]), "val": read_stories(paths[1])}
-        print(f"read {len(splits['train'])} train / {len(splits['val'])} val stories")
+        streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
+                   "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
 
-        ranks = train_bpe(bpe_sample(splits["train"], args.bpe_max_bytes), args.vocab_size, verbose=True)
         os.makedirs(args.out, exist_ok=True)
 
         def tmp(name):  # temp file in the out dir, renamed to name at the end
             tmps.append((os.path.join(args.out, f".{name}.tmp{os.getpid()}"), name))
             return tmps[-1][0]
 
+        if not sum(len(stories) for stories in streams["val"]):   # a bad valid file fails before the BPE
+            raise ValueError(f"{paths[1]} has no text (empty file or only separators)")
         tok_tmp = tmp("tokenizer.tiktoken")
-        save_tokenizer(ranks, tok_tmp)
+        if enc is None:
+            sample = bpe_sample(streams["train"], args.bpe_max_bytes)
+            if not sample:
+                raise ValueError(f"{paths[0]} has no text (empty file or only separators)")
+            print(f"training the BPE on the first {len(sample)} stories "
+                  f"({sum(map(len, sample)) / 1e6:.1f} MB) of {paths[0]}", flush=True)
+            ranks = train_bpe(sample, args.vocab_size or 4096, verbose=True)
+            del sample
+            save_tokenizer(ranks, tok_tmp)
+        else:
+            shutil.copyfile(args.tokenizer, tok_tmp)
         enc = load_tokenizer(tok_tmp)
         meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token,
                 "tokenizer": "tokenizer.tiktoken", "tokenizer_sha256": tokenizer_sha256(tok_tmp)}
-        for split, stories in splits.items():
-            arr = encode_split(enc, stories)
-            arr.tofile(tmp(f"{split}.bin"))
-            nbytes = sum(len(s.encode("utf-8")) for s in stories)
-            meta[split] = {"tokens": len(arr), "bytes": nbytes, "stories": len(stories),
-                           "bytes_per_token": nbytes / len(arr)}
-            print(f"{split}: {len(stories)} stories, {nbytes} bytes, {len(arr)} tokens, "
-                  f"{nbytes / len(arr):.3f} bytes/token")
+        for split, stream in streams.items():   # val first: a bad file is found early
+            with open(tmp(f"{split}.bin"), "wb") as f:
+                st = encode_stream(enc, stream, f, label=split)
+            if not st["stories"]:
+                raise ValueError(f"{stream.path} has no text (empty file or only separators)")
+            if not stream.saw_separator:
+                print(f"prepare.py: warning: no <|endoftext|> separator found in {stream.path}, "
+                      "treating the whole text as one story", file=sys.stderr)
+            st["bytes_per_token"] = st["bytes"] / st["tokens"]
+            st["skipped_bad_utf8"] = len(stream.skipped)
+            meta[split] = st
+            print(f"{split}: {st['stories']} stories, {st['bytes']} bytes, {st['tokens']} tokens, "
+                  f"{st['bytes_per_token']:.3f} bytes/token, {stream.chunks} chunks"
+                  + (f", {len(stream.skipped)} stories skipped (bad UTF-8)" if stream.skipped else ""))
+        meta = {k: meta[k] for k in ("vocab_size", "eot_id", "tokenizer", "tokenizer_sha256", "train", "val")}
         with open(tmp("meta.json"), "w") as f:
             json.dump(meta, f, indent=2)
         for t, name in tmps:
