@@ -350,9 +350,9 @@ def verdict(a, b, expect, higher_is_better=False):
     return f'{"yes" if ok else "no"} ({seen})'
 
 
-def fmt(xs, digits=3):
+def fmt(xs, digits=3, sign=''):
     m, s = stats(xs)
-    return f'{m:.{digits}f} +- {s:.{digits}f}' if math.isfinite(m) else 'failed'
+    return f'{m:{sign}.{digits}f} +- {s:.{digits}f}' if math.isfinite(m) else 'failed'
 
 
 def losses(plan, m):
@@ -385,7 +385,7 @@ def claim_rows(plan, extras):
         dt = [x - y for x, y in zip(losses(plan, 'transformer_nonorm'), losses(plan, 'transformer'))]
         rows.append(['layer norms removed: cost to the mixer vs to the transformer',
                      'mixer still trains, transformer degrades (Masked Mixers IV)',
-                     f'mixer +{fmt(dm)}, transformer +{fmt(dt)} nats', verdict(dm, dt, 'better'),
+                     f'mixer {fmt(dm, sign="+")}, transformer {fmt(dt, sign="+")} nats', verdict(dm, dt, 'better'),
                      cmd('flat', 'flat_nonorm', 'transformer', 'transformer_nonorm')])
     pair('learned positional encoding for the mixer', 'no gain', 'posenc', 'flat', 'not better')
     pair('Toeplitz vs dense mixer', 'about equal (Masked Recurrent Mixers)', 'toeplitz', 'flat', 'equal')
@@ -461,11 +461,12 @@ def plot(plan, step_s, path):
     except ImportError:
         return 'no plot: matplotlib is not installed (pip install matplotlib)'
     fig, ax = plt.subplots(figsize=(9, 6))
-    for m, p in plan.items():
+    for i, (m, p) in enumerate(plan.items()):
         ev = p['runs'][0]['evals']
         if ev:
             style = '-' if MODELS[m][1] == 'mixer' else '--'
-            ax.plot([s * step_s[m] for s, *_ in ev[1:]], [e[1] for e in ev[1:]], style, label=m)
+            ax.plot([s * step_s[m] for s, *_ in ev[1:]], [e[1] for e in ev[1:]], style, marker='.',
+                    color=plt.cm.tab20(i % 20), label=m)
     ax.set_xlabel('training seconds (steps x calibrated step time)')
     ax.set_ylabel('validation loss (nats/token)')
     ax.set_title('Equal wall-clock budget: mixers solid, transformers dashed (seed 0)')
