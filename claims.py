@@ -1,6 +1,6 @@
 """The masked-mixer papers' claims, reproduced at equal compute on this machine.
 
-    python claims.py                 # the full comparison (about 80 minutes on 2 CPU cores)
+    python claims.py                 # the full comparison (70 minutes measured on 2 CPU cores)
     python claims.py --quick         # tiny models and budgets: every row in about 2 minutes
     python claims.py --budget 2      # twice the training time for every run
     python claims.py --models flat,transformer     # only these models (and the rows they make)
