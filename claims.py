@@ -113,6 +113,15 @@ def train_in_process(argv, log_path):
             return 1
 
 
+def train_job(argv, run_dir):
+    """Runner job: train.py with argv, console to RUN_DIR/console.txt -> {'rc', 'evals',
+    'summary', 'line'} read from its log."""
+    rc = train_in_process(argv, os.path.join(run_dir, 'console.txt'))
+    evals, summary = read_log(os.path.join(run_dir, 'log.jsonl'))
+    return {'rc': rc, 'evals': evals, 'summary': summary,
+            'line': f'val {evals[-1][1]:.4f}' if evals else 'no eval'}
+
+
 def run_command(args, out_path):
     """Run a project script (python args...) with stdout to out_path -> exit status."""
     tmp = out_path + '.tmp'
@@ -143,8 +152,9 @@ def read_log(path):
 
 
 class Runner:
-    """Runs train.py jobs on a pool of `workers` processes with `threads` threads each,
-    caches each finished run's result.json, and prints progress and ETAs."""
+    """Runs jobs on a pool of `workers` processes with `threads` threads each, caches
+    each finished job's result.json (keyed by the job's arguments), and prints progress
+    and ETAs. claims.py runs train.py through it; icl.py runs its own training jobs."""
 
     def __init__(self, out, workers, threads):
         self.out, self.workers = out, workers
@@ -163,10 +173,14 @@ class Runner:
                 return res
         return None
 
-    def train_batch(self, jobs, what):
-        """jobs: list of (run_dir, argv, eta_seconds, prepare) -> list of results (dicts with
-        'rc', 'evals', 'summary', 'argv'), in order. prepare(run_dir) sets the folder up
-        (default: empty it). Cached runs are not run again."""
+    def map(self, fn, jobs, what):
+        """jobs: list of (run_dir, argv, eta_seconds, prepare) -> list of results, in order.
+
+        fn(argv, run_dir) runs in a pool process and returns a JSON-able dict with 'rc'
+        (0 = ok) and 'line' (a short summary for the progress line); the result is that
+        dict with 'argv' added. prepare(run_dir) sets the folder up (default: empty it).
+        A job whose run_dir holds a result.json of the same argv is not run again; a
+        failed job (rc != 0) is not cached, so the next call retries it."""
         results, todo = [None] * len(jobs), []
         for i, (run_dir, argv, eta, prepare) in enumerate(jobs):
             results[i] = self.cached(run_dir, argv)
@@ -179,26 +193,29 @@ class Runner:
         for i in todo:
             run_dir, argv, eta, prepare = jobs[i]
             (prepare or reset_dir)(run_dir)
-            futures[self.pool.submit(train_in_process, argv, os.path.join(run_dir, 'console.txt'))] = i
+            futures[self.pool.submit(fn, argv, run_dir)] = i
         if todo:
-            say(f'{what}: {len(todo)} runs, about {fmt_s(left / self.workers)} of training on {self.workers} workers')
+            say(f'{what}: {len(todo)} runs, about {fmt_s(left / self.workers)} on {self.workers} workers')
         for fut in as_completed(futures):
             i = futures[fut]
             run_dir, argv, eta, _ = jobs[i]
-            evals, summary = read_log(os.path.join(run_dir, 'log.jsonl'))
-            res = {'argv': argv, 'rc': fut.result(), 'evals': evals, 'summary': summary}
-            if res['rc'] == 0:                       # failed runs are retried by the next call
+            res = {'argv': argv, **fut.result()}
+            if res['rc'] == 0:
                 with open(self.result_path(run_dir) + '.tmp', 'w') as f:
                     json.dump(res, f)
                 os.replace(self.result_path(run_dir) + '.tmp', self.result_path(run_dir))
             results[i] = res
             done += 1
             left -= eta
-            final = f'val {evals[-1][1]:.4f}' if evals else 'no eval'
             say(f'  [{done}/{len(todo)}] {os.path.relpath(run_dir, self.out)}: '
-                f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {final}; '
+                f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {res.get("line", "")}; '
                 f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in this phase')
         return results
+
+    def train_batch(self, jobs, what):
+        """train.py runs: jobs as in map(), argv the train.py arguments -> results with
+        'rc', 'evals' [(step, val_loss, val_bpb, val_acc)], 'summary', 'argv'."""
+        return self.map(train_job, jobs, what)
 
     def commands(self, jobs, what):
         """jobs: list of (args, out_path) run as `python args...` on the pool -> exit statuses.
