@@ -16,6 +16,7 @@ import icl
 from test_mixer import run
 
 D = icl.D_X + 1
+NOISE = ('0', '5', 'c13')       # the end-to-end run: every row, three columns (the mixers' two among them)
 
 
 def prompts(batch=64, noise='2', seed=0):
@@ -182,9 +183,9 @@ class TestCommandLine(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp()
-        cls.first = run('icl.py', '--quick', '--mixers', '--out', cls.out)
+        cls.first = run('icl.py', '--quick', '--mixers', '--noise', ','.join(NOISE), '--out', cls.out)
         cls.stamps = {f: os.path.getmtime(f) for f in cls.results()}
-        cls.second = run('icl.py', '--quick', '--mixers', '--out', cls.out)
+        cls.second = run('icl.py', '--quick', '--mixers', '--noise', ','.join(NOISE), '--out', cls.out)
 
     @classmethod
     def tearDownClass(cls):
@@ -206,7 +207,7 @@ class TestCommandLine(unittest.TestCase):
         for f in self.results():
             res = json.load(open(f))
             self.assertTrue(math.isfinite(res['sweep']), f)
-        self.assertEqual(len(self.results()), len(icl.PAPER_MODELS) * len(icl.NOISE_NAMES) + len(icl.MIXER_NOISE)
+        self.assertEqual(len(self.results()), len(icl.PAPER_MODELS) * len(NOISE) + len(icl.MIXER_NOISE)
                          * len(icl.MIXER_VARIANTS) * len(icl.MIXER_LAYERS) * len(icl.SETTINGS['quick']['mixer_lrs']))
         self.assertGreater(os.path.getsize(os.path.join(self.out, 'icl.png')), 10000)
         self.assertGreater(table.count('| agree') + table.count('| disagree'), 5)
