@@ -1,7 +1,7 @@
 """In-context regression: linear transformers as in-context learners, and masked mixers.
 
-    python icl.py                  # the paper's Table 1 on 2 CPU cores (budget and time: README)
-    python icl.py --quick          # every row and plot at a tiny budget (under 2 minutes)
+    python icl.py                  # the paper's Table 1 on 2 CPU cores (47 min measured; budget: README)
+    python icl.py --quick          # every row and plot at a tiny budget (about 3 minutes measured)
     python icl.py --layers 1,2,3,4,5,6,7 --params diag --noise 0,3   # any grid of models
     python icl.py --mixers         # the same prompts through mixer.py's sequence models
 
@@ -779,8 +779,9 @@ def mixer_report(results, jobs, lsa, base, s):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('--quick', action='store_true', help='tiny budget: every row and plot in under 2 minutes')
+    p.add_argument('--quick', action='store_true', help='tiny budget: every row and plot in a few minutes')
     p.add_argument('--mixers', action='store_true', help="also the same prompts through mixer.py's sequence models")
+    p.add_argument('--mixer_layers', default=','.join(map(str, MIXER_LAYERS)), help='depths of the sequence models')
     p.add_argument('--layers', help="comma-separated depths (with --params: that grid; default the paper's rows)")
     p.add_argument('--params', help='comma-separated parameterisations among full,diag,gdpp')
     p.add_argument('--noise', default=','.join(NOISE_NAMES), help='settings: 0..7 = sigma ~ U(0, x), c13, c135 = sets')
@@ -816,13 +817,14 @@ def parse_args(argv):
             fail(str(e))
     try:
         layers = [int(x) for x in args.layers.split(',')] if args.layers else None
+        args.mixer_layers = [int(x) for x in args.mixer_layers.split(',')]
     except ValueError:
-        fail(f'--layers must be integers separated by commas, got {args.layers!r}')
+        fail(f'--layers and --mixer_layers must be integers separated by commas')
     params = args.params.split(',') if args.params else None
     if params and any(x not in PARAMS for x in params):
         fail(f'--params: choose among {",".join(PARAMS)}, got {args.params!r}')
-    if layers and min(layers) < 1:
-        fail('--layers must be >= 1')
+    if min(layers or [1]) < 1 or min(args.mixer_layers) < 1:
+        fail('--layers and --mixer_layers must be >= 1')
     if layers or params:
         args.models = [(L, q) for L in (layers or sorted({m[0] for m in PAPER_MODELS})) for q in (params or PARAMS)]
     else:
@@ -842,7 +844,7 @@ def main(argv=None):
     claims.say(f'icl: {len(args.models)} LSA models x {len(args.noises)} noise settings x {s["seeds"]} seed(s), '
                f'{s["iters"]} steps of {s["batch_size"]} prompts at lr {s["lr"]:g}, float64; output in {out}')
     jobs = lsa_specs(args.models, args.noises, s, s['seeds'])
-    mjobs = mixer_specs(MIXER_VARIANTS, MIXER_LAYERS, MIXER_NOISE, s, s['mixer_lrs']) if args.mixers else []
+    mjobs = mixer_specs(MIXER_VARIANTS, args.mixer_layers, MIXER_NOISE, s, s['mixer_lrs']) if args.mixers else []
     if mjobs:      # the mixers' table compares with these LSA models
         jobs += [j for j in lsa_specs([(1, 'diag'), (2, 'diag'), (4, 'diag')], MIXER_NOISE, s, 1)
                  if j[0] not in {name for name, _ in jobs}]
