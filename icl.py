@@ -533,11 +533,6 @@ def fmt(x):
     return f'{x:.2e}' if abs(x) < 1e-3 and x != 0 else f'{x:.3g}'
 
 
-def md_table(header, rows):
-    return '\n'.join(['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)] +
-                     ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows])
-
-
 def paper_row(L, param):
     return PAPER.get((L, 'all') if L == 1 else (L, param))
 
@@ -706,7 +701,7 @@ def lsa_report(results, jobs, models, noises, s, seeds):
         rows.append([name, *[f'{fmt(base[name][n])}' + (f' ({fmt(PAPER[name][NOISE_NAMES.index(n)])})'
                                                            if n in NOISE_NAMES else '') for n in noises]])
     header = ['model', *[f'U(0,{n})' if n[0].isdigit() else '{' + ','.join(n[1:]) + '}' for n in noises]]
-    text = [md_table(header, rows), '',
+    text = [claims.md_table(header, rows), '',
             'Cells: ours (the paper\'s), adjusted evaluation loss = model minus oracle, 0.5 squared error, '
             f'{s["eval_prompts"]} fresh prompts shared by every model of a column'
             + (f'; +- half the range over {seeds} seeds, best seed by a separate prompt set' if seeds > 1 else '')
@@ -728,7 +723,7 @@ def theory_report(results, jobs, sig, noises):
                 for p in PARAMS if (deepest, p, key) in sig]
         if rows:
             text += [f'Adjusted loss of each layer\'s implicit weights w^l (Figure 5), {label}, sweep prompts:', '',
-                     md_table(['model', *[f'l={i + 1}' for i in range(deepest)]], rows), '']
+                     claims.md_table(['model', *[f'l={i + 1}' for i in range(deepest)]], rows), '']
     for (name, spec), res in zip(jobs, results):
         if spec['param'] == 'diag' and spec['n_layer'] == deepest and spec['seed'] == 0 and res.get('finished') \
                 and spec['noise'] == ('5' if '5' in noises else noises[-1]):
@@ -738,7 +733,7 @@ def theory_report(results, jobs, sig, noises):
             om = model.omegas().tolist()
             text += [f'DIAG omegas of the {deepest}-layer model trained at noise {spec["noise"]} (the paper\'s '
                      f'Eq. 6, its coordinates):', '',
-                     md_table(['layer', 'omega_xx', 'omega_xy', 'omega_yx', 'omega_yy'],
+                     claims.md_table(['layer', 'omega_xx', 'omega_xy', 'omega_yx', 'omega_yy'],
                               [[l + 1, *[f'{v:.3g}' for v in row]] for l, row in enumerate(om)]), '']
     return '\n'.join(text)
 
@@ -770,7 +765,7 @@ def mixer_report(results, jobs, lsa, base, s):
         rows.append([name, '-', *[fmt(base[name][n]) for n in noises]])
     header = ['model', 'parameters', *[f'U(0,{n})' if n != '0' else 'sigma = 0' for n in noises]]
     sp = jobs[0][1]
-    return '\n'.join([md_table(header, rows), '',
+    return '\n'.join([claims.md_table(header, rows), '',
                       f'Every sequence model: d_model {sp["d_model"]}, {sp["iters"]} Adam steps of {sp["batch_size"]} '
                       f'prompts, float32, learning rate chosen from {", ".join(f"{x:g}" for x in s["mixer_lrs"])} on '
                       f'separate prompts, 1 seed; adjusted eval loss on the same {s["eval_prompts"]} prompts as '
@@ -856,7 +851,7 @@ def main(argv=None):
     table, adj, base, sig = lsa_report(results, jobs, models, noises, s, s['seeds'])
     text = ['# In-context regression (Vladymyrov et al. 2024, Table 1)', '', table, '',
             '## The paper\'s claims', '',
-            md_table(['claim', 'ours', 'verdict'], verdicts(adj, base, sig, noises)), '',
+            claims.md_table(['claim', 'ours', 'verdict'], verdicts(adj, base, sig, noises)), '',
             '## Theory (Theorem 4.1, Figure 5)', '', theory_report(results, jobs, sig, noises)]
     if mjobs:
         mres = run_jobs(runner, out, mjobs, 'sequence models (mixer.py)')
