@@ -63,6 +63,7 @@ MODELS = {
     'kernel4': (['--variant=kernel', '--kernel=4'], 'mixer'),
     'kernel4_embed': (['--variant=kernel', '--kernel=4', '--embed_linear=True'], 'mixer'),
     'hybrid': (['--variant=hybrid'], 'hybrid'),
+    'hybrid_parallel': (['--variant=hybrid_parallel'], 'hybrid'),
     'recurrent': (['--variant=recurrent'], 'mixer'),
     'linear': (['--variant=linear'], 'mixer'),
     'flat_muon': (['--variant=flat', '--optimizer=muon'], 'mixer'),
@@ -413,6 +414,8 @@ def claim_rows(plan, extras):
          'better')
     pair('hybrid transformer-mixer vs transformer', 'hybrid best of all: 1.59 vs 1.61', 'hybrid', 'transformer',
          'better')
+    pair('parallel hybrid (attention + mixing side by side) vs transformer', 'no gain: 1.61 vs 1.61 (4x V100)',
+         'hybrid_parallel', 'transformer', 'equal')
     pair('recurrent vs dense mixer', 'close, with constant-state inference', 'recurrent', 'flat', 'equal')
     if 'linear' in plan:
         ll = losses(plan, 'linear')

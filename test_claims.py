@@ -105,7 +105,8 @@ class TestClaimsQuick(unittest.TestCase):
             table = f.read()
         for claim in ('llama-style transformer', 'GPT-style', 'expanded', 'layer norms removed',
                       'positional encoding', 'Toeplitz', '2 heads', '4 heads', 'kernel 4 mixer vs',
-                      'linear after the embedding', 'hybrid', 'recurrent', 'linear mixer trains', 'retrieval',
+                      'linear after the embedding', 'hybrid transformer-mixer', 'parallel hybrid', 'recurrent',
+                      'linear mixer trains', 'retrieval',
                       'autoencoder', 'training memory', 'Muon vs AdamW, flat', 'Muon vs AdamW, transformer',
                       'best mixer vs best transformer'):
             with self.subTest(claim=claim):

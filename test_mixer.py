@@ -286,6 +286,35 @@ class TestVariants(unittest.TestCase):
 
 
 # ----------------------------------------------------------------------------- recurrent mixer
+    def test_fresh_hybrid_is_the_transformer(self):
+        """The serial hybrid's mixing starts at the identity, so a fresh hybrid's logits
+        are the transformer's when the shared weights are copied across (Badger 2024's
+        hybrid, initialised so that it learns what to mix)."""
+        for mixing in ('dense', 'toeplitz'):
+            torch.manual_seed(0)
+            hybrid = mixer.build_model(mixer.variant_config('hybrid', **{**TINY, 'mixing': mixing,
+                                                                          'fft_threshold': 10 ** 6})).eval()
+            mix = hybrid.blocks[0].mixing.mix
+            z = torch.randn(2, 1, 24, 32)
+            with self.subTest(mixing=mixing):
+                self.assertTrue(torch.equal(mix.mix(z), z))
+            transformer = mixer.build_model(mixer.variant_config('transformer', **TINY)).eval()
+            state = {k.replace('mixing.attn.', 'mixing.'): v for k, v in hybrid.state_dict().items()
+                     if '.mixing.mix.' not in k}
+            transformer.load_state_dict(state)
+            idx = torch.randint(0, 64, (2, 24))
+            with self.subTest(mixing=mixing):
+                torch.testing.assert_close(hybrid(idx)[0], transformer(idx)[0], atol=1e-6, rtol=0)
+
+    def test_parallel_hybrid_adds_the_two_branches(self):
+        """hybrid_parallel: y = Attn(z) + Mix(z), each branch live."""
+        model = tiny_model('hybrid_parallel')
+        branch = model.blocks[0].mixing
+        z = torch.randn(2, 24, 32)
+        torch.testing.assert_close(branch(z), branch.attn(z) + branch.mix(z), atol=0, rtol=0)
+        for part in (branch.attn, branch.mix):
+            self.assertGreater(part(z).abs().max().item(), 1e-3)
+
 
 class TestRecurrent(unittest.TestCase):
 
