@@ -39,6 +39,7 @@ from contextlib import nullcontext
 import torch
 
 import mixer
+import train
 
 TABLES = ('train', 'memory', 'generation', 'paths')
 MEM_VARIANTS = ('flat', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent', 'linear_attention')
@@ -104,9 +105,9 @@ def machine(args):
 def bench_peak(args):
     """Measured (and nominal, on known GPUs) matmul peak, FLOP/s -> dict."""
     dtype = torch.bfloat16 if args.dtype == 'bf16' else torch.float32
-    measured = mixer.measure_matmul_flops(args.device, dtype, n=512 if args.quick else 1024,
+    measured = train.measure_matmul_flops(args.device, dtype, n=512 if args.quick else 1024,
                                           seconds=0.1 if args.quick else 0.5)
-    peak = dict(measured=measured, nominal=mixer.nominal_peak(args.device))
+    peak = dict(measured=measured, nominal=train.nominal_peak(args.device))
     rows = [[f'measured {args.dtype} matmul', f'{measured / 1e9:.1f}']]
     if peak['nominal']:
         rows.append(['nominal bf16 dense (datasheet)', f'{peak["nominal"] / 1e9:.1f}'])
@@ -420,7 +421,7 @@ def main(argv=None):
     if args.mem_cells:
         return mem_child(args)
     if args.device.type == 'cpu':
-        mixer.keep_freed_memory()   # as train.py does (the memory table's children do not)
+        train.keep_freed_memory()   # as train.py does (the memory table's children do not)
     start = time.perf_counter()
     print(f'# bench.py\n\n{machine(args)}\n')
     peak = bench_peak(args)

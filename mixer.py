@@ -20,9 +20,7 @@ Models: LanguageModel (kinds mixer, transformer, hybrid, linear_attention) and
 Autoencoder. VARIANTS maps the papers' variant names to config overrides.
 """
 
-import ctypes
 import math
-import time
 from dataclasses import dataclass, fields
 
 import torch
@@ -866,55 +864,3 @@ class RetrievalMixer(nn.Module):
 def build_model(cfg):
     """The model for cfg: Autoencoder if cfg.task == 'autoencode', else LanguageModel."""
     return Autoencoder(cfg) if cfg.task == 'autoencode' else LanguageModel(cfg)
-
-
-# ----------------------------------------------------------------------------- the machine: allocator, peak for MFU
-
-def keep_freed_memory():
-    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep
-    freed memory, instead of mmap-ing each block over its threshold (32 MiB at most)
-    afresh and unmapping it on free. Such blocks come and go on every CPU training
-    step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the softmax and
-    its gradient), and each new mapping is page-faulted in again at a few GB/s.
-    Measured on 2 cores: cross entropy forward+backward on those logits 67 -> 23-28
-    ms; a CPU-config training step about 250 -> 170 ms. The cost: memory freed by
-    tensors stays with the process. Returns True if applied, False without glibc
-    (macOS, Windows, musl); never raises."""
-    try:
-        libc = ctypes.CDLL('libc.so.6')
-    except OSError:
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
-
-
-# Nominal dense bf16 peak (FLOP/s, no sparsity) of GPUs we know; others get a measured peak only.
-NOMINAL_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, 'A10': 125e12}
-
-
-def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=1.0):
-    """Measured dense matmul throughput of this machine, FLOP/s (float): the best of
-    repeated n x n x n products of `dtype` on `device` over about `seconds`."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    sync = torch.cuda.synchronize if str(device).startswith('cuda') else (lambda: None)
-    for _ in range(2):
-        a @ b
-    best = 0.0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        sync()
-        t = time.perf_counter()
-        for _ in range(4):
-            a @ b
-        sync()
-        best = max(best, 4 * 2 * n ** 3 / (time.perf_counter() - t))
-    return best
-
-
-def nominal_peak(device):
-    """Nominal bf16 dense FLOP/s of the CUDA device's model, or None if unknown / CPU."""
-    if not str(device).startswith('cuda'):
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in NOMINAL_PEAK.items() if k in name), None)

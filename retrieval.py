@@ -330,8 +330,8 @@ def progress_printer(label):
 
 
 def load_model(path, device):
-    """sample.load_checkpoint, its CheckpointError reported as this program's UsageError."""
-    from sample import CheckpointError, load_checkpoint
+    """checkpoint.load_checkpoint, its CheckpointError reported as this program's UsageError."""
+    from checkpoint import CheckpointError, load_checkpoint
     try:
         return load_checkpoint(path, device)
     except CheckpointError as e:

@@ -9,74 +9,17 @@ transformer) or the constant-size state (recurrent mixer, linear attention).
 """
 
 import argparse
-import hashlib
-import os
 import sys
 
 import torch
 
-import mixer
-from data.prepare import load_tokenizer, tokenizer_from_text, tokenizer_sha256
+from checkpoint import CheckpointError, load_checkpoint
 
 
 def fail(msg):
     """Print a one-line error and exit with code 2."""
     print(f'sample.py: error: {msg}', file=sys.stderr)
     sys.exit(2)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint or its tokenizer cannot be used (message is one line)."""
-
-
-def load_checkpoint(path, device='cpu'):
-    """Load a train.py checkpoint -> (model in eval mode, tiktoken.Encoding, checkpoint dict).
-
-    The tokenizer is the rank file text embedded in the checkpoint (train.py's
-    save), checked against its SHA-256, so the checkpoint file alone suffices.
-    A checkpoint written before tokenizers were embedded (only 'file' and
-    'sha256') loads the file it records instead. Raises CheckpointError on a
-    missing or corrupt checkpoint, or a missing, corrupt or different tokenizer."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f'checkpoint {path!r} not found')
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-        cfg = mixer.ModelConfig(**ckpt['model_config'])
-        model = mixer.build_model(cfg)
-        model.load_state_dict(ckpt['model'])
-    except Exception as e:  # torch raises many types for a damaged file
-        raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py '
-                              f'({type(e).__name__}: {str(e)[:120]})') from None
-    return model.to(device).eval(), checkpoint_tokenizer(ckpt, path), ckpt
-
-
-def checkpoint_tokenizer(ckpt, path='checkpoint'):
-    """The tiktoken.Encoding of a checkpoint dict: its embedded rank file text
-    (ckpt['tokenizer']['text']) or, for an older checkpoint without one, the file
-    at ckpt['tokenizer']['file']; either must match ckpt['tokenizer']['sha256'].
-    `path` names the checkpoint in errors. Raises CheckpointError otherwise."""
-    tok = ckpt.get('tokenizer')
-    if not isinstance(tok, dict) or 'sha256' not in tok or not ('text' in tok or 'file' in tok):
-        raise CheckpointError(f'checkpoint {path!r} records no tokenizer (not from train.py)')
-    if 'text' in tok:
-        if not isinstance(tok['text'], str) or \
-                hashlib.sha256(tok['text'].encode('utf-8')).hexdigest() != tok['sha256']:
-            raise CheckpointError(f'the tokenizer embedded in checkpoint {path!r} does not match its '
-                                  'SHA-256 (a damaged file, or the data dir\'s tokenizer changed after '
-                                  'data/prepare.py wrote it)')
-        try:
-            return tokenizer_from_text(tok['text'], f'tokenizer embedded in {path!r}')
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-    if not os.path.isfile(tok['file']):
-        raise CheckpointError(f"tokenizer {tok['file']!r} recorded in the checkpoint not found "
-                              '(an older checkpoint without its tokenizer: run data/prepare.py)')
-    if tokenizer_sha256(tok['file']) != tok['sha256']:
-        raise CheckpointError(f"tokenizer {tok['file']!r} differs from the one the model was trained with")
-    try:
-        return load_tokenizer(tok['file'])
-    except ValueError as e:
-        raise CheckpointError(str(e)) from None
 
 
 def main(argv=None):

@@ -338,22 +338,22 @@ class TestCheckpointTravels(unittest.TestCase):
                          'word word word word word word word word word word word word word word word', r.stdout)
 
     def test_old_checkpoints_and_damaged_tokenizers(self):
-        import sample
+        import checkpoint
         ckpt = torch.load(self.alone, map_location='cpu', weights_only=True)
         tok_file = os.path.join(self.tmp, 'tok.tiktoken')
         with open(tok_file, 'wb') as f:
             f.write(self.tok_bytes)
         old = {**ckpt, 'tokenizer': {'file': tok_file, 'sha256': ckpt['tokenizer']['sha256']}}
-        enc = sample.checkpoint_tokenizer(old)
+        enc = checkpoint.checkpoint_tokenizer(old)
         self.assertEqual(enc.n_vocab, 300)
         self.assertEqual(enc.encode_ordinary('Once upon'),
-                         sample.checkpoint_tokenizer(ckpt).encode_ordinary('Once upon'))
+                         checkpoint.checkpoint_tokenizer(ckpt).encode_ordinary('Once upon'))
         damaged = {**ckpt, 'tokenizer': {**ckpt['tokenizer'], 'text': ckpt['tokenizer']['text'][:-20]}}
-        with self.assertRaisesRegex(sample.CheckpointError, 'SHA-256'):
-            sample.checkpoint_tokenizer(damaged)
+        with self.assertRaisesRegex(checkpoint.CheckpointError, 'SHA-256'):
+            checkpoint.checkpoint_tokenizer(damaged)
         gone = {**ckpt, 'tokenizer': {'file': tok_file + '.gone', 'sha256': ckpt['tokenizer']['sha256']}}
-        with self.assertRaisesRegex(sample.CheckpointError, 'not found'):
-            sample.checkpoint_tokenizer(gone)
+        with self.assertRaisesRegex(checkpoint.CheckpointError, 'not found'):
+            checkpoint.checkpoint_tokenizer(gone)
         path = os.path.join(self.tmp, 'old.pt')
         torch.save(old, path)
         r = run('sample.py', '--ckpt', path, '--max_new_tokens', '3', '--num_samples', '1')

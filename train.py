@@ -12,7 +12,7 @@ lists every setting.
 """
 
 import ast
-import hashlib
+import ctypes
 import json
 import math
 import os
@@ -20,6 +20,7 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, fields
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import mixer
+import checkpoint
 
 # ----------------------------------------------------------------------------- defaults
 # I/O
@@ -60,11 +62,6 @@ save_checkpoint = True
 device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
 dtype = 'auto'                  # 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16'
 compile = False                 # torch.compile the model
-# test hooks (test_train.py)
-dump_debug = False              # each rank writes out_dir/debug_rank{r}.json: its window starts and
-                                # loss per step, and the sha256 of its parameters at the end
-replay_windows = ''             # a JSON file [step][i] of window starts to train on instead of random
-                                # draws; rank r, micro-step m take i in [(r*grad_accum+m)*B, +B)
 # model: every field of mixer.ModelConfig (vocab_size comes from meta.json)
 globals().update({f.name: f.default for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')})
 # -----------------------------------------------------------------------------
@@ -145,8 +142,6 @@ def check_settings(cfg):
     for key in ('beta1', 'beta2'):
         if not 0 <= cfg[key] < 1:
             fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
-    if cfg['replay_windows'] and not os.path.isfile(cfg['replay_windows']):
-        fail(f'replay_windows file {cfg["replay_windows"]!r} not found')
 
 
 def muon_params(model):
@@ -239,9 +234,9 @@ def resolve_settings(overrides):
     if not os.path.isfile(ckpt_path):
         fail(f'--init_from=resume but {ckpt_path} does not exist')
     try:
-        ckpt = torch.load(ckpt_path, map_location='cpu', weights_only=True)
-    except Exception as e:
-        fail(f'cannot read {ckpt_path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}')
+        ckpt = checkpoint.read_checkpoint(ckpt_path)
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
     saved = {k: v for k, v in ckpt.get('config', {}).items() if k in DEFAULTS}
     saved.update({k: ckpt['model_config'][k] for k in MODEL_KEYS + ['task']})   # the architecture
     cfg = {**DEFAULTS, **saved, 'init_from': 'resume', 'out_dir': cfg['out_dir']}
@@ -260,28 +255,70 @@ def resolve_settings(overrides):
     return cfg, ckpt
 
 
-def main(argv):
-    """Train with the settings of `argv` (config files and --key=value). Writes out_dir/
-    ckpt.pt and log.jsonl (events config, schedule, train, eval, summary). Exits 2 on
-    bad settings or data (one line), 1 on a non-finite loss (the checkpoint kept)."""
-    t_wall = time.perf_counter()
-    overrides = parse_overrides(argv)
-    cfg, ckpt = resolve_settings(overrides)
-    check_settings(cfg)
-    var = cfg['variant']
-    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
-    log_path = os.path.join(cfg['out_dir'], 'log.jsonl')
-    if ckpt is None and not cfg['overwrite'] and any(map(os.path.exists, (ckpt_path, log_path))):
-        fail(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
-             f'pass --init_from=resume to continue it or --overwrite=True to replace it')
+# ----------------------------------------------------------------------------- the machine
 
-    # distributed setup: torchrun sets RANK / WORLD_SIZE / LOCAL_RANK
+def keep_freed_memory():
+    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep
+    freed memory, instead of mmap-ing each block over its threshold (32 MiB at most)
+    afresh and unmapping it on free. Such blocks come and go on every CPU training
+    step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the softmax and
+    its gradient), and each new mapping is page-faulted in again at a few GB/s.
+    Measured on 2 cores: cross entropy forward+backward on those logits 67 -> 23-28
+    ms; a CPU-config training step about 250 -> 170 ms. The cost: memory freed by
+    tensors stays with the process. Returns True if applied, False without glibc
+    (macOS, Windows, musl); never raises."""
+    try:
+        libc = ctypes.CDLL('libc.so.6')
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+# Nominal dense bf16 peak (FLOP/s, no sparsity) of GPUs we know; others get a measured peak only.
+NOMINAL_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, 'A10': 125e12}
+
+
+def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=1.0):
+    """Measured dense matmul throughput of this machine, FLOP/s (float): the best of
+    repeated n x n x n products of `dtype` on `device` over about `seconds`."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if str(device).startswith('cuda') else (lambda: None)
+    for _ in range(2):
+        a @ b
+    best = 0.0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        sync()
+        t = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        sync()
+        best = max(best, 4 * 2 * n ** 3 / (time.perf_counter() - t))
+    return best
+
+
+def nominal_peak(device):
+    """Nominal bf16 dense FLOP/s of the CUDA device's model, or None if unknown / CPU."""
+    if not str(device).startswith('cuda'):
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in NOMINAL_PEAK.items() if k in name), None)
+
+
+def setup_device(cfg):
+    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is
+    started here, gloo on CPU) and the precision -> SimpleNamespace(dev, cuda, ddp,
+    rank, world, local, master, dtype ('float32' | 'bfloat16'), autocast context)."""
     ddp = int(os.environ.get('RANK', -1)) != -1
     dev = cfg['device']
     if dev == 'auto':
         dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if dev.startswith('cuda') and not torch.cuda.is_available():
+        fail('device cuda requested but CUDA is not available')
     if dev == 'cpu':                   # before any thread starts (gloo's included)
-        mixer.keep_freed_memory()      # large per-step tensors: no page faults each step
+        keep_freed_memory()            # large per-step tensors: no page faults each step
     rank, world, local = 0, 1, 0
     if ddp:
         rank, world, local = (int(os.environ[k]) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'))
@@ -289,20 +326,20 @@ def main(argv):
             dev = f'cuda:{local}'
             torch.cuda.set_device(dev)
         dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo')
-    master = rank == 0
-    say = print if master else (lambda *a, **k: None)
-    if dev.startswith('cuda') and not torch.cuda.is_available():
-        fail('device cuda requested but CUDA is not available')
-    dt_name = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if dev.startswith('cuda') else 'float32')
-    if dt_name not in ('float32', 'bfloat16'):
-        fail(f"dtype must be 'auto', 'float32' or 'bfloat16', got {dt_name!r}")
-    autocast = (torch.autocast(device_type=dev.split(':')[0], dtype=torch.bfloat16)
-                if dt_name == 'bfloat16' else nullcontext())
-    if dev.startswith('cuda'):
+    cuda = dev.startswith('cuda')
+    dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
+    autocast = torch.autocast(device_type=dev.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' \
+        else nullcontext()
+    if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    return SimpleNamespace(dev=dev, cuda=cuda, ddp=ddp, rank=rank, world=world, local=local, master=rank == 0,
+                           dtype=dtype, autocast=autocast)
 
-    # data
+
+def load_data(cfg):
+    """meta.json and the two token files of cfg['data_dir'] -> (meta dict, train uint16
+    [N], val uint16 [M]); a missing file or too short a split: one line, exit 2."""
     meta_path = os.path.join(cfg['data_dir'], 'meta.json')
     if not os.path.isfile(meta_path):
         fail(f'{meta_path} not found: run data/prepare.py first (or set --data_dir)')
@@ -312,255 +349,292 @@ def main(argv):
     val_data = load_tokens(os.path.join(cfg['data_dir'], 'val.bin'))
     if min(len(train_data), len(val_data)) < cfg['n_ctx'] + 2:
         fail(f'token files are shorter than n_ctx + 2 = {cfg["n_ctx"] + 2} tokens')
+    return meta, train_data, val_data
 
-    # model, optimiser, checkpoint
+
+def build_optimizers(model, cfg, cuda):
+    """AdamW over every parameter, or with optimizer='muon' Muon over muon_params and
+    AdamW over the rest -> list of (checkpoint key, optimizer)."""
+    muon_ids = muon_params(model) if cfg['optimizer'] == 'muon' else set()
+    adamw_ids = {id(p) for p in model.parameters()} - muon_ids
+    out = [('optimizer', torch.optim.AdamW(param_groups(model, cfg, adamw_ids), lr=cfg['learning_rate'],
+                                           betas=(cfg['beta1'], cfg['beta2']), fused=cuda))]
+    if muon_ids:
+        out.append(('optimizer_muon', torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
+                                                       weight_decay=cfg['weight_decay'],
+                                                       adjust_lr_fn='match_rms_adamw')))
+    return out
+
+
+def restore(ckpt, model, optimizers, batch_gen, env):
+    """Load a checkpoint's model, optimiser and RNG states in place -> (step, best val loss).
+    Betas and weight decay stay those of the current settings, not the saved state's."""
+    model.load_state_dict(ckpt['model'])
+    for key, opt in optimizers:
+        fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+        try:
+            opt.load_state_dict(ckpt[key])
+        except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
+            fail(f"the checkpoint's optimizer state does not fit these settings: {e}")
+        for g, f in zip(opt.param_groups, fresh):
+            g.update(f)
+    if env.rank < len(ckpt['rng']):
+        rng = ckpt['rng'][env.rank]
+        torch.set_rng_state(rng['torch'])
+        batch_gen.set_state(rng['batch'])
+        if env.cuda and rng.get('cuda') is not None:
+            torch.cuda.set_rng_state(rng['cuda'], env.dev)
+    return ckpt['step'], ckpt['best_val_loss']
+
+
+def gather_rng(batch_gen, env):
+    """Every rank's RNG states (torch, window generator, CUDA) -> list, one dict a rank."""
+    mine = {'torch': torch.get_rng_state(), 'batch': batch_gen.get_state(),
+            'cuda': torch.cuda.get_rng_state(env.dev) if env.cuda else None}
+    if not env.ddp:
+        return [mine]
+    everyone = [None] * env.world
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def draw_windows(gen, n_tokens, n_ctx, batch_size, grad_accum, world):
+    """Start positions of one optimiser step's windows for every rank and micro-step:
+    long [world, grad_accum, batch_size], uniform over the n_tokens - n_ctx - 1 starts.
+    Every rank holds the same generator and takes its own row, so the windows of a
+    step depend on the global batch alone: 2 ranks x batch 4 draw exactly what one
+    process with batch 8, or batch 4 and grad_accum 2, draws (test_train checks the
+    parameters agree)."""
+    n = world * grad_accum * batch_size
+    return torch.randint(n_tokens - n_ctx - 1, (n,), generator=gen).view(world, grad_accum, batch_size)
+
+
+def train_step(model, optimizers, data, starts, lr, cfg, env):
+    """One optimiser step over the windows at starts long [grad_accum, batch_size]
+    -> mean training loss, a 0-d tensor (not synchronised: no .item() per step).
+    Under DDP, gradients are all-reduced on the last micro-step only (no_sync)."""
+    for _, opt in optimizers:
+        for group in opt.param_groups:
+            group['lr'] = lr * group.get('lr_mult', 1.0)      # checkpoints from before lr_mult: 1
+    loss_sum = 0.0
+    for micro, s in enumerate(starts):
+        x, y = get_batch(data, s, cfg['n_ctx'], cfg['task'], env.dev)
+        sync = not env.ddp or micro == len(starts) - 1
+        with (nullcontext() if sync else model.no_sync()), env.autocast:
+            _, loss = model(x, y)
+            (loss / len(starts)).backward()
+        loss_sum = loss_sum + loss.detach()
+    if cfg['grad_clip'] > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg['grad_clip'])
+    for _, opt in optimizers:
+        opt.step()
+    for _, opt in optimizers:
+        opt.zero_grad(set_to_none=True)
+    return loss_sum / len(starts)
+
+
+def stop_if_not_finite(pending, ckpt_path):
+    """Check the pending (step, loss tensor) pairs with one device sync, then clear them.
+    A non-finite loss: one line naming the step, exit 1; the last checkpoint (all
+    finite) stays."""
+    if not pending:
+        return
+    losses = torch.stack([l for _, l in pending]).float().cpu()
+    bad = (~torch.isfinite(losses)).nonzero()
+    if len(bad):
+        stop(f'non-finite train loss {losses[bad[0, 0]].item()} at step {pending[bad[0, 0]][0]}', ckpt_path)
+    pending.clear()
+
+
+def stop(msg, ckpt_path):
+    print(f'train.py: error: {msg}; stopping, {ckpt_path} keeps the last good state', file=sys.stderr)
+    sys.exit(1)
+
+
+class Clock:
+    """Training seconds, evaluation excluded: lap() adds the time since the last lap
+    (device synchronised) to `total` and `interval`; skip() drops it (evaluation)."""
+
+    def __init__(self, cuda):
+        self.cuda, self.total, self.interval = cuda, 0.0, 0.0
+        self.start = self.last = time.perf_counter()
+
+    def lap(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.total += now - self.last
+        self.interval += now - self.last
+        self.last = now
+
+    def skip(self):
+        self.last = time.perf_counter()
+
+
+def hms(seconds):
+    """Seconds -> 'H:MM:SS'."""
+    seconds = int(round(seconds))
+    return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+def eta(clock, done, left):
+    """Time left at the mean wall time per step so far, 'H:MM:SS' ('?' before a step)."""
+    return hms((time.perf_counter() - clock.start) / done * left) if done else '?'
+
+
+def write_log(log, rec):
+    """Append one JSON record to the open log (None on ranks > 0: nothing)."""
+    if log:
+        log.write(json.dumps(rec) + '\n')
+        log.flush()
+
+
+def main(argv):
+    """Train with the settings of `argv` (config files and --key=value). Writes out_dir/
+    ckpt.pt (checkpoint.py's format) and log.jsonl (events config, schedule, train,
+    eval, summary). Exits 2 on bad settings, data or checkpoint (one line), 1 on a
+    non-finite loss (the last checkpoint kept)."""
+    # settings
+    t_wall = time.perf_counter()
+    cfg, ckpt = resolve_settings(parse_overrides(argv))
+    check_settings(cfg)
+    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
+    log_path = os.path.join(cfg['out_dir'], 'log.jsonl')
+    if ckpt is None and not cfg['overwrite'] and any(map(os.path.exists, (ckpt_path, log_path))):
+        fail(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
+             f'pass --init_from=resume to continue it or --overwrite=True to replace it')
+    env = setup_device(cfg)
+    say = print if env.master else (lambda *a, **k: None)
+
+    # data
+    meta, train_data, val_data = load_data(cfg)
+    bytes_per_token = meta['val']['bytes_per_token']
+
+    # model and optimiser (a resumed run: their saved states)
     os.makedirs(cfg['out_dir'], exist_ok=True)
     try:
         model_cfg = mixer.ModelConfig(vocab_size=meta['vocab_size'], task=cfg['task'],
                                       **{k: cfg[k] for k in MODEL_KEYS})
     except (ValueError, TypeError) as e:
         fail(str(e))
-    torch.manual_seed(cfg['seed'] + rank)
-    model = mixer.build_model(model_cfg).to(dev)
-    muon_ids = muon_params(model) if cfg['optimizer'] == 'muon' else set()
-    adamw_ids = {id(p) for p in model.parameters()} - muon_ids
-    optimizers = [torch.optim.AdamW(param_groups(model, cfg, adamw_ids), lr=cfg['learning_rate'],
-                                    betas=(cfg['beta1'], cfg['beta2']), fused=dev.startswith('cuda'))]
-    if muon_ids:
-        optimizers.append(torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
-                                           weight_decay=cfg['weight_decay'], adjust_lr_fn='match_rms_adamw'))
-    opt_keys = ['optimizer', 'optimizer_muon'][:len(optimizers)]
-    batch_gen = torch.Generator().manual_seed(cfg['seed'] + 1000 * rank)   # each rank draws its own windows
+    torch.manual_seed(cfg['seed'] + env.rank)
+    raw_model = mixer.build_model(model_cfg).to(env.dev)
+    optimizers = build_optimizers(raw_model, cfg, env.cuda)
+    batch_gen = torch.Generator().manual_seed(cfg['seed'])      # the same on every rank: see draw_windows
     step, best_val = 0, float('inf')
     if ckpt is not None:
-        model.load_state_dict(ckpt['model'])
-        for key, opt in zip(opt_keys, optimizers):
-            fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
-            try:
-                opt.load_state_dict(ckpt[key])
-            except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
-                fail(f"the checkpoint's optimizer state does not fit these settings: {e}")
-            for g, f in zip(opt.param_groups, fresh):   # betas, weight decay: these settings, not the saved
-                g.update(f)
-        step, best_val = ckpt['step'], ckpt['best_val_loss']
-        if rank < len(ckpt['rng']):
-            torch.set_rng_state(ckpt['rng'][rank]['torch'])
-            batch_gen.set_state(ckpt['rng'][rank]['batch'])
-            if dev.startswith('cuda') and ckpt['rng'][rank].get('cuda') is not None:
-                torch.cuda.set_rng_state(ckpt['rng'][rank]['cuda'], dev)
+        step, best_val = restore(ckpt, raw_model, optimizers, batch_gen, env)
         say(f'resumed from {ckpt_path} at step {step}')
-    raw_model = model
-    if cfg['compile']:
-        model = torch.compile(model)
-    if ddp:
-        model = DDP(model, device_ids=[local] if dev.startswith('cuda') else None)
+    model = torch.compile(raw_model) if cfg['compile'] else raw_model
+    if env.ddp:
+        model = DDP(model, device_ids=[env.local] if env.cuda else None)
 
-    tokens_per_step = cfg['batch_size'] * cfg['n_ctx'] * cfg['grad_accum'] * world
+    # the log: the run's settings, model and schedule
+    max_iters, decay_iters = cfg['max_iters'], cfg['lr_decay_iters'] or cfg['max_iters']
+    tokens_per_step = cfg['batch_size'] * cfg['n_ctx'] * cfg['grad_accum'] * env.world
     flops_per_token = raw_model.flops_per_token(cfg['n_ctx'])
-    peak_measured = mixer.measure_matmul_flops(dev, torch.bfloat16 if dt_name == 'bfloat16' else torch.float32)
-    peak_nominal = mixer.nominal_peak(dev)
-    log = open(log_path, 'a' if ckpt is not None else 'w') if master else None   # scratch: a new log
-
-    def write_log(rec):
-        if log:
-            log.write(json.dumps(rec) + '\n')
-            log.flush()
-
-    write_log({'event': 'config', 'config': cfg, 'model_config': asdict(model_cfg), 'world_size': world,
-               'device': dev, 'dtype': dt_name, 'params': raw_model.num_params(),
-               'flops_per_token': flops_per_token, 'peak_flops_measured': peak_measured,
-               'peak_flops_nominal': peak_nominal})
-    say(f'{var} ({model_cfg.kind}, mixing={model_cfg.mixing}, task={cfg["task"]}): '
+    peak = measure_matmul_flops(env.dev, getattr(torch, env.dtype))
+    peak_nominal = nominal_peak(env.dev)
+    log = open(log_path, 'a' if ckpt is not None else 'w') if env.master else None   # scratch: a new log
+    write_log(log, {'event': 'config', 'config': cfg, 'model_config': asdict(model_cfg), 'world_size': env.world,
+                    'device': env.dev, 'dtype': env.dtype, 'params': raw_model.num_params(),
+                    'flops_per_token': flops_per_token, 'peak_flops_measured': peak,
+                    'peak_flops_nominal': peak_nominal})
+    say(f'{cfg["variant"]} ({model_cfg.kind}, mixing={model_cfg.mixing}, task={cfg["task"]}): '
         f'{raw_model.num_params() / 1e6:.2f}M params, {flops_per_token / 1e6:.1f} MFLOP/token (fwd+bwd), '
-        f'{world} process(es) on {dev}, {dt_name}, {tokens_per_step} tokens/step')
-    peak_text = f'measured {dt_name} matmul peak {peak_measured / 1e9:.0f} GFLOP/s per process'
-    if peak_nominal:
-        peak_text += f', nominal {peak_nominal / 1e12:.0f} TFLOP/s'
-    say(f'MFU is reported against the {peak_text}')
-
-    def save():
-        state = {'model': raw_model.state_dict(), **{k: o.state_dict() for k, o in zip(opt_keys, optimizers)},
-                 'model_config': asdict(model_cfg), 'config': cfg, 'step': step,
-                 'best_val_loss': best_val, 'rng': rng_states,
-                 'tokenizer': {'file': os.path.abspath(os.path.join(cfg['data_dir'], meta['tokenizer'])),
-                               'sha256': meta['tokenizer_sha256'],    # + the rank file itself: no data dir needed
-                               'text': open(os.path.join(cfg['data_dir'], meta['tokenizer']),
-                                            encoding='ascii', newline='').read()}}
-        tmp = ckpt_path + '.tmp'
-        torch.save(state, tmp)
-        os.replace(tmp, ckpt_path)                 # atomic: a crash never leaves half a checkpoint
-
-    def gather_rng():
-        mine = {'torch': torch.get_rng_state(), 'batch': batch_gen.get_state(),
-                'cuda': torch.cuda.get_rng_state(dev) if dev.startswith('cuda') else None}
-        if not ddp:
-            return [mine]
-        everyone = [None] * world
-        dist.all_gather_object(everyone, mine)
-        return everyone
-
-    bytes_per_token = meta['val']['bytes_per_token']
-    n_ctx, B, accum, max_iters = cfg['n_ctx'], cfg['batch_size'], cfg['grad_accum'], cfg['max_iters']
-    cuda = dev.startswith('cuda')
-    replay = None
-    if cfg['replay_windows']:
-        with open(cfg['replay_windows']) as f:
-            replay = json.load(f)
-    debug = {'rank': rank, 'starts': [], 'loss': []} if cfg['dump_debug'] else None
-    start_step, skip_eval = step, ckpt is not None and step < max_iters   # the saved step was evaluated
-    decay_iters = cfg['lr_decay_iters'] or max_iters
-    schedule = {'event': 'schedule', 'from_step': step, 'max_iters': max_iters,
-                'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'],
-                'min_lr': cfg['min_lr'], 'lr_decay_iters': decay_iters, 'lr_now': lr_at(step, cfg)}
+        f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step} tokens/step')
+    say(f'MFU is reported against the measured {env.dtype} matmul peak {peak / 1e9:.0f} GFLOP/s per process'
+        + (f', nominal {peak_nominal / 1e12:.0f} TFLOP/s' if peak_nominal else ''))
+    schedule = {'event': 'schedule', 'from_step': step, 'max_iters': max_iters, 'warmup_iters': cfg['warmup_iters'],
+                'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'], 'lr_decay_iters': decay_iters,
+                'lr_now': lr_at(step, cfg)}
     if ckpt is not None:
         schedule['lr_saved_schedule'] = lr_at(step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
             'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'max_iters')}})
-    write_log(schedule)
+    write_log(log, schedule)
     say(f'schedule: steps {step} -> {max_iters}; lr warm-up {cfg["warmup_iters"]} steps to '
         f'{cfg["learning_rate"]:.2e}, cosine to {cfg["min_lr"]:.2e} at step {decay_iters}; lr now '
         f'{schedule["lr_now"]:.2e}' + (f' (the saved run\'s schedule: {schedule["lr_saved_schedule"]:.2e})'
                                        if ckpt is not None else ''))
 
-    def stop(msg):
-        """A non-finite loss: one line, exit 1; the last checkpoint (all finite) stays."""
-        print(f'train.py: error: {msg}; stopping, {ckpt_path} keeps the last good state', file=sys.stderr)
-        sys.exit(1)
-
-    pending = []                       # (step, loss tensor) not yet checked for finiteness
-
-    def check_finite():
-        if pending:
-            losses = torch.stack([l for _, l in pending]).float().cpu()     # one device sync
-            bad = (~torch.isfinite(losses)).nonzero()
-            if len(bad):
-                stop(f'non-finite train loss {losses[bad[0, 0]].item()} at step {pending[bad[0, 0]][0]}')
-            pending.clear()
-
-    def hms(seconds):
-        seconds = int(round(seconds))
-        return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
-
-    t_loop = t_last = time.perf_counter()
-    train_seconds, interval_seconds, interval_steps, last_ev = 0.0, 0.0, 0, None
-
-    def tick():
-        """Add the training time since the last tick (device synchronised)."""
-        nonlocal t_last, train_seconds, interval_seconds
-        if cuda:
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        train_seconds += now - t_last
-        interval_seconds += now - t_last
-        t_last = now
-
-    def eta():
-        done = step - start_step
-        left = (time.perf_counter() - t_loop) / done * (max_iters - step) if done else float('nan')
-        return hms(left) if math.isfinite(left) else '?'
-
+    # the loop: evaluate (and save) every eval_interval steps and at the end, log every log_interval
+    start_step, last_ev = step, None
+    skip_eval = ckpt is not None and step < max_iters          # the saved step was evaluated
+    pending, interval_steps = [], 0                            # losses not yet checked for finiteness
+    clock = Clock(env.cuda)
     while True:
         if (step % cfg['eval_interval'] == 0 or step == max_iters) and not skip_eval:
-            tick()
-            check_finite()
-            rng_states = gather_rng()
-            if master:
-                ev = evaluate(raw_model, val_data, cfg, dev, autocast, bytes_per_token)
+            clock.lap()
+            stop_if_not_finite(pending, ckpt_path)
+            rng = gather_rng(batch_gen, env)
+            if env.master:
+                ev = evaluate(raw_model, val_data, cfg, env.dev, env.autocast, bytes_per_token)
                 if not math.isfinite(ev['val_loss']):
-                    stop(f'non-finite val loss {ev["val_loss"]} at step {step}')
+                    stop(f'non-finite val loss {ev["val_loss"]} at step {step}', ckpt_path)
                 best_val = min(best_val, ev['val_loss'])
                 last_ev = {'step': step, **ev}
                 print(f'step {step:5d}/{max_iters} | val loss {ev["val_loss"]:.4f} nats/token | '
-                      f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | ETA {eta()}', flush=True)
-                write_log({'event': 'eval', 'step': step, **ev})
+                      f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
+                      f'ETA {eta(clock, step - start_step, max_iters - step)}', flush=True)
+                write_log(log, {'event': 'eval', 'step': step, **ev})
                 if cfg['save_checkpoint'] and step > 0:
-                    save()
-            t_last = time.perf_counter()           # evaluation time is not training time
+                    checkpoint.save_checkpoint(
+                        ckpt_path, raw_model, asdict(model_cfg), cfg, step, best_val, rng,
+                        os.path.join(cfg['data_dir'], meta['tokenizer']), meta['tokenizer_sha256'], optimizers)
+            clock.skip()                                       # evaluation time is not training time
         skip_eval = False
         if step >= max_iters:
             break
         lr = lr_at(step, cfg)
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group['lr'] = lr * group.get('lr_mult', 1.0)   # checkpoints from before lr_mult: 1
-        loss_sum = 0.0
-        for micro in range(accum):
-            if replay is None:
-                starts = torch.randint(len(train_data) - n_ctx - 1, (B,), generator=batch_gen)
-            else:
-                if step >= len(replay):
-                    fail(f'replay_windows holds {len(replay)} steps, step {step + 1} needs more')
-                starts = torch.tensor(replay[step][(rank * accum + micro) * B:(rank * accum + micro + 1) * B])
-            if debug is not None:
-                (debug['starts'].append([]) if micro == 0 else None)
-                debug['starts'][-1] += starts.tolist()
-            x, y = get_batch(train_data, starts, n_ctx, cfg['task'], dev)
-            # DDP all-reduces gradients on every backward; only the last micro-step needs it.
-            sync = not ddp or micro == accum - 1
-            with (nullcontext() if sync else model.no_sync()), autocast:
-                _, loss = model(x, y)
-                (loss / accum).backward()
-            loss_sum = loss_sum + loss.detach()     # no .item(): no device sync per micro-step
-        if cfg['grad_clip'] > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg['grad_clip'])
-        for opt in optimizers:
-            opt.step()
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
+        starts = draw_windows(batch_gen, len(train_data), cfg['n_ctx'], cfg['batch_size'], cfg['grad_accum'],
+                              env.world)[env.rank]
+        loss = train_step(model, optimizers, train_data, starts, lr, cfg, env)
         step += 1
         interval_steps += 1
-        pending.append((step, loss_sum / accum))
-        if debug is not None:
-            debug['loss'].append(pending[-1][1].item())
-        if not cuda:
-            check_finite()                          # cheap on the CPU: every step
+        pending.append((step, loss))
+        if not env.cuda:
+            stop_if_not_finite(pending, ckpt_path)             # cheap on the CPU: every step
         if step % cfg['log_interval'] == 0:
-            tick()
-            check_finite()
-            loss_mean = loss_sum / accum
-            if ddp:                                 # the mean over ranks, not rank 0's alone
-                loss_mean = loss_mean.reshape(1).float()
-                dist.all_reduce(loss_mean)
-                loss_mean = loss_mean / world
-            if master:
-                ms = 1000 * interval_seconds / interval_steps
-                tok_s = tokens_per_step / (ms / 1000)
-                mfu = flops_per_token * tok_s / world / peak_measured
-                rec = {'event': 'train', 'step': step, 'loss': loss_mean.item(), 'lr': lr,
-                       'ms_per_step': ms, 'tokens_per_s': tok_s, 'mfu': mfu}
-                extra = ''
-                if peak_nominal:
-                    rec['mfu_nominal'] = flops_per_token * tok_s / world / peak_nominal
-                    extra = f' ({100 * rec["mfu_nominal"]:.1f}% of nominal)'
-                print(f'step {step:5d}/{max_iters} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
-                      f'{tok_s:,.0f} tok/s | MFU {100 * mfu:.1f}%{extra} | ETA {eta()}', flush=True)
-                write_log(rec)
-            interval_seconds, interval_steps = 0.0, 0
-    if master:
+            clock.lap()
+            stop_if_not_finite(pending, ckpt_path)
+            if env.ddp:                                        # the mean over ranks, not rank 0's alone
+                loss = loss.reshape(1).float()
+                dist.all_reduce(loss)
+                loss = loss / env.world
+            ms = 1000 * clock.interval / interval_steps
+            tok_s = tokens_per_step / (ms / 1000)
+            rec = {'event': 'train', 'step': step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
+                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak}
+            if peak_nominal:
+                rec['mfu_nominal'] = flops_per_token * tok_s / env.world / peak_nominal
+            say(f'step {step:5d}/{max_iters} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
+                f'{tok_s:,.0f} tok/s | MFU {100 * rec["mfu"]:.1f}%'
+                + (f' ({100 * rec["mfu_nominal"]:.1f}% of nominal)' if peak_nominal else '')
+                + f' | ETA {eta(clock, step - start_step, max_iters - step)}', flush=True)
+            write_log(log, rec)
+            clock.interval, interval_steps = 0.0, 0
+
+    # the summary
+    if env.master:
         if last_ev is None or last_ev['step'] != step:       # e.g. resumed past its max_iters
-            last_ev = {'step': step, **evaluate(raw_model, val_data, cfg, dev, autocast, bytes_per_token)}
+            last_ev = {'step': step, **evaluate(raw_model, val_data, cfg, env.dev, env.autocast, bytes_per_token)}
             best_val = min(best_val, last_ev['val_loss'])
         tokens_seen = step * tokens_per_step
-        tok_s = (step - start_step) * tokens_per_step / train_seconds if train_seconds > 0 else 0.0
+        tok_s = (step - start_step) * tokens_per_step / clock.total if clock.total > 0 else 0.0
         summary = {'event': 'summary', 'final_val_loss': last_ev['val_loss'], 'final_val_bpb': last_ev['val_bpb'],
                    'final_val_acc': last_ev['val_acc'], 'best_val_loss': best_val, 'step': step,
                    'tokens_seen': tokens_seen, 'epochs': tokens_seen / len(train_data),
-                   'train_seconds': train_seconds, 'wall_seconds': time.perf_counter() - t_wall,
-                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / world / peak_measured}
-        write_log(summary)
+                   'train_seconds': clock.total, 'wall_seconds': time.perf_counter() - t_wall,
+                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak}
+        write_log(log, summary)
         print(f'summary: final val loss {summary["final_val_loss"]:.4f} nats/token '
               f'({summary["final_val_bpb"]:.4f} bits/byte, acc {summary["final_val_acc"]:.3f}), '
               f'best {best_val:.4f} | {step} steps, {tokens_seen:,} tokens = {summary["epochs"]:.2f} epochs | '
-              f'wall {hms(summary["wall_seconds"])}, training {hms(train_seconds)}, {tok_s:,.0f} tok/s, '
+              f'wall {hms(summary["wall_seconds"])}, training {hms(clock.total)}, {tok_s:,.0f} tok/s, '
               f'MFU {100 * summary["mfu"]:.1f}% | checkpoint '
               f'{ckpt_path if cfg["save_checkpoint"] and os.path.isfile(ckpt_path) else "none"}', flush=True)
-    if debug is not None:
-        h = hashlib.sha256()
-        for v in raw_model.state_dict().values():
-            h.update(v.detach().cpu().contiguous().numpy().tobytes())
-        debug['param_sha256'] = h.hexdigest()
-        with open(os.path.join(cfg['out_dir'], f'debug_rank{rank}.json'), 'w') as f:
-            json.dump(debug, f)
-    if ddp:
+        log.close()
+    if env.ddp:
         dist.barrier()                 # rank 0 may still be evaluating and saving
         dist.destroy_process_group()
 
