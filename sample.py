@@ -60,7 +60,8 @@ def main(argv=None):
     idx = torch.tensor([ids] * args.num_samples, device=args.device)
     out = model.generate(idx, args.max_new_tokens, args.temperature, args.top_k or None)
     for i, row in enumerate(out.tolist()):
-        print(f'--- sample {i + 1} ({ckpt["config"]["variant"]}, step {ckpt["step"]})')
+        print(f'--- sample {i + 1} ({ckpt["config"]["variant"]}, step {ckpt["step"]}, '
+              f'{len(row) - len(ids)} new tokens)')
         print(enc.decode(row).replace('<|endoftext|>', '\n<|endoftext|>\n').strip())
 
 

@@ -44,6 +44,18 @@ def tiny_model(name, seed=0, **kw):
     return model
 
 
+def assert_samples(test, stdout, prompt, count, new_tokens):
+    """sample.py's output holds `count` samples, each `new_tokens` tokens past the
+    prompt (the count sample.py reads off the generated tensor) and longer than it."""
+    parts = stdout.split('--- sample ')[1:]
+    test.assertEqual(len(parts), count, stdout)
+    for part in parts:
+        header, _, text = part.partition('\n')
+        test.assertIn(f'{new_tokens} new tokens)', header)
+        test.assertTrue(text.startswith(prompt), text[:200])
+        test.assertGreater(len(text.strip()), len(prompt), text)
+
+
 def run(*args, **kw):
     """Run a project script with the current Python -> CompletedProcess (text)."""
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, **kw)
@@ -496,8 +508,7 @@ class TestSample(unittest.TestCase):
         r = run('sample.py', '--ckpt', self.checkpoint(), '--start', 'Once upon a time', '--num_samples', '2',
                 '--max_new_tokens', '30')
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.count('--- sample'), 2)
-        self.assertIn('Once upon a time', r.stdout)
+        assert_samples(self, r.stdout, 'Once upon a time', 2, 30)
 
     def test_sample_bad_inputs(self):
         bad = os.path.join(tempfile.mkdtemp(), 'bad.pt')
