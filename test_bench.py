@@ -42,7 +42,12 @@ class TestBench(unittest.TestCase):
         for name, row in rows.items():
             self.assertGreater(float(row[3]), 0, name)                       # tokens/s
             self.assertGreater(float(row[4].rstrip('%')), 0, name)           # MFU
-        self.assertEqual(rows['transformer'][-1], '1.00x')
+        ref = float(rows['transformer'][3])
+        tokens_per_step = 2 * 64                                              # --quick: batch 2 x n_ctx 64
+        for name, row in rows.items():
+            ms, tok_s, ratio = float(row[2]), float(row[3]), float(row[5].rstrip('x'))
+            self.assertAlmostEqual(ratio, tok_s / ref, delta=0.006, msg=name)   # the ratio of the two columns
+            self.assertAlmostEqual(tok_s * ms / 1000, tokens_per_step, delta=0.01 * tokens_per_step, msg=name)
 
     def test_memory_table(self):
         rows = table_rows(self.out, 'Memory vs context length')
