@@ -197,28 +197,32 @@ class TestEmbeddings(unittest.TestCase):
 class TestEndToEnd(unittest.TestCase):
 
     def test_short_run_beats_chance_and_uses_the_cache(self):
-        # Inverse cloze on the 1,841 stories of the shared valid.txt, embedded by the tiny
-        # checkpoint. With so little LM training the signal is small but clear at large N.
+        # Inverse cloze on the 1,841 stories of the shared valid.txt (4 pairs a story), embedded
+        # by the tiny checkpoint. With so little LM training the signal is small but clear.
         data, ckpt = tiny_checkpoint()
         tmp = _SHARED['tmp']
         out = os.path.join(tmp, 'res.json')
-        args = ['retrieval.py', '--ckpt', ckpt, '--text', os.path.join(TEXT_DIR, 'valid.txt'), '--steps', '150',
-                '--d_r', '32', '--train_n', '8', '--batch_size', '32', '--cache_dir', os.path.join(tmp, 'cache'),
-                '--json', out]
+        args = ['retrieval.py', '--ckpt', ckpt, '--text', os.path.join(TEXT_DIR, 'valid.txt'), '--steps', '1500',
+                '--per_story', '4', '--max_pairs', '8000', '--d_r', '32', '--train_n', '8', '--batch_size', '32',
+                '--cache_dir', os.path.join(tmp, 'cache'), '--json', out]
         r = run(*args)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         res = read_json(out)
         self.assertEqual(res['ns'], [2, 8, 32, 128])
         self.assertGreaterEqual(res['test_stories'], 300)
+        self.assertGreaterEqual(res['test_pairs'], 1200)             # 3 draws each: about 0.003 s.e. at N = 32
         self.assertIn('| (chance) | 1/N | 0.500 | 0.125 | 0.031 | 0.008 |', r.stdout)
         acc = res['results'][0]['accuracy']
         self.assertEqual(set(acc), {'mixer (trained)', 'cosine', 'cosine (centred)'})
         for method, a in acc.items():
             self.assertIn(f'| {ckpt} | {method} |', r.stdout)
             self.assertTrue(all(0 <= v <= 1 for v in a.values()))
-        best = {n: max(a[str(n)] for a in acc.values()) for n in (32, 128)}
-        self.assertGreater(best[32], 1.5 / 32, acc)
-        self.assertGreater(best[128], 2.5 / 128, acc)
+        # the retrieval model on its own, not the best of three methods. Measured here: 0.158 at N = 8
+        # and 0.016 at N = 128 (chance 0.125, 0.008), about 6 and 4 standard errors above chance;
+        # cosine similarity does better on these near-untrained embeddings (0.146, 0.024).
+        trained = acc['mixer (trained)']
+        self.assertGreater(trained['8'], 1.15 / 8, acc)
+        self.assertGreater(trained['128'], 1.5 / 128, acc)
         self.assertEqual(len(os.listdir(os.path.join(tmp, 'cache'))), 1)
         # second run: embeddings from the cache, the same numbers (fixed seeds and draws)
         r2 = run(*args)
