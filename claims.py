@@ -337,13 +337,15 @@ def final_loss(res):
     return res['evals'][-1][1]
 
 
-def unigram_loss(data_dir):
-    """Cross entropy (nats/token) of val.bin under the add-one unigram of train.bin."""
+def unigram(data_dir):
+    """The token-frequency level of val.bin under train.bin's add-one unigram ->
+    (cross entropy in nats/token, accuracy of always guessing train's most common token)."""
     train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
     n = int(max(train.max(), val.max())) + 1
-    p = (np.bincount(train, minlength=n) + 1) / (len(train) + n)
-    return float(-np.log(p[val]).mean())
+    counts = np.bincount(train, minlength=n)
+    p = (counts + 1) / (len(train) + n)
+    return float(-np.log(p[val]).mean()), float((val == counts.argmax()).mean())
 
 
 # ----------------------------------------------------------------------------- the table
@@ -366,6 +368,13 @@ def verdict(a, b, expect, higher_is_better=False):
     seen = 'better' if d < 0 else 'worse'
     ok = seen == expect or (expect == 'not better' and seen == 'worse')
     return f'{"yes" if ok else "no"} ({seen})'
+
+
+def ratio_verdict(measured, claimed, factor=2.0):
+    """A ratio claim ("about 4x") agrees when the measured ratio is within `factor` of
+    the claimed one, either way: 'yes (1.35x; agree within 2x of 4x)' or 'no (...)'."""
+    ok = claimed / factor <= measured <= claimed * factor
+    return f'{"yes" if ok else "no"} ({measured:.2f}x; agree within {factor:g}x of {claimed:g}x)'
 
 
 def fmt(xs, digits=3, sign=''):
@@ -430,9 +439,12 @@ def claim_rows(plan, extras):
                      verdict(r['flat'], r['transformer'], 'better', higher_is_better=True), cmd('flat', 'transformer')])
     if extras.get('ae'):
         a = extras['ae']
+        level = extras['unigram_acc']
+        learned = max(np.mean(a['flat']), np.mean(a['transformer'])) > level + 0.02
         rows.append(['autoencoder token accuracy, mixer vs transformer', 'the mixer reconstructs better',
-                     f'flat {fmt(a["flat"])} vs transformer {fmt(a["transformer"])}',
-                     verdict(a['flat'], a['transformer'], 'better', higher_is_better=True), cmd('flat', 'transformer')])
+                     f'flat {fmt(a["flat"])} vs transformer {fmt(a["transformer"])} (most common token: {level:.3f})',
+                     verdict(a['flat'], a['transformer'], 'better', higher_is_better=True) if learned else
+                     'neither learns (both within 0.02 of the most-common-token level)', cmd('flat', 'transformer')])
     if extras.get('memory'):
         mem = extras['memory']
         T = max(t for t in mem['flat'] if all(t in mem[v] for v in mem))
@@ -440,8 +452,9 @@ def claim_rows(plan, extras):
         rows.append([f'training memory per step at n_ctx {T}: transformer / mixer',
                      'mixer about 4x less than the transformer',
                      f'SDPA {t / f:.2f}x, naive attention {n / f:.2f}x ({f / 2**20:.0f} / {t / 2**20:.0f} / '
-                     f'{n / 2**20:.0f} MiB)', f'vs naive: {"yes" if n > f else "no"}; vs SDPA: {"yes" if t > f else "no"}',
-                     '`python bench.py --tables memory`'])
+                     f'{n / 2**20:.0f} MiB: flat / SDPA / naive)',
+                     f'vs naive: {ratio_verdict(n / f, 4)}; vs SDPA: {ratio_verdict(t / f, 4)}',
+                     f'`{extras["memory_command"]}`'])
     pair('Muon vs AdamW, flat mixer', '(no paper: ours)', 'flat_muon', 'flat', 'better')
     pair('Muon vs AdamW, transformer', '(no paper: ours)', 'transformer_muon', 'transformer', 'better')
     for row in rows:
@@ -565,7 +578,7 @@ def main(argv=None):
         f'(cached runs cost nothing)')
     plan = lm_runs(runner, out, models, base, step_s, budget_s, args.lrs, args.seeds)
 
-    extras = {'unigram': unigram_loss(data_dir)}
+    extras = dict(zip(('unigram', 'unigram_acc'), unigram(data_dir)))
     if ae:   # autoencoders: the LM's learning rate, half the budget, the AE shape
         jobs = []
         for m in ae:
@@ -616,6 +629,9 @@ def main(argv=None):
             extras['sample'] = open(path).read().strip()
     if 'memory' in extras and len(extras['memory']) < len(MEMORY_VARIANTS):
         del extras['memory']
+    extras['memory_command'] = ' '.join(['python bench.py --tables memory --device cpu --dtype fp32 --threads',
+                                         str(args.threads), '--mem_lengths', ','.join(map(str, s['mem_lengths'])),
+                                         *s['mem_shape']])
 
     # report
     n_train = meta['train']['tokens'] if 'tokens' in meta.get('train', {}) else len(

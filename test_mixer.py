@@ -229,6 +229,16 @@ class TestVariants(unittest.TestCase):
         with self.assertRaises(ValueError):
             mixer.ModelConfig(expansion=2, kernel=3)
 
+    def test_fresh_expanded_mixing_averages_once(self):
+        """A fresh expanded mixing copies each position into its hidden rows (M1 = the
+        identity per position), and only M2 averages over the past."""
+        layer = mixer.MaskedMixing(n_ctx=6, d_model=4, expansion=2, out_scale=0.5)
+        M1 = layer.matrix(6)[0, 0]
+        self.assertTrue(torch.equal(M1, (torch.arange(12)[:, None] // 2 == torch.arange(6)).float()))
+        M2 = layer.W2[0] * layer.mask2
+        torch.testing.assert_close(M2.sum(-1), torch.full((6,), 0.5))
+        self.assertTrue(torch.all(M2[5] == 0.5 / 12))
+
     @staticmethod
     def random_masked(**kw):
         """A MaskedMixing whose raw weights (above the diagonal too) and biases are random."""
