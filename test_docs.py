@@ -7,6 +7,7 @@ how to read the code, and where the ideas come from.
 
 import os
 import re
+import shlex
 import subprocess
 import unittest
 
@@ -84,6 +85,76 @@ class TestReadme(unittest.TestCase):
             if obj is None or attr and not hasattr(lm if cls == 'LanguageModel' else obj, attr):
                 missing.append(name)
         self.assertEqual(missing, [], 'README names code that mixer.py does not have')
+
+
+def readme_commands(text):
+    """Every command the README shows, in code spans and code blocks -> list of
+    (script path, [arguments]): `python X.py ...` and `torchrun ... X.py ...`, cut at
+    a comment, a pipe of a table or the end of the span."""
+    out = []
+    for m in re.finditer(r'(?:python|torchrun)\s[^`\n|]*', text):
+        line = m.group(0).split('  #')[0].split(' && ')[0]
+        try:
+            words = shlex.split(line)
+        except ValueError:                     # an unbalanced quote: the plain words will do
+            words = line.split()
+        scripts = [i for i, w in enumerate(words) if w.endswith('.py')]
+        if scripts:
+            out.append((words[scripts[0]], words[scripts[0] + 1:]))
+    return out
+
+
+def flags_of(script):
+    """The --flags a script accepts: train.py's settings, or the argparse options in
+    its source."""
+    if script == 'train.py':
+        import train
+        return set(train.DEFAULTS) | {'help'}
+    with open(os.path.join(ROOT, script), encoding='utf-8') as f:
+        return set(re.findall(r"""['"]--([A-Za-z_]+)['"]""", f.read())) | {'help'}
+
+
+class TestReadmeCommands(unittest.TestCase):
+    """The README names only what the code has: every command's script, config file,
+    flags, variants and claims models, and every file it points to (a cheap guard
+    against results tables that no longer match the code)."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+            cls.text = f.read()
+        cls.commands = readme_commands(cls.text)
+
+    def test_commands_name_what_the_code_has(self):
+        import claims
+        self.assertGreater(len(self.commands), 30)
+        bad = []
+
+        def unknown(values, names):     # '' (a command wrapped in the text) and NAME placeholders pass
+            return [v for v in values.split(',') if v and not v.isupper() and v not in names]
+        for script, args in self.commands:
+            if not os.path.isfile(os.path.join(ROOT, script)):
+                bad.append(f'{script}: no such script')
+                continue
+            flags = flags_of(script)
+            for i, a in enumerate(args):
+                value = a.split('=', 1)[1] if '=' in a else (args[i + 1] if i + 1 < len(args) else '')
+                if a.startswith('--') and a[2:].split('=')[0] not in flags:
+                    bad.append(f'{script}: no flag {a.split("=")[0]}')
+                elif a.endswith('.py') and not os.path.isfile(os.path.join(ROOT, a)):
+                    bad.append(f'{script}: no config file {a}')
+                if a.split('=')[0] in ('--variant', '--variants'):
+                    bad += [f'{script}: no variant {v}' for v in unknown(value, mixer.VARIANTS)]
+                if a.split('=')[0] == '--models':
+                    bad += [f'{script}: no claims model {v}' for v in unknown(value, claims.MODELS)]
+        self.assertEqual(bad, [], 'README commands name what the code does not have')
+
+    def test_files_it_points_to_exist(self):
+        paths = set(re.findall(r'[(`]((?:assets|config|data)/[\w./-]+\.(?:png|py|md))[)`]', self.text))
+        paths |= set(re.findall(r'`([a-z_]+\.py)`', self.text))
+        self.assertIn('assets/claims_curves.png', paths)
+        missing = sorted(p for p in paths if not os.path.isfile(os.path.join(ROOT, p)))
+        self.assertEqual(missing, [], 'README points to files that do not exist')
 
 
 if __name__ == '__main__':
