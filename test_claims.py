@@ -14,7 +14,7 @@ import torch
 
 import claims
 import mixer
-from test_mixer import HAVE_TEXT, NO_TEXT, TEXT_DIR, run, tiny_model
+from test_mixer import HAVE_TEXT, NO_TEXT, prepared_data, run, tiny_model
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -82,10 +82,7 @@ class TestClaimsQuick(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp()
-        data = os.path.join(cls.tmp, 'data')
-        r = run('data/prepare.py', '--train', os.path.join(TEXT_DIR, 'train.txt'),
-                '--valid', os.path.join(TEXT_DIR, 'valid.txt'), '--vocab_size', '512', '--out', data)
-        assert r.returncode == 0, r.stderr
+        data = prepared_data(whole=True)
         cls.out = os.path.join(cls.tmp, 'claims')
         cls.first = run('claims.py', '--quick', '--data_dir', data, '--out', cls.out)
         cls.mtimes = {p: os.path.getmtime(p) for p in cls.results()}

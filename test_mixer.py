@@ -421,24 +421,43 @@ class TestRecurrent(unittest.TestCase):
 _DATA = {}
 
 
-def prepared_data():
-    """A data dir prepared once by data/prepare.py from slices of the real text
-    (400 kB train, 100 kB valid, 512-token BPE): train.bin, val.bin, meta.json."""
+def prepared_data(whole=False):
+    """The tests' data dir, prepared once by data/prepare.py (512-token BPE): from
+    slices of the real text (400 kB train, 100 kB valid), or with whole=True from all
+    of it (claims.py's retrieval rows need its 1,841 validation stories). -> path of a
+    dir with train.bin, val.bin, meta.json, tokenizer.tiktoken."""
     if not HAVE_TEXT:
         raise unittest.SkipTest(NO_TEXT)
-    if 'dir' not in _DATA:
+    key = 'whole' if whole else 'dir'
+    if key not in _DATA:
         tmp = tempfile.mkdtemp(prefix='mixer_test_')
-        for name, size in (('train.txt', 400_000), ('valid.txt', 100_000)):
+        src = {name: os.path.join(TEXT_DIR if whole else tmp, name) for name in ('train.txt', 'valid.txt')}
+        for name, size in (('train.txt', 400_000), ('valid.txt', 100_000)) if not whole else ():
             with open(os.path.join(TEXT_DIR, name), encoding='utf-8') as f:
                 text = f.read(size)
-            with open(os.path.join(tmp, name), 'w', encoding='utf-8') as f:
+            with open(src[name], 'w', encoding='utf-8') as f:
                 f.write(text[:text.rindex('<|endoftext|>')])
         out = os.path.join(tmp, 'data')
-        r = run('data/prepare.py', '--train', os.path.join(tmp, 'train.txt'),
-                '--valid', os.path.join(tmp, 'valid.txt'), '--out', out, '--vocab_size', '512')
+        r = run('data/prepare.py', '--train', src['train.txt'], '--valid', src['valid.txt'], '--out', out,
+                '--vocab_size', '512')
         assert r.returncode == 0, r.stderr
-        _DATA['dir'] = out
-    return _DATA['dir']
+        _DATA[key] = out
+    return _DATA[key]
+
+
+def tiny_checkpoint():
+    """A checkpoint made once by train.py on prepared_data(): a flat mixer, d_model 32,
+    2 layers, n_ctx 128, after 2 steps (still in the learning-rate warm-up, so close to
+    its init, whose uniform causal mixing makes the last token's vector a bag of the
+    text's words: a small but clear retrieval signal). -> path of ckpt.pt"""
+    if 'tiny_ckpt' not in _DATA:
+        out = os.path.join(os.path.dirname(prepared_data()), 'tiny_ckpt')
+        r = run('train.py', f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=2', '--n_ctx=128',
+                '--batch_size=8', '--max_iters=2', '--eval_interval=2', '--eval_windows=4', '--log_interval=2',
+                f'--out_dir={out}')
+        assert r.returncode == 0, r.stderr
+        _DATA['tiny_ckpt'] = os.path.join(out, 'ckpt.pt')
+    return _DATA['tiny_ckpt']
 
 
 def read_log(out_dir):
@@ -508,14 +527,8 @@ class TestMachine(unittest.TestCase):
 
 class TestSample(unittest.TestCase):
 
-    def checkpoint(self):
-        if 'ckpt' not in _DATA:
-            import test_train
-            test_train.TestTrainPy('test_train_py_learns_and_resume_equals_uninterrupted').debug()
-        return _DATA['ckpt']
-
     def test_sample_prints_stories(self):
-        r = run('sample.py', '--ckpt', self.checkpoint(), '--start', 'Once upon a time', '--num_samples', '2',
+        r = run('sample.py', '--ckpt', tiny_checkpoint(), '--start', 'Once upon a time', '--num_samples', '2',
                 '--max_new_tokens', '30')
         self.assertEqual(r.returncode, 0, r.stderr)
         assert_samples(self, r.stdout, 'Once upon a time', 2, 30)

@@ -23,6 +23,7 @@ import mixer
 import retrieval
 
 from test_mixer import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, prepared_data
+from test_mixer import tiny_checkpoint as shared_checkpoint
 
 
 def need_text():
@@ -37,37 +38,18 @@ def run(*args):
                           env={**os.environ, 'OMP_NUM_THREADS': '1'})
 
 
-_SHARED = {}
-
-
-def tearDownModule():
-    if 'tmp' in _SHARED:
-        shutil.rmtree(_SHARED['tmp'], ignore_errors=True)
+def tiny_checkpoint():
+    """(data dir, checkpoint): test_mixer's shared fixtures. In our runs a few hundred
+    steps of LM training of such tiny models erased the bag-of-words signal of the
+    near-init checkpoint before building their own (near chance), so these tests check
+    the pipeline on real text, not the quality of LM training."""
+    need_text()
+    return prepared_data(), shared_checkpoint()
 
 
 def read_json(path):
     with open(path) as f:
         return json.load(f)
-
-
-def tiny_checkpoint():
-    """(data dir, checkpoint) made once: test_mixer.prepared_data(), then 2 train.py steps (still in the
-    learning-rate warm-up) of a tiny mixer. The model is thus close to its init, whose
-    uniform causal mixing makes the last token's vector a bag of the text's words: a
-    small but clear retrieval signal. In our runs a few hundred steps of LM training of
-    such tiny models erased that signal before building their own (near chance), so this
-    test checks the pipeline on real text, not the quality of LM training."""
-    need_text()
-    if 'ckpt' not in _SHARED:
-        tmp = tempfile.mkdtemp(prefix='retrieval_test_')
-        data = prepared_data()
-        out = os.path.join(tmp, 'ckpt')
-        r = run('train.py', f'--data_dir={data}', '--d_model=32', '--n_layer=2', '--n_ctx=128', '--batch_size=8',
-                '--max_iters=2', '--eval_interval=2', '--eval_windows=4', '--log_interval=2',
-                f'--out_dir={out}')
-        assert r.returncode == 0, r.stderr
-        _SHARED.update(tmp=tmp, data=data, ckpt=os.path.join(out, 'ckpt.pt'))
-    return _SHARED['data'], _SHARED['ckpt']
 
 
 class TestPairs(unittest.TestCase):
@@ -200,7 +182,8 @@ class TestEndToEnd(unittest.TestCase):
         # Inverse cloze on the 1,841 stories of the shared valid.txt (4 pairs a story), embedded
         # by the tiny checkpoint. With so little LM training the signal is small but clear.
         data, ckpt = tiny_checkpoint()
-        tmp = _SHARED['tmp']
+        tmp = tempfile.mkdtemp(prefix='retrieval_test_')
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
         out = os.path.join(tmp, 'res.json')
         args = ['retrieval.py', '--ckpt', ckpt, '--text', os.path.join(TEXT_DIR, 'valid.txt'), '--steps', '1500',
                 '--per_story', '4', '--max_pairs', '8000', '--d_r', '32', '--train_n', '8', '--batch_size', '32',

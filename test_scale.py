@@ -18,7 +18,7 @@ import unittest
 import numpy as np
 import torch
 
-from test_mixer import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, assert_samples, run
+from test_mixer import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, assert_samples, prepared_data, run, tiny_checkpoint
 
 sys.path.insert(0, os.path.join(ROOT, 'data'))
 import prepare  # noqa: E402
@@ -68,20 +68,6 @@ def tokenizer():
         prepare.save_tokenizer(ranks, path)
         _TMP['tok'] = path
     return _TMP['tok'], prepare.load_tokenizer(_TMP['tok'])
-
-
-def data_dir():
-    """A small prepared data dir (120 kB train, 40 kB valid, vocab 300), made once."""
-    if 'data' not in _TMP:
-        d = os.path.join(shared_tmp(), 'src')
-        os.makedirs(d)
-        tr = slice_file(real_path('train.txt'), os.path.join(d, 'train.txt'), 120_000)
-        va = slice_file(real_path('valid.txt'), os.path.join(d, 'valid.txt'), 40_000)
-        out = os.path.join(shared_tmp(), 'data')
-        r = run(PREPARE, '--train', tr, '--valid', va, '--out', out, '--vocab_size', '300')
-        assert r.returncode == 0, r.stderr
-        _TMP['data'] = out
-    return _TMP['data']
 
 
 def load_json(path):
@@ -287,22 +273,16 @@ class TestCheckpointTravels(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        """test_mixer's tiny checkpoint, copied alone into a folder of its own and with
+        the tokenizer file it records pointing nowhere: only the embedded text can serve."""
         need_text()
         cls.tmp = tempfile.mkdtemp(dir=shared_tmp())
-        # its own data dir, deleted below
-        d = os.path.join(cls.tmp, 'data')
-        shutil.copytree(data_dir(), d)
-        out = os.path.join(cls.tmp, 'out')
-        r = run('train.py', f'--data_dir={d}', f'--out_dir={out}', '--d_model=32', '--n_layer=2',
-                '--n_ctx=64', '--batch_size=4', '--max_iters=4', '--eval_interval=4', '--eval_windows=4',
-                '--device=cpu', '--log_interval=1', '--warmup_iters=1')
-        assert r.returncode == 0, r.stderr
-        cls.alone = os.path.join(tempfile.mkdtemp(dir=cls.tmp), 'model.pt')
-        shutil.copy(os.path.join(out, 'ckpt.pt'), cls.alone)
-        with open(os.path.join(d, 'tokenizer.tiktoken'), 'rb') as f:
+        with open(os.path.join(prepared_data(), 'tokenizer.tiktoken'), 'rb') as f:
             cls.tok_bytes = f.read()
-        shutil.rmtree(d)
-        shutil.rmtree(out)
+        ckpt = torch.load(tiny_checkpoint(), map_location='cpu', weights_only=True)
+        ckpt['tokenizer']['file'] = os.path.join(cls.tmp, 'gone', 'tokenizer.tiktoken')
+        cls.alone = os.path.join(tempfile.mkdtemp(dir=cls.tmp), 'model.pt')
+        torch.save(ckpt, cls.alone)
         assert os.listdir(os.path.dirname(cls.alone)) == ['model.pt']
 
     def test_checkpoint_embeds_tokenizer_and_its_sha256(self):
@@ -324,16 +304,15 @@ class TestCheckpointTravels(unittest.TestCase):
         self.assertIn('4', r.stdout)
 
     def test_prompt_longer_than_context_keeps_its_tail(self):
-        r = run('sample.py', '--ckpt', self.alone, '--start', 'word ' * 200 + 'THE END', '--num_samples', '1',
-                '--max_new_tokens', '3', '--temperature', '0')
+        n_ctx = torch.load(self.alone, map_location='cpu', weights_only=True)['model_config']['n_ctx']
+        r = run('sample.py', '--ckpt', self.alone, '--start', 'HEAD START ' + 'word ' * 200 + 'THE END',
+                '--num_samples', '1', '--max_new_tokens', '3', '--temperature', '0')
         self.assertEqual(r.returncode, 0, r.stderr)
         warn = [l for l in r.stderr.splitlines() if 'warning' in l]
         self.assertEqual(len(warn), 1, r.stderr)
-        self.assertIn('keeping its last 64 tokens', warn[0])
+        self.assertIn(f'keeping its last {n_ctx} tokens', warn[0])
         self.assertIn('THE END', r.stdout)                   # the tail was kept, not the head
-        self.assertNotIn('word word word word word word word word word word word word word word word '
-                         'word word word word word word word word word word word word word word word '
-                         'word word word word word word word word word word word word word word word', r.stdout)
+        self.assertNotIn('HEAD START', r.stdout)
 
     def test_old_checkpoints_and_damaged_tokenizers(self):
         import checkpoint
@@ -343,7 +322,7 @@ class TestCheckpointTravels(unittest.TestCase):
             f.write(self.tok_bytes)
         old = {**ckpt, 'tokenizer': {'file': tok_file, 'sha256': ckpt['tokenizer']['sha256']}}
         enc = checkpoint.checkpoint_tokenizer(old)
-        self.assertEqual(enc.n_vocab, 300)
+        self.assertEqual(enc.n_vocab, ckpt['model_config']['vocab_size'])
         self.assertEqual(enc.encode_ordinary('Once upon'),
                          checkpoint.checkpoint_tokenizer(ckpt).encode_ordinary('Once upon'))
         damaged = {**ckpt, 'tokenizer': {**ckpt['tokenizer'], 'text': ckpt['tokenizer']['text'][:-20]}}
@@ -386,7 +365,7 @@ class TestConfigs(unittest.TestCase):
                          {k: v for k, v in tr.items() if k not in ('variant', 'out_dir')})
 
     def test_each_config_builds_and_trains_two_steps(self):
-        d = data_dir()
+        d = prepared_data()
         for name, expect in CONFIGS.items():
             cfg_path = os.path.join('config', f'{name}.py')
             ns = {}

@@ -18,7 +18,6 @@ import unittest
 import torch
 
 import mixer
-import test_mixer
 from test_mixer import ROOT, prepared_data, read_log, run
 
 TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
@@ -116,7 +115,6 @@ class TestTrainPy(Base):
             self.assertAlmostEqual(a[step], b[step], places=5, msg=f'step {step}')
         evals = [e['val_loss'] for e in read_log(full) if e['event'] == 'eval']
         self.assertLess(evals[-1], evals[0] - 0.5)
-        test_mixer._DATA['ckpt'] = os.path.join(full, 'ckpt.pt')
 
     def test_resume_restores_settings_and_overrides_win(self):
         """The saved settings come back on resume (not the defaults); an override is
