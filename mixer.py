@@ -699,16 +699,21 @@ class LanguageModel(_Model):
         """Residual stream after block `layer` (default: the last, before the final
         norm): float [B, T, d]. With a Cache, idx holds the tokens after cache.pos and
         the cache advances. Raises ValueError past n_ctx (position-indexed kinds)."""
+        return self.hidden_from_embeddings(self.wte(idx), cache, layer)
+
+    def hidden_from_embeddings(self, x, cache=None, layer=None):
+        """hidden() for input vectors x float [B, T, d] in place of the token embeddings
+        wte(idx) (input representation accuracy optimises them: represent.py)."""
         pos = cache.pos if cache is not None else 0
-        _check_length(pos + idx.shape[1], self.max_len)
-        x = self.embed_proj(self.wte(idx))
+        _check_length(pos + x.shape[1], self.max_len)
+        x = self.embed_proj(x)
         if self.wpe is not None:
-            x = x + self.wpe[pos:pos + idx.shape[1]]
+            x = x + self.wpe[pos:pos + x.shape[1]]
         n = len(self.blocks) if layer is None else range(len(self.blocks))[layer] + 1
         for i, block in enumerate(self.blocks[:n]):
             x = block(x, None if cache is None else cache.layers[i], pos)
         if cache is not None:
-            cache.pos += idx.shape[1]
+            cache.pos += x.shape[1]
         return x
 
     def forward(self, idx, targets=None):

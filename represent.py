@@ -1,0 +1,224 @@
+"""Input representation accuracy: can a model's input be read back from its hidden states?
+
+    python represent.py                                  # untrained models of the papers' kinds
+    python represent.py --ckpt out/a/ckpt.pt --ckpt out/b/ckpt.pt   # trained checkpoints too
+    python represent.py --quick                          # tiny, seconds
+
+Badger 2024 ("Masked Mixers for Language Generation and Retrieval", arXiv
+2409.01482: "Language Mixer Basics", "Flat mixers train faster"; Masked Mixers II,
+"Accuracy and flexibility") explains why mixers differ from transformers by this
+measurement: a mixer's hidden states keep enough of its input that the input can be
+recovered from them, for the token itself (self) and for the earlier tokens
+(non-self), while a trained transformer's do not.
+
+The measurement, for a frozen model, a depth l and windows of T tokens: one token
+at a time is unknown, the others are given (their true embeddings).
+  target   = the residual stream after l blocks on the true input;
+  recover  = start the unknown token's input vector at random (N(0, s^2), s the
+             embedding rows' std) and minimise the mean squared distance between the
+             hidden states and the target by Adam on that vector alone (the model never
+             changes);
+  decode   = the recovered vector to the nearest row (Euclidean) of the embedding
+             matrix; accuracy = the fraction of tokens decoded to the true token.
+  self     : the target is the unknown token's own position;
+  non-self : the target is every later position and not its own, so the token is
+             recovered only through what the sequence mixing carried forward.
+Scored positions: --positions evenly spaced in 0 .. T-2 of each window, all in one
+batch. Chance is the accuracy of the random start, decoded the same way. Convergence
+is shown by the accuracy at half the steps beside the accuracy at the end.
+Output: a markdown table on stdout (and --json).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+import mixer
+
+DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
+SHAPES = {'full': dict(d_model=128, n_layer=4, n_ctx=256, vocab_size=4096),
+          'quick': dict(d_model=32, n_layer=2, n_ctx=32, vocab_size=512)}
+
+
+def fail(msg):
+    """Print a one-line error and exit with status 2."""
+    print(f'represent.py: error: {msg}', file=sys.stderr)
+    sys.exit(2)
+
+
+def nearest_tokens(x, wte):
+    """Nearest embedding row (Euclidean) of each vector: x float [..., d], wte [V, d] -> long [...]."""
+    return torch.cdist(x.reshape(-1, x.shape[-1]), wte).argmin(-1).reshape(x.shape[:-1])
+
+
+def recover(model, idx, depth, mode, positions, steps=500, lr=0.05, seed=0, checkpoints=()):
+    """Recover input tokens of a frozen mixer.LanguageModel from its residual stream
+    after `depth` blocks (1 .. n_layer), one unknown token at a time.
+
+    idx long [B, T]: the windows; positions: the positions j to score (0 <= j < T - 1),
+    each in its own copy of each window with only x_j unknown. mode 'self': match
+    position j's hidden state; 'nonself': match positions j+1 .. T-1. Adam (lr) on
+    the unknown vectors for `steps` steps, loss = mean squared distance.
+    -> dict: 'accuracy' (fraction of the B x len(positions) tokens decoded right,
+    float), 'chance' (the same for the random start), 'at' ({step: accuracy} at
+    `checkpoints`), 'loss' (final). The model's parameters, their requires_grad and
+    its train/eval mode are restored: it never changes. Raises ValueError for a bad
+    depth, mode or position."""
+    if mode not in ('self', 'nonself'):
+        raise ValueError(f"mode must be 'self' or 'nonself', got {mode!r}")
+    if not 1 <= depth <= len(model.blocks):
+        raise ValueError(f'depth must be in 1..{len(model.blocks)}, got {depth}')
+    B, T = idx.shape
+    pos = torch.as_tensor(positions).repeat(B)                           # [N], N = B x len(positions)
+    if not (0 <= int(pos.min()) and int(pos.max()) < T - 1):
+        raise ValueError(f'positions must be in 0..{T - 2}')
+    idx = idx.repeat_interleave(len(positions), 0)                       # [N, T]: one copy per scored token
+    wte = model.wte.weight.detach()
+    flags = [p.requires_grad for p in model.parameters()]
+    was_training = model.training
+    model.eval().requires_grad_(False)
+    try:
+        t = torch.arange(T)
+        unknown = (t[None, :] == pos[:, None]).unsqueeze(-1).float()     # [N, T, 1]
+        matched = (t[None, :] == pos[:, None]) if mode == 'self' else (t[None, :] > pos[:, None])
+        given = wte[idx]
+        with torch.no_grad():
+            target = model.hidden_from_embeddings(given, layer=depth - 1)
+        g = torch.Generator().manual_seed(seed)
+        v = (torch.randn(len(pos), 1, wte.shape[1], generator=g) * wte.std()).requires_grad_()
+        truth = idx[torch.arange(len(pos)), pos]
+
+        def score():
+            return (nearest_tokens(v.detach()[:, 0], wte) == truth).float().mean().item()
+        chance, at = score(), {}
+        opt = torch.optim.Adam([v], lr=lr)
+        for step in range(1, steps + 1):
+            h = model.hidden_from_embeddings(given * (1 - unknown) + v * unknown, layer=depth - 1)
+            loss = (h - target).pow(2).sum(-1)[matched].mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step in checkpoints:
+                at[step] = score()
+        return {'accuracy': score(), 'chance': chance, 'at': at, 'loss': loss.item()}
+    finally:
+        for p, f in zip(model.parameters(), flags):
+            p.requires_grad_(f)
+        model.train(was_training)
+
+
+def windows(data_dir, n_ctx, T, count, vocab_size, seed=0):
+    """`count` windows of T tokens: from data_dir/val.bin (evenly spaced) if given, else
+    uniform random tokens below vocab_size -> long [count, T]."""
+    if data_dir is None:
+        return torch.randint(vocab_size, (count, T), generator=torch.Generator().manual_seed(seed))
+    path = os.path.join(data_dir, 'val.bin')
+    if not os.path.isfile(path):
+        fail(f'{path} not found: run data/prepare.py first (or leave out --data_dir)')
+    val = np.memmap(path, dtype=np.uint16, mode='r')
+    starts = np.linspace(0, len(val) - T - 1, count).astype(np.int64)
+    return torch.from_numpy(np.stack([val[s:s + T].astype(np.int64) for s in starts]))
+
+
+def models(args):
+    """(name, model, trained?) for every --variants (untrained, seeded) and --ckpt."""
+    for name in args.variants:
+        torch.manual_seed(args.seed)
+        yield name, mixer.build_model(mixer.variant_config(name, **args.shape)), False
+    for path in args.ckpt:
+        from checkpoint import CheckpointError, load_checkpoint
+        try:
+            model, _, ckpt = load_checkpoint(path)
+        except CheckpointError as e:
+            fail(str(e))
+        if model.cfg.task != 'lm':
+            fail(f'{path} is an autoencoder; represent.py needs a language model')
+        yield f'{ckpt["config"]["variant"]} ({path})', model, True
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument('--variants', default=','.join(DEFAULT_VARIANTS),
+                   help='untrained models of these mixer.VARIANTS (empty: none)')
+    p.add_argument('--ckpt', action='append', default=[], help='a trained checkpoint (repeatable)')
+    p.add_argument('--T', type=int, default=32, help='tokens a window')
+    p.add_argument('--windows', type=int, default=4, help='windows a model')
+    p.add_argument('--positions', type=int, default=8, help='scored positions a window, evenly spaced')
+    p.add_argument('--steps', type=int, default=500, help='Adam steps of the recovery')
+    p.add_argument('--lr', type=float, default=0.05, help='Adam learning rate on the input vectors')
+    p.add_argument('--depths', default='1,all', help="depths: block counts, or 'all' for the model's n_layer")
+    p.add_argument('--data_dir', help='windows from this prepared data dir (default: random tokens)')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--threads', type=int, default=2)
+    p.add_argument('--quick', action='store_true', help='tiny models and 60 steps (the smoke test)')
+    p.add_argument('--json', help='also write the results here')
+    args = p.parse_args(argv)
+    args.variants = [v for v in args.variants.split(',') if v]
+    bad = [v for v in args.variants if v not in mixer.VARIANTS]
+    if bad:
+        fail(f'unknown variant(s) {",".join(bad)}; choose from {",".join(mixer.VARIANTS)}')
+    if not args.variants and not args.ckpt:
+        fail('nothing to measure: give --variants or --ckpt')
+    args.shape = SHAPES['quick' if args.quick else 'full']
+    if args.quick and args.steps == p.get_default('steps'):
+        args.steps = 60
+    if min(args.T, args.windows, args.steps, args.threads) < 2 or args.lr <= 0:
+        fail('--T, --windows, --steps and --threads must be >= 2 and --lr > 0')
+    try:
+        args.depths = [d if d == 'all' else int(d) for d in args.depths.split(',')]
+    except ValueError:
+        fail(f"--depths must be integers or 'all', got {args.depths!r}")
+    if args.json and os.path.exists(args.json):
+        fail(f'{args.json} exists; remove it or choose another --json path')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows, results, t0 = [], [], time.time()
+    half = args.steps // 2
+    positions = np.unique(np.linspace(0, args.T - 2, args.positions).round().astype(int)).tolist()
+    for name, model, trained in models(args):
+        if args.T > model.cfg.n_ctx:
+            fail(f'--T {args.T} is longer than {name}\'s n_ctx {model.cfg.n_ctx}')
+        idx = windows(args.data_dir, model.cfg.n_ctx, args.T, args.windows, model.cfg.vocab_size, args.seed)
+        if int(idx.max()) >= model.cfg.vocab_size:
+            fail(f'{args.data_dir} holds token ids beyond {name}\'s vocabulary')
+        for depth in args.depths:
+            d = len(model.blocks) if depth == 'all' else depth
+            if not 1 <= d <= len(model.blocks):
+                fail(f'depth {d} is outside 1..{len(model.blocks)} for {name}')
+            res = {m: recover(model, idx, d, m, positions, args.steps, args.lr, args.seed, checkpoints=(half,))
+                   for m in ('self', 'nonself')}
+            results.append({'model': name, 'trained': trained, 'depth': d, **res})
+            rows.append([name, 'trained' if trained else 'untrained', d,
+                         *(f'{res[m]["accuracy"]:.3f} ({res[m]["at"][half]:.3f})' for m in ('self', 'nonself')),
+                         f'{res["self"]["chance"]:.3f} / {res["nonself"]["chance"]:.3f}'])
+            print(f'{name}, depth {d}: self {res["self"]["accuracy"]:.3f}, non-self {res["nonself"]["accuracy"]:.3f}'
+                  f' ({time.time() - t0:.0f} s so far)', file=sys.stderr, flush=True)
+    source = f'windows of {args.data_dir}/val.bin' if args.data_dir else 'uniform random tokens'
+    print(f'## Input representation accuracy\n\n_{args.windows} windows of {args.T} tokens ({source}), '
+          f'{len(positions)} scored positions each, one unknown token at a time (the others given); Adam, lr '
+          f'{args.lr:g}, {args.steps} steps on its input vector, mean squared distance to the hidden states after '
+          f'`depth` blocks at its own position (self) or at the later ones (non-self); decoded to the nearest '
+          f'embedding row. Cell: accuracy at the end (at step {half}). Chance: the random start, decoded (self / '
+          f'non-self)._\n')
+    header = ['model', 'weights', 'depth', 'self', 'non-self', 'chance']
+    print('\n'.join(['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+                    + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows]))
+    print(f'\ndone in {time.time() - t0:.0f} s', file=sys.stderr)
+    if args.json:
+        with open(args.json + '.tmp', 'w') as f:
+            json.dump({'args': {k: v for k, v in vars(args).items()}, 'results': results}, f, indent=1)
+        os.replace(args.json + '.tmp', args.json)
+
+
+if __name__ == '__main__':
+    main()
