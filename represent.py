@@ -168,8 +168,8 @@ def parse_args(argv):
     args.shape = SHAPES['quick' if args.quick else 'full']
     if args.quick and args.steps == p.get_default('steps'):
         args.steps = 60
-    if min(args.T, args.windows, args.steps, args.threads) < 2 or args.lr <= 0:
-        fail('--T, --windows, --steps and --threads must be >= 2 and --lr > 0')
+    if min(args.T, args.steps) < 2 or min(args.windows, args.positions, args.threads) < 1 or args.lr <= 0:
+        fail('--T and --steps must be >= 2, --windows, --positions and --threads >= 1, --lr > 0')
     try:
         args.depths = [d if d == 'all' else int(d) for d in args.depths.split(',')]
     except ValueError:
