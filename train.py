@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import mixer
 import checkpoint
+import mixer
 
 # ----------------------------------------------------------------------------- defaults
 # I/O
@@ -447,6 +447,7 @@ def stop_if_not_finite(pending, ckpt_path):
 
 
 def stop(msg, ckpt_path):
+    """A non-finite loss: print one line, exit 1 (ckpt_path keeps the last good state)."""
     print(f'train.py: error: {msg}; stopping, {ckpt_path} keeps the last good state', file=sys.stderr)
     sys.exit(1)
 
