@@ -66,9 +66,13 @@ def read_checkpoint(path, device='cpu'):
         ckpt['model'] = strip_prefixes(ckpt['model'])
         ckpt['model_config']
     except Exception as e:  # torch raises many types for a damaged file
-        raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py '
-                              f'({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""})') from None
+        raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({_reason(e)})') from None
     return ckpt
+
+
+def _reason(e):
+    """An exception as one short line: 'TypeName: first line of its message'."""
+    return f'{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""}'
 
 
 def strip_prefixes(state):
@@ -93,8 +97,7 @@ def load_checkpoint(path, device='cpu'):
         model = mixer.build_model(mixer.ModelConfig(**ckpt['model_config']))
         model.load_state_dict(ckpt['model'])
     except Exception as e:
-        raise CheckpointError(f'checkpoint {path!r} does not fit its own model_config '
-                              f'({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""})') from None
+        raise CheckpointError(f'checkpoint {path!r} does not fit its own model_config ({_reason(e)})') from None
     return model.to(device).eval(), checkpoint_tokenizer(ckpt, path), ckpt
 
 

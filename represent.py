@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 import mixer
+from checkpoint import CheckpointError, load_checkpoint
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
 SHAPES = {'full': dict(d_model=128, n_layer=4, n_ctx=256, vocab_size=4096),
@@ -131,7 +132,6 @@ def models(args):
         torch.manual_seed(args.seed)
         yield name, mixer.build_model(mixer.variant_config(name, **args.shape)), False
     for path in args.ckpt:
-        from checkpoint import CheckpointError, load_checkpoint
         try:
             model, _, ckpt = load_checkpoint(path)
         except CheckpointError as e:
