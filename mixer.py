@@ -333,6 +333,13 @@ class ToeplitzMixing(HeadMixing):
         return 2 * T * self.d_model
 
 
+def chunk_starts(T, chunk_size):
+    """Start positions of the chunks of a length-T sequence: 0, chunk_size, ... Under
+    torch.compile with a dynamic T, range(0, T, chunk_size) would specialise on T and
+    recompile for every length; counting the chunks first guards on their number only."""
+    return [i * chunk_size for i in range((T + chunk_size - 1) // chunk_size)]
+
+
 class RecurrentMixing(HeadMixing):
     """Masked recurrent mixing (Badger, blog post "Masked Recurrent Mixers").
 
@@ -373,7 +380,7 @@ class RecurrentMixing(HeadMixing):
     def mix(self, z, state=None, pos=0):
         h = None if state is None else state.get('h')
         ys = []
-        for s in range(0, z.shape[2], self.chunk_size):
+        for s in chunk_starts(z.shape[2], self.chunk_size):
             y, h = self._chunk(z[:, :, s:s + self.chunk_size], h, pos + s)
             ys.append(y)
         if state is not None:
@@ -442,8 +449,10 @@ class Attention(nn.Module):
         if self.naive:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])      # [B, H, T, pos + T]
             y = scores.masked_fill(~mask, float('-inf')).softmax(-1) @ v
-        elif pos == 0 or T == 1:   # whole prefix, or one new query that may see every key
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=(T > 1))
+        elif pos == 0:             # the whole prefix (is_causal must be a constant for torch.compile)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif T == 1:               # one new query that may see every key
+            y = F.scaled_dot_product_attention(q, k, v)
         else:                      # T new queries after a cached prefix
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
@@ -475,7 +484,7 @@ class LinearAttention(nn.Module):
         S = None if state is None else state.get('S')
         s = None if state is None else state.get('s')
         ys = []
-        for c0 in range(0, x.shape[1], self.chunk_size):
+        for c0 in chunk_starts(x.shape[1], self.chunk_size):
             qc, kc, vc = (t[:, :, c0:c0 + self.chunk_size] for t in (q, k, v))
             A = (qc @ kc.transpose(-1, -2)).tril()                    # [B, H, C, C]
             num, den = A @ vc, A.sum(-1, keepdim=True)

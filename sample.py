@@ -6,6 +6,8 @@
 Generation is incremental (mixer.LanguageModel.generate): the prompt is read once,
 then each new token costs one step through the cache (dense and Toeplitz mixers,
 transformer) or the constant-size state (recurrent mixer, linear attention).
+--compile decodes through decode.py's static-shape step under torch.compile: one
+graph for every position, compiled on the first tokens (seconds to a minute).
 """
 
 import argparse
@@ -32,6 +34,7 @@ def main(argv=None):
     p.add_argument('--top_k', type=int, default=40, help='0 means no top-k filter')
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='cpu')
+    p.add_argument('--compile', action='store_true', help='torch.compile a static-shape decode step (decode.py)')
     args = p.parse_args(argv)
     if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         fail('num_samples must be >= 1 and max_new_tokens, temperature, top_k >= 0')
@@ -58,7 +61,11 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)
     idx = torch.tensor([ids] * args.num_samples, device=args.device)
-    out = model.generate(idx, args.max_new_tokens, args.temperature, args.top_k or None)
+    if args.compile:
+        import decode
+        out = decode.generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None, compile=True)
+    else:
+        out = model.generate(idx, args.max_new_tokens, args.temperature, args.top_k or None)
     for i, row in enumerate(out.tolist()):
         print(f'--- sample {i + 1} ({ckpt["config"]["variant"]}, step {ckpt["step"]}, '
               f'{len(row) - len(ids)} new tokens)')

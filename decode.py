@@ -1,0 +1,210 @@
+"""A static-shape decode step, for torch.compile (the gpt-fast recipe).
+
+mixer.LanguageModel.decode() grows its caches as it goes and slices weights by a
+Python int position: right for eager decoding, but each new length is a new
+shape, so a compiled model would recompile per token. Here every cache is
+allocated once at n_ctx (zeros) and written in place with index_copy_, and the
+position is a 0-dim long tensor, so one compiled graph serves every position:
+
+    dec = StaticDecoder(model, batch_size=1, compile=True)
+    logits = dec.prefill(idx)        # idx long [B, T] -> logits [B, vocab] of the last token
+    logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
+    out = generate(model, idx, 100, temperature=0, compile=True)
+
+Per token, each mixing reads its whole n_ctx-long cache and masks the unwritten
+part (the dense and Toeplitz mixers' weight row, attention's key mask), so a
+step costs what the step at position n_ctx costs; the recurrent mixer and linear
+attention keep their constant-size state. Decoding equals mixer's decode()
+(tested, eager and compiled). Kinds: every LanguageModel kind; the
+Autoencoder has no decoding.
+"""
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+from mixer import (Attention, HeadMixing, HybridMixing, LinearAttention, MaskedMixing, RecurrentMixing,
+                   ToeplitzMixing, apply_rope, sample_next)
+
+
+def _write(state, key, x, idx, size):
+    """Write x [B, H, t, e] at time indices idx (long [t]) of the buffer `key`, a
+    zero [B, H, size, e] tensor allocated on first use; return the whole buffer."""
+    if key not in state:
+        state[key] = x.new_zeros(*x.shape[:2], size, x.shape[3])
+    return state[key].index_copy_(2, idx, x)
+
+
+def _masked(m, z, state, pos):
+    """MaskedMixing (flat, multi-head, kernel, expanded) at position pos: z [B, H, 1, e]."""
+    n_ctx = m.mask1.shape[1]
+    zs = _write(state, 'z', z, pos[None], n_ctx)                          # [B, H, n_ctx, e]
+    rows = m.e * pos + torch.arange(m.e, device=z.device)                 # hidden rows of this position
+    W1 = m.W1[..., rows, :] * m.mask1[rows]                               # [H, k, e, n_ctx]
+    h = W1[:, 0] @ zs if m.k == 1 else (W1 @ m._taps(zs)).sum(2)
+    h = h + m.c1[:, rows]
+    if m.e == 1:
+        return h
+    hs = _write(state, 'h', F.gelu(h), rows, m.e * n_ctx)                 # [B, H, e n_ctx, e]
+    W2 = m.W2[:, pos[None]] * m.mask2[pos[None]]                          # [H, 1, e n_ctx]
+    return W2 @ hs + m.c2[:, pos[None]]
+
+
+def _toeplitz(m, z, state, pos):
+    """ToeplitzMixing at position pos: row w[pos - j] for j <= pos."""
+    n_ctx = m.w.shape[1]
+    zs = _write(state, 'z', z, pos[None], n_ctx)
+    lag = pos - torch.arange(n_ctx, device=z.device)
+    row = m.w[:, lag.clamp(min=0)] * (lag >= 0)                           # [H, n_ctx]
+    return row[:, None] @ zs + m.c[:, pos[None]]
+
+
+def _recurrent(m, z, state, pos):
+    """RecurrentMixing at position pos: h = a h + u, the constant-size state in place."""
+    if 'h' not in state:
+        state['h'] = z.new_zeros(z.shape[0], z.shape[1], z.shape[3])
+    a = torch.sigmoid(m.decay_logit.float())[:, None].to(z.dtype)         # [H, 1]
+    v = m.v[:, pos[None], None]                                           # [H, 1, 1]
+    h = state['h'].mul_(a).add_(torch.where(m.column, z, v * z)[:, :, 0])
+    return torch.where(m.column, v * h[:, :, None], h[:, :, None]) + m.c[:, pos[None]]
+
+
+def _attention(a, x, state, pos):
+    """Attention at position pos: K, V written at pos, keys after pos masked out
+    (naive and SDPA attention compute the same here: one query, n_ctx keys)."""
+    q, k, v = rearrange(a.qkv(x), 'b t (three h e) -> three b h t e', three=3, h=a.n_head)
+    if a.rope:
+        cos, sin = a.cos[pos[None]], a.sin[pos[None]]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    n_ctx = a.cos.shape[0]
+    ks, vs = _write(state, 'k', k, pos[None], n_ctx), _write(state, 'v', v, pos[None], n_ctx)
+    mask = (torch.arange(n_ctx, device=x.device) <= pos)[None]            # [1 query, n_ctx keys]
+    y = F.scaled_dot_product_attention(q, ks, vs, attn_mask=mask)
+    return a.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
+
+
+def _linear_attention(a, x, state, pos):
+    """LinearAttention: S += phi(k)^T v, s += phi(k), y = phi(q) S / (phi(q) . s)."""
+    q, k, v = rearrange(a.qkv(x), 'b t (three h e) -> three b h t e', three=3, h=a.n_head)
+    q, k = F.elu(q) + 1, F.elu(k) + 1
+    if 'S' not in state:
+        e = q.shape[-1]
+        state['S'], state['s'] = q.new_zeros(q.shape[0], a.n_head, e, e), q.new_zeros(q.shape[0], a.n_head, e)
+    S = state['S'].add_(k.transpose(-1, -2) @ v)
+    s = state['s'].add_(k[:, :, 0])
+    y = (q @ S) / (q @ s[..., None] + a.eps)
+    return a.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
+
+
+_MIX = {MaskedMixing: _masked, ToeplitzMixing: _toeplitz, RecurrentMixing: _recurrent}
+
+
+def mixing_step(mixing, x, state, pos):
+    """One token through a block's sequence mixing: x float [B, 1, d] at position pos
+    (long, 0-dim), state the layer's dict of static buffers -> float [B, 1, d]."""
+    if isinstance(mixing, HeadMixing):
+        z = mixing.proj_in(x) if mixing.proj_in is not None else x
+        y = _MIX[type(mixing)](mixing, rearrange(z, 'b t (h e) -> b h t e', h=mixing.n_head), state, pos)
+        y = rearrange(y, 'b h t e -> b t (h e)')
+        return mixing.proj_out(y) if mixing.proj_out is not None else y
+    if isinstance(mixing, Attention):
+        return _attention(mixing, x, state, pos)
+    if isinstance(mixing, LinearAttention):
+        return _linear_attention(mixing, x, state, pos)
+    if isinstance(mixing, HybridMixing):
+        a = _attention(mixing.attn, x, state.setdefault('attn', {}), pos)
+        if mixing.parallel:
+            return a + mixing_step(mixing.mix, x, state.setdefault('mix', {}), pos)
+        return mixing_step(mixing.mix, a, state.setdefault('mix', {}), pos)
+    raise TypeError(f'no static decode step for {type(mixing).__name__}')
+
+
+def model_step(model, idx, pos, layers):
+    """One token through a LanguageModel: idx long [B, 1] at position pos (long,
+    0-dim tensor), layers one state dict per block -> logits float [B, vocab]."""
+    x = model.embed_proj(model.wte(idx))
+    if model.wpe is not None:
+        x = x + model.wpe[pos[None]]
+    for block, state in zip(model.blocks, layers):
+        x = x + mixing_step(block.mixing, block.norm1(x), state, pos)
+        x = x + block.ff(block.norm2(x))
+    return model.lm_head(model.norm_f(x))[:, -1]
+
+
+class StaticDecoder:
+    """Static-shape incremental decoding of one LanguageModel (in eval mode).
+
+    prefill(idx long [B, T]) and step(idx long [B, 1]) -> logits float [B, vocab]
+    of the last token given; the position advances by the tokens given. With
+    compile=True the step runs through torch.compile(dynamic=False): the first
+    token runs eagerly and allocates the caches, every later token reuses one
+    graph (`compiles` counts the compilations; `backend` names torch.compile's
+    backend: 'inductor', or 'eager' for a fast trace-only check).
+    reset() zeroes the caches in place (no reallocation, so no recompile).
+    Raises ValueError past n_ctx for position-indexed kinds (model.max_len)."""
+
+    def __init__(self, model, compile=False, backend='inductor'):
+        self.model, self.max_len, self.compiles = model, model.max_len, 0
+        self.layers = [dict() for _ in model.blocks]
+        self.pos = 0
+
+        def counted(gm, example_inputs):
+            self.compiles += 1
+            return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
+        self._eager = lambda idx, pos, layers: model_step(model, idx, pos, layers)    # noqa: E731
+        self._fn = torch.compile(self._eager, backend=counted, dynamic=False) if compile else self._eager
+
+    def reset(self):
+        """Back to position 0: every buffer zeroed in place."""
+        def zero(d):
+            for v in d.values():
+                zero(v) if isinstance(v, dict) else v.zero_()
+        for layer in self.layers:
+            zero(layer)
+        self.pos = 0
+
+    @torch.no_grad()
+    def step(self, idx):
+        """idx long [B, 1] at the current position -> logits float [B, vocab]."""
+        if self.max_len is not None and self.pos >= self.max_len:
+            raise ValueError(f'position {self.pos} is past n_ctx={self.max_len}')
+        pos = torch.tensor(self.pos, device=idx.device)
+        if self.layers[0]:                           # one [B, 1] input tensor, so that strides never vary
+            logits = self._fn(self._token.copy_(idx), pos, self.layers)
+        else:                                        # the first token allocates the caches, eagerly
+            self._token = idx.new_empty(idx.shape[0], 1)
+            logits = self._eager(idx, pos, self.layers)
+        self.pos += 1
+        return logits
+
+    def prefill(self, idx):
+        """idx long [B, T] -> logits float [B, vocab] after its last token (one step per token)."""
+        for t in range(idx.shape[1]):
+            logits = self.step(idx[:, t:t + 1])
+        return logits
+
+
+@torch.no_grad()
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None):
+    """mixer.LanguageModel.generate() through a StaticDecoder: idx long [B, T] ->
+    long [B, T + max_new_tokens]. Past n_ctx a position-indexed model slides its
+    window as there: the caches are zeroed and refilled from the last n_ctx / 2 tokens. Pass `decoder` to
+    reuse one (and its compiled graph) across calls. Raises ValueError for a prompt
+    longer than n_ctx."""
+    if idx.shape[1] > model.cfg.n_ctx:
+        raise ValueError(f'prompt of {idx.shape[1]} tokens is longer than n_ctx={model.cfg.n_ctx}')
+    dec = decoder or StaticDecoder(model, compile=compile)
+    dec.reset()
+    logits = dec.prefill(idx)
+    out = [idx]
+    for i in range(max_new_tokens):
+        nxt = sample_next(logits, temperature, top_k)
+        out.append(nxt)
+        if i == max_new_tokens - 1:
+            break
+        if dec.max_len is not None and dec.pos >= dec.max_len:
+            dec.reset()
+            logits = dec.prefill(torch.cat(out, 1)[:, -(dec.max_len // 2):])
+        else:
+            logits = dec.step(nxt)
+    return torch.cat(out, 1)
