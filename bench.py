@@ -23,6 +23,12 @@ Tables (stdout is clean markdown; progress lines go to stderr):
    transformer with its KV cache and linear attention.
 5. Token-mixing paths: the Toeplitz mixing as a matrix or an FFT, the recurrent
    mixing in one chunk or in chunks, per length (behind fft_threshold, chunk_size).
+6. Decode step: batch-1 ms/token of the eager decode (mixer.Cache), of decode.py's
+   static-shape step, eager and under torch.compile, against the weight-read limit:
+   parameter bytes / the measured copy bandwidth (STREAM's convention: bytes read +
+   written per second of a large tensor copy), the time to read every weight once.
+With --compile the training table also times each variant under torch.compile
+(compile time: the compiled warm-up step minus an eager step).
 """
 
 import argparse
@@ -38,16 +44,17 @@ from contextlib import nullcontext
 
 import torch
 
+import decode
 import mixer
 import train
 
-TABLES = ('train', 'memory', 'generation', 'paths')
+TABLES = ('train', 'memory', 'generation', 'paths', 'decode')
 MEM_VARIANTS = ('flat', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent', 'linear_attention')
 GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
                ('transformer', 'KV cache'), ('linear_attention', 'state'))
 QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
              mem_n_layer=1, mem_lengths=[64, 128], prompts=[16, 32], new_tokens=8, recompute_tokens=4,
-             path_lengths=[32, 64])
+             path_lengths=[32, 64], decode_variants=['flat'], decode_sizes=[(64, 2)], decode_tokens=16)
 
 
 def log(msg):
@@ -118,12 +125,14 @@ def bench_peak(args):
 
 # ----------------------------------------------------------------------------- 2. training
 
-def train_step_ms(name, args):
-    """Median ms of one forward + backward + AdamW step of variant `name`
-    (batch [batch_size, n_ctx] of random tokens) -> (model, ms)."""
+def train_step_ms(name, args, compile=False):
+    """Median ms of one forward + backward + AdamW step of variant `name` (batch
+    [batch_size, n_ctx] of random tokens), torch.compile'd if `compile` -> (model, ms,
+    ms of the warm-up steps)."""
+    torch._dynamo.reset()
     model = build(name, args, d_model=args.d_model, n_layer=args.n_layer, n_ctx=args.n_ctx)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    step_model = torch.compile(model) if args.compile else model
+    step_model = torch.compile(model) if compile else model
     x = torch.randint(args.vocab_size, (args.batch_size, args.n_ctx + 1), device=args.device)
     times = []
     for i in range(args.warmup + args.steps):
@@ -135,32 +144,44 @@ def train_step_ms(name, args):
         opt.step()
         opt.zero_grad(set_to_none=True)
         sync(args.device)
-        if i >= args.warmup:
-            times.append(1e3 * (time.perf_counter() - t0))
-    return model, statistics.median(times)
+        times.append(1e3 * (time.perf_counter() - t0))
+    return model, statistics.median(times[args.warmup:]), sum(times[:args.warmup])
+
+
+COMPILED_NOTE = '; compiled: the same step under torch.compile (inductor); compile s: its warm-up minus eager\'s'
 
 
 def bench_train(args, peak):
     """Print the training-throughput table: params, ms/step, tokens/s, MFU, vs transformer."""
-    results = {}
+    results, compiled = {}, {}
     for name in args.variants:
         log(f'train: {name}')
-        model, ms = train_step_ms(name, args)
+        model, ms, warm = train_step_ms(name, args)
         tok_s = args.batch_size * args.n_ctx / (ms / 1e3)
         results[name] = (model.num_params(), ms, tok_s, model.flops_per_token(args.n_ctx) * tok_s)
+        if args.compile:
+            log(f'train: {name}, torch.compile')
+            _, c_ms, c_warm = train_step_ms(name, args, compile=True)
+            compiled[name] = (c_ms, (c_warm - warm) / 1e3)
     base = results['transformer'][2] if 'transformer' in results else None
     rows = []
     for name, (params, ms, tok_s, flops) in results.items():
         row = [name, f'{params / 1e6:.2f}M', f'{ms:.1f}', f'{tok_s:.0f}', f'{100 * flops / peak["measured"]:.1f}%']
         row += [f'{100 * flops / peak["nominal"]:.2f}%'] if peak['nominal'] else []
-        rows.append(row + [f'{tok_s / base:.2f}x' if base else '-'])
+        row += [f'{tok_s / base:.2f}x' if base else '-']
+        if args.compile:
+            c_ms, c_s = compiled[name]
+            row += [f'{c_ms:.1f}', f'{tok_s * ms / c_ms:.0f}', f'{ms / c_ms:.2f}x', f'{c_s:.0f}']
+        rows.append(row)
     print(f'## Training throughput\n\n_Forward + backward + AdamW, batch {args.batch_size} x n_ctx {args.n_ctx}, '
-          f'd_model {args.d_model}, n_layer {args.n_layer}, vocab {args.vocab_size}, {args.dtype}'
-          f'{", torch.compile" if args.compile else ""}; median of {args.steps} steps after {args.warmup} '
-          f'warm-up. MFU = model.flops_per_token(n_ctx) x tokens/s / measured peak; "vs transformer" '
-          f'is the tokens/s ratio._\n')
+          f'd_model {args.d_model}, n_layer {args.n_layer}, vocab {args.vocab_size}, {args.dtype}; median of '
+          f'{args.steps} steps after {args.warmup} warm-up. MFU = model.flops_per_token(n_ctx) x tokens/s / '
+          f'measured peak; "vs transformer" is the tokens/s ratio'
+          f'{COMPILED_NOTE if args.compile else ""}._\n')
     header = ['variant', 'params', 'ms/step', 'tokens/s', 'MFU'] + (['MFU (nominal)'] if peak['nominal'] else [])
-    print(md_table(header + ['vs transformer'], rows) + '\n')
+    header += ['vs transformer'] + (['compiled ms/step', 'compiled tokens/s', 'compiled vs eager', 'compile s']
+                                    if args.compile else [])
+    print(md_table(header, rows) + '\n')
 
 
 # ----------------------------------------------------------------------------- 3. memory
@@ -351,6 +372,75 @@ def bench_paths(args):
                    rows) + '\n')
 
 
+# ----------------------------------------------------------------------------- 6. decode step
+
+def copy_bandwidth(device, nbytes=2 ** 28, repeats=5):
+    """Bytes read + written per second of the best of `repeats` copies of an nbytes
+    float32 tensor (STREAM's 'copy' convention) -> float, B/s."""
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    best = float('inf')
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+@torch.no_grad()
+def decode_ms(step, prompt, n_new):
+    """Median ms per token of `step` (long [1, 1] -> logits [1, vocab]) over n_new
+    greedy tokens after feeding the prompt (long [1, P]) one token at a time."""
+    for t in range(prompt.shape[1]):
+        logits = step(prompt[:, t:t + 1])
+    times = []
+    for _ in range(n_new):
+        nxt = logits.argmax(-1, keepdim=True)
+        t0 = time.perf_counter()
+        logits = step(nxt)
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def bench_decode(args):
+    """Print the decode-step table: eager decode, static step eager and compiled,
+    against the weight-read limit, per variant and size (d_model x n_layer)."""
+    bandwidth = copy_bandwidth(args.device)
+    rows = []
+    for d_model, n_layer in args.decode_sizes:
+        for name in args.decode_variants:
+            log(f'decode: {name}, d_model {d_model}, n_layer {n_layer}')
+            torch._dynamo.reset()
+            model = build(name, args, d_model=d_model, n_layer=n_layer, n_ctx=args.decode_n_ctx).eval()
+            prompt = torch.randint(args.vocab_size, (1, args.decode_n_ctx // 4), device=args.device)
+            wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+            limit = 1e3 * wbytes / bandwidth
+            cache = mixer.Cache(n_layer)
+            with autocast(args):
+                eager = decode_ms(lambda idx: model.decode(idx, cache)[:, -1], prompt, args.decode_tokens)
+                static = decode_ms(decode.StaticDecoder(model).step, prompt, args.decode_tokens)
+                dec = decode.StaticDecoder(model, compile=True)
+                t0 = time.perf_counter()
+                dec.prefill(prompt[:, :2])                 # the first token allocates, the second compiles
+                compile_s = time.perf_counter() - t0
+                dec.reset()
+                compiled = decode_ms(dec.step, prompt, args.decode_tokens)
+            rows.append([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
+                         f'{limit:.3f}', f'{eager:.3f}', f'{static:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
+                         f'{compile_s:.0f}', dec.compiles])
+    print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; median ms/token over '
+          f'{args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt. Weight-read limit = '
+          f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
+          f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: '
+          f'LanguageModel.decode with mixer.Cache; static: decode.StaticDecoder (caches at n_ctx, one graph '
+          f'for every position), eager and torch.compile\'d (inductor); compiles: graphs compiled for all the '
+          f'tokens._\n')
+    print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms', 'static ms',
+                    'compiled ms', 'compiled / limit', 'compile s', 'compiles'], rows) + '\n')
+
+
 # ----------------------------------------------------------------------------- main
 
 def parse_args(argv=None):
@@ -370,9 +460,18 @@ def parse_args(argv=None):
             raise argparse.ArgumentTypeError(f'{s!r}: expected positive integers separated by commas')
         return [int(x) for x in s.split(',')]
 
+    def sizes(s):
+        try:
+            out = [tuple(int(v) for v in x.split('x')) for x in s.split(',')]
+        except ValueError:
+            out = []
+        if not out or any(len(x) != 2 or min(x) < 1 for x in out):
+            raise argparse.ArgumentTypeError(f'{s!r}: expected d_modelxn_layer pairs, e.g. 128x4,512x8')
+        return out
+
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--dtype', choices=('fp32', 'bf16'), help='default: bf16 (autocast) on CUDA, fp32 on CPU')
-    p.add_argument('--compile', action='store_true', help='torch.compile the model of the training step')
+    p.add_argument('--compile', action='store_true', help='also time the training step under torch.compile')
     p.add_argument('--quick', action='store_true', help='everything tiny (the smoke test): under a minute on 2 cores')
     p.add_argument('--tables', type=names(TABLES), default=list(TABLES), help='tables to print, comma separated')
     p.add_argument('--variants', type=names(tuple(mixer.VARIANTS)), default=list(mixer.VARIANTS),
@@ -394,6 +493,12 @@ def parse_args(argv=None):
     p.add_argument('--new_tokens', type=int, default=256, help='tokens generated after each prompt')
     p.add_argument('--recompute_tokens', type=int, default=16, help='tokens timed for the window recompute')
     p.add_argument('--path_lengths', type=ints, default=[128, 256, 512, 1024, 2048, 4096])
+    p.add_argument('--decode_variants', type=names(tuple(mixer.VARIANTS)),
+                   default=['flat', 'toeplitz', 'recurrent', 'transformer'], help='variants of the decode table')
+    p.add_argument('--decode_sizes', type=sizes, default=[(128, 4), (512, 8)],
+                   help='d_model x n_layer of the decode table, e.g. 128x4,512x8')
+    p.add_argument('--decode_n_ctx', type=int, default=256)
+    p.add_argument('--decode_tokens', type=int, default=128, help='tokens timed per decode row')
     p.add_argument('--mem_cells', help=argparse.SUPPRESS)      # internal: run memory cells in this process
     args = p.parse_args(argv)
     if args.quick:
@@ -410,7 +515,8 @@ def parse_args(argv=None):
     if args.mem_budget_gb is None:
         args.mem_budget_gb = (0.9 * torch.cuda.get_device_properties(args.device).total_memory / 2**30
                               if args.device.type == 'cuda' else 8.0)
-    if min(args.threads, args.d_model, args.n_layer, args.n_ctx, args.batch_size, args.steps, args.new_tokens) < 1:
+    if min(args.threads, args.d_model, args.n_layer, args.n_ctx, args.batch_size, args.steps, args.new_tokens,
+           args.decode_n_ctx, args.decode_tokens) < 1:
         p.error('sizes and step counts must be >= 1')
     return args
 
@@ -426,7 +532,8 @@ def main(argv=None):
     print(f'# bench.py\n\n{machine(args)}\n')
     peak = bench_peak(args)
     for name, bench in (('train', lambda: bench_train(args, peak)), ('memory', lambda: bench_memory(args)),
-                        ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args))):
+                        ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args)),
+                        ('decode', lambda: bench_decode(args))):
         if name in args.tables:
             t0 = time.perf_counter()
             bench()

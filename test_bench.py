@@ -32,7 +32,7 @@ class TestBench(unittest.TestCase):
 
     def test_all_tables_present(self):
         for heading in ('Peak of the machine', 'Training throughput', 'Memory vs context length', 'Generation',
-                        'Token-mixing paths'):
+                        'Token-mixing paths', 'Decode step'):
             self.assertIn(f'\n## {heading}\n', self.out)
         self.assertIn('machine:', self.out)
 
@@ -71,6 +71,16 @@ class TestBench(unittest.TestCase):
         for row in rows:
             self.assertGreater(float(row[1]), 0)
             self.assertGreater(float(row[2]), 0)
+
+    def test_decode_table(self):
+        """The compiled decode row: one compilation for every token, and 'compiled /
+        limit' is the two columns divided (so the limit column is what it says)."""
+        (row,) = table_rows(self.out, 'Decode step')
+        self.assertEqual(row[:2], ['flat', '64 x 2'])
+        limit, compiled = float(row[4]), float(row[7])
+        self.assertGreater(limit, 0)
+        self.assertAlmostEqual(float(row[8].rstrip('x')), compiled / limit, delta=0.06 + 0.01 * compiled / limit)
+        self.assertEqual(row[10], '1')
 
     def test_bad_flag_exits_2(self):
         proc = subprocess.run([sys.executable, 'bench.py', '--variants', 'nope'], cwd=HERE,
