@@ -263,8 +263,11 @@ def calibrate(runner, out, names, base, steps, recalibrate):
         argv = train_args(base['lm'], model, [*extra, f'--max_iters={steps}', '--eval_interval=100000',
                                                '--log_interval=5', '--save_checkpoint=False',
                                                f'--out_dir={os.path.join(out, "calibration", n)}'])
-        jobs.append((os.path.join(out, 'calibration', n), argv, 0, None))
+        jobs.append((os.path.join(out, 'calibration', n), argv, 10 + 0.5 * steps, None))   # a guess: ~0.5 s a step
         shutil.rmtree(jobs[-1][0], ignore_errors=True)        # measured now, never taken from a cache
+    if jobs:
+        say('calibration: the step times measured now fix every run\'s step count, so nothing else '
+            'may run on this machine until the calibration ends')
     for n, res in zip(todo, runner.train_batch(jobs, 'calibration') if jobs else []):
         logs = [json.loads(l) for l in open(os.path.join(out, 'calibration', n, 'log.jsonl'))]
         ms = [r['ms_per_step'] for r in logs if r.get('event') == 'train']
