@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from mixer import (Attention, HeadMixing, HybridMixing, LinearAttention, MaskedMixing, RecurrentMixing,
-                   ToeplitzMixing, apply_rope, sample_next)
+                   ToeplitzMixing, apply_rope, sample_loop)
 
 
 def _write(state, key, x, idx, size):
@@ -187,24 +187,16 @@ class StaticDecoder:
 @torch.no_grad()
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None):
     """mixer.LanguageModel.generate() through a StaticDecoder: idx long [B, T] ->
-    long [B, T + max_new_tokens]. Past n_ctx a position-indexed model slides its
-    window as there: the caches are zeroed and refilled from the last n_ctx / 2 tokens. Pass `decoder` to
-    reuse one (and its compiled graph) across calls. Raises ValueError for a prompt
+    long [B, T + max_new_tokens], by the same loop (mixer.sample_loop). Past n_ctx a
+    position-indexed model slides its window as there: the caches are zeroed and
+    refilled from the last n_ctx / 2 tokens. Pass `decoder` to reuse one (and its
+    compiled graph) across calls. Raises ValueError for a prompt
     longer than n_ctx."""
     if idx.shape[1] > model.cfg.n_ctx:
         raise ValueError(f'prompt of {idx.shape[1]} tokens is longer than n_ctx={model.cfg.n_ctx}')
     dec = decoder or StaticDecoder(model, compile=compile)
-    dec.reset()
-    logits = dec.prefill(idx)
-    out = [idx]
-    for i in range(max_new_tokens):
-        nxt = sample_next(logits, temperature, top_k)
-        out.append(nxt)
-        if i == max_new_tokens - 1:
-            break
-        if dec.max_len is not None and dec.pos >= dec.max_len:
-            dec.reset()
-            logits = dec.prefill(torch.cat(out, 1)[:, -(dec.max_len // 2):])
-        else:
-            logits = dec.step(nxt)
-    return torch.cat(out, 1)
+
+    def start(tokens):                          # the caches zeroed in place, then refilled
+        dec.reset()
+        return dec.prefill(tokens)
+    return sample_loop(idx, max_new_tokens, temperature, top_k, dec.max_len, start, dec.step)

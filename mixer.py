@@ -755,20 +755,35 @@ class LanguageModel(_Model):
         last n_ctx / 2 tokens (one recompute per n_ctx / 2 new tokens).
         temperature 0 means greedy; top_k keeps the k most likely tokens.
         Raises ValueError for a prompt longer than n_ctx."""
-        cache = Cache(len(self.blocks))
-        logits = self.decode(idx, cache)[:, -1]
-        out = [idx]
-        for step in range(max_new_tokens):
-            nxt = sample_next(logits, temperature, top_k)
-            out.append(nxt)
-            if step == max_new_tokens - 1:
-                break
-            if self.max_len is not None and cache.pos >= self.max_len:
-                cache = Cache(len(self.blocks))
-                logits = self.decode(torch.cat(out, 1)[:, -(self.max_len // 2):], cache)[:, -1]
-            else:
-                logits = self.decode(nxt, cache)[:, -1]
-        return torch.cat(out, 1)
+        cache = None
+
+        def start(tokens):                      # a fresh cache holding `tokens`
+            nonlocal cache
+            cache = Cache(len(self.blocks))
+            return self.decode(tokens, cache)[:, -1]
+        return sample_loop(idx, max_new_tokens, temperature, top_k, self.max_len, start,
+                           lambda token: self.decode(token, cache)[:, -1])
+
+
+def sample_loop(idx, max_new_tokens, temperature, top_k, max_len, start, step):
+    """The generation loop shared by LanguageModel.generate and decode.generate.
+
+    start(tokens long [B, t]) -> logits float [B, vocab] after the last of them, from a
+    fresh state; step(token long [B, 1]) -> logits after it. Once max_len tokens are in
+    the state (None: never), the window slides: start() again from the last
+    max_len / 2 tokens. -> long [B, T + max_new_tokens]."""
+    logits, pos, out = start(idx), idx.shape[1], [idx]
+    for i in range(max_new_tokens):
+        nxt = sample_next(logits, temperature, top_k)
+        out.append(nxt)
+        if i == max_new_tokens - 1:
+            break
+        if max_len is not None and pos >= max_len:
+            window = torch.cat(out, 1)[:, -(max_len // 2):]
+            logits, pos = start(window), window.shape[1]
+        else:
+            logits, pos = step(nxt), pos + 1
+    return torch.cat(out, 1)
 
 
 def sample_next(logits, temperature=1.0, top_k=None):
