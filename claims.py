@@ -71,18 +71,21 @@ MODELS = {
 }
 AE_MODELS = ('flat', 'transformer')            # autoencoders, at their LM model's learning rate
 RETRIEVAL_MODELS = ('flat', 'transformer')
+REPRESENT_MODELS = ('flat', 'expanded', 'multihead2', 'toeplitz', 'recurrent', 'transformer', 'gpt')
 MEMORY_VARIANTS = ('flat', 'transformer', 'transformer_naive')
 
 SETTINGS = {   # default run and --quick
     'full': dict(budget_s=150.0, lrs=(1e-3, 3e-3, 9e-3), seeds=2, calib_steps=30, shape=[],
-                 ae_shape=['--n_ctx=64', '--n_layer=2'], ae_budget=0.5, mem_lengths=(256, 512, 1024, 2048),
-                 retrieval=['--max_pairs', '2000', '--steps', '400'], mem_shape=['--mem_d_model', '128',
-                                                                                 '--mem_n_layer', '4']),
+                 ae_shape=['--n_ctx=8', '--n_layer=2', '--batch_size=32', '--mixing_lr_mult=1.0'], ae_budget=1.0, ae_lr=1e-3,
+                 mem_lengths=(256, 512, 1024, 2048), mem_shape=['--mem_d_model', '128', '--mem_n_layer', '4'],
+                 retrieval=['--max_pairs', '2000', '--steps', '1000', '--n_candidates', '32', '128'],
+                 represent=['--T', '16', '--windows', '4', '--positions', '8', '--steps', '600']),
     'quick': dict(budget_s=1.0, lrs=(3e-3,), seeds=2, calib_steps=6,
                   shape=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=8'],
-                  ae_shape=['--n_ctx=16'], ae_budget=0.5, mem_lengths=(32, 64),
-                  retrieval=['--max_pairs', '200', '--steps', '20', '--embed_batch', '16'],
-                  mem_shape=['--mem_d_model', '32', '--mem_n_layer', '1']),
+                  ae_shape=['--n_ctx=8'], ae_budget=0.5, ae_lr=3e-3,
+                  mem_lengths=(32, 64), mem_shape=['--mem_d_model', '32', '--mem_n_layer', '1'],
+                  retrieval=['--max_pairs', '200', '--steps', '20', '--embed_batch', '16', '--n_candidates', '32'],
+                  represent=['--T', '12', '--windows', '1', '--positions', '3', '--steps', '10']),
 }
 
 
@@ -333,6 +336,30 @@ def lm_runs(runner, out, models, base, step_s, budget_s, lrs, seeds):
     return plan
 
 
+def ae_runs(runner, out, base, step_s, budget_s, lr, seeds):
+    """The autoencoders of AE_MODELS: the AE shape, learning rate `lr` (chosen by the sweep
+    in the README), budget_s of training each, `seeds` seeds -> {'ae': {model: [(val loss,
+    token accuracy) per seed]}, 'ae_untrained_acc': token accuracy at step 0, 'ae_dirs':
+    {model: [run folder per seed]}, 'ae_runs': {model: [train.py result per seed]}}."""
+    dirs, jobs = {}, []
+    for m in AE_MODELS:
+        steps = max(12, round(budget_s / step_s[f'ae:{m}']))
+        dirs[m] = [os.path.join(out, 'runs', f'ae_{m}', f'lr{lr:g}-seed{seed}') for seed in range(seeds)]
+        for seed, d in enumerate(dirs[m]):
+            argv = train_args(base['lm'], m, [*base['ae'], f'--learning_rate={lr:g}', f'--min_lr={lr / 10:g}',
+                                              f'--seed={seed}', f'--max_iters={steps}',
+                                              f'--warmup_iters={max(2, steps // 30)}',
+                                              f'--eval_interval={max(1, steps // 8)}', f'--out_dir={d}'])
+            jobs.append((d, argv, steps * step_s[f'ae:{m}'], None))
+    res = iter(runner.train_batch(jobs, 'autoencoders'))
+    runs = {m: [next(res) for _ in range(seeds)] for m in AE_MODELS}
+    ok = [r for m in runs for r in runs[m] if r['rc'] == 0 and r['evals']]
+    return {'ae': {m: [(r['evals'][-1][1], r['evals'][-1][3]) if r['rc'] == 0 and r['evals'] else
+                       (float('nan'), float('nan')) for r in runs[m]] for m in AE_MODELS},
+            'ae_untrained_acc': max(r['evals'][0][3] for r in ok) if ok else float('nan'),
+            'ae_dirs': dirs, 'ae_runs': runs}
+
+
 def final_loss(res):
     """Final val loss (nats/token) of a run, inf for a failed or diverged one."""
     if res is None or res['rc'] != 0 or not res['evals'] or not math.isfinite(res['evals'][-1][1]):
@@ -435,19 +462,7 @@ def claim_rows(plan, extras):
         ok = max(ll) < uni - 0.5
         rows.append(['linear mixer trains (no norm, no nonlinearity)', 'trains, writes grammatical text',
                      f'{fmt(ll)} nats (unigram {uni:.3f}); sample below', 'yes' if ok else 'no', cmd('linear')])
-    if extras.get('retrieval'):
-        r = extras['retrieval']
-        rows.append(['retrieval top-1 at N=32, mixer vs transformer embeddings', "mixer's embeddings retrieve better",
-                     f'flat {fmt(r["flat"])} vs transformer {fmt(r["transformer"])}',
-                     verdict(r['flat'], r['transformer'], 'better', higher_is_better=True), cmd('flat', 'transformer')])
-    if extras.get('ae'):
-        a = extras['ae']
-        level = extras['unigram_acc']
-        learned = max(np.mean(a['flat']), np.mean(a['transformer'])) > level + 0.02
-        rows.append(['autoencoder token accuracy, mixer vs transformer', 'the mixer reconstructs better',
-                     f'flat {fmt(a["flat"])} vs transformer {fmt(a["transformer"])} (most common token: {level:.3f})',
-                     verdict(a['flat'], a['transformer'], 'better', higher_is_better=True) if learned else
-                     'neither learns (both within 0.02 of the most-common-token level)', cmd('flat', 'transformer')])
+    rows += representation_rows(plan, extras)
     if extras.get('memory'):
         mem = extras['memory']
         T = max(t for t in mem['flat'] if all(t in mem[v] for v in mem))
@@ -476,6 +491,108 @@ def claim_rows(plan, extras):
     return rows
 
 
+def top1(results, dirs, untrained=False, pool='last', n='32'):
+    """Top-1 accuracy of the trained retrieval model at N = n, one per checkpoint folder in dirs."""
+    by_ckpt = {(r['ckpt'], r['untrained'], r['pool']): r['accuracy']['mixer (trained)'][n] for r in results}
+    return [by_ckpt[(os.path.join(d, 'ckpt.pt'), untrained, pool)] for d in dirs]
+
+
+def represented(results, trained, mode, depth='all'):
+    """Input representation accuracy (represent.py) per seed: mode 'self' | 'nonself', depth 1 or 'all'."""
+    deepest = max(r['depth'] for r in results)
+    return [r[mode]['accuracy'] for r in results
+            if r['trained'] == trained and r['depth'] == (deepest if depth == 'all' else depth)]
+
+
+def representation_rows(plan, extras):
+    """The claims rows of retrieval, autoencoding and input representation accuracy."""
+    rows = []
+    r = extras.get('retrieval')
+    if r:
+        f, t = plan['flat']['dirs'], plan['transformer']['dirs']
+        cmd = '`python claims.py --models flat,transformer`'
+        rows.append(['retrieval top-1 at N=32, mixer vs transformer embeddings (last token)',
+                     "mixer's embeddings retrieve better", f'flat {fmt(top1(r, f))} vs transformer {fmt(top1(r, t))} '
+                     f'(untrained: {fmt(top1(r, f, True))} vs {fmt(top1(r, t, True))})',
+                     verdict(top1(r, f), top1(r, t), 'better', higher_is_better=True), cmd])
+        rows.append(['retrieval top-1 at N=32, mixer vs transformer, mean pooling instead of the last token',
+                     '(the paper embeds with the last token)',
+                     f'flat {fmt(top1(r, f, pool="mean"))} vs transformer {fmt(top1(r, t, pool="mean"))}',
+                     verdict(top1(r, f, pool='mean'), top1(r, t, pool='mean'), 'better', higher_is_better=True), cmd])
+        rows.append(['untrained flat mixer embeddings retrieve worse than trained ones (control)',
+                     'untrained mixer embeddings retrieve poorly', f'untrained {fmt(top1(r, f, True))} vs trained '
+                     f'{fmt(top1(r, f))} (chance 0.031)', verdict(top1(r, f, True), top1(r, f), 'worse', True), cmd])
+    if extras.get('ae'):
+        a, uni = extras['ae'], extras['unigram']
+        level = max(extras['unigram_acc'], extras['ae_untrained_acc'])
+        acc = {m: [x[1] for x in a[m]] for m in a}
+        loss = {m: [x[0] for x in a[m]] for m in a}
+        learned = max(np.mean(acc['flat']), np.mean(acc['transformer'])) > level + 0.05
+        rows.append(['autoencoder token accuracy, mixer vs transformer', 'the mixer reconstructs better',
+                     f'flat {fmt(acc["flat"])} vs transformer {fmt(acc["transformer"])} (most common token '
+                     f'{extras["unigram_acc"]:.3f}, untrained {extras["ae_untrained_acc"]:.3f}); loss '
+                     f'{fmt(loss["flat"])} vs {fmt(loss["transformer"])} nats (unigram {uni:.3f})',
+                     verdict(acc['flat'], acc['transformer'], 'better', higher_is_better=True) if learned else
+                     'neither learns (both within 0.05 of the most-common-token or untrained level)',
+                     '`python claims.py --models flat,transformer`'])
+    ra = extras.get('retrieval_ae')
+    if ra:
+        d = extras['ae_dirs']['flat']
+        rows.append(["trained autoencoder's embeddings retrieve no better than an untrained one's (flat, N=32)",
+                     'yes: autoencoder embeddings retrieve poorly', f'trained {fmt(top1(ra, d))} vs untrained '
+                     f'{fmt(top1(ra, d, True))}', verdict(top1(ra, d), top1(ra, d, True), 'not better', True),
+                     '`python claims.py --models flat,transformer`'])
+    rep = {m[len('represent_'):]: extras[m] for m in extras if m.startswith('represent_')}
+
+    def acc(m, mode, trained=True):
+        return represented(rep[m], trained, mode)
+
+    def cmd(*ms):
+        return f'`python claims.py --models {",".join(ms)}`'
+    if 'flat' in rep:
+        ok = min(np.mean(acc('flat', 'self')), np.mean(acc('flat', 'nonself'))) >= 0.9
+        rows.append(['trained flat mixer represents self and non-self tokens accurately (after all blocks)',
+                     'yes: near 1 (Badger 2024, "Accurate representation")', f'self {fmt(acc("flat", "self"))}, '
+                     f'non-self {fmt(acc("flat", "nonself"))} (untrained {fmt(acc("flat", "self", False))}, '
+                     f'{fmt(acc("flat", "nonself", False))})', 'yes (0.9 or more)' if ok else 'no (below 0.9)',
+                     cmd('flat')])
+    if 'flat' in rep and 'transformer' in rep:
+        rows.append(['non-self representation accuracy after all blocks, trained: flat mixer vs transformer',
+                     'mixer accurate, transformer not', f'flat {fmt(acc("flat", "nonself"))} vs transformer '
+                     f'{fmt(acc("transformer", "nonself"))}',
+                     verdict(acc('flat', 'nonself'), acc('transformer', 'nonself'), 'better', True),
+                     cmd('flat', 'transformer')])
+    if 'transformer' in rep:
+        rows.append(['the transformer loses non-self accuracy with training (after all blocks)',
+                     'yes', f'trained {fmt(acc("transformer", "nonself"))} vs untrained '
+                     f'{fmt(acc("transformer", "nonself", False))}',
+                     verdict(acc('transformer', 'nonself'), acc('transformer', 'nonself', False), 'worse', True),
+                     cmd('transformer')])
+    if 'flat' in rep and 'expanded' in rep:
+        rows.append(['expanded vs flat mixer: non-self accuracy after all blocks, trained', 'expanded worse',
+                     f'expanded {fmt(acc("expanded", "nonself"))} vs flat {fmt(acc("flat", "nonself"))} (untrained: '
+                     f'{fmt(acc("expanded", "nonself", False))} vs {fmt(acc("flat", "nonself", False))})',
+                     verdict(acc('expanded', 'nonself'), acc('flat', 'nonself'), 'worse', True),
+                     cmd('flat', 'expanded')])
+    return rows
+
+
+def representation_table(extras):
+    """Every represent.py result of the run: model x weights x depth, self and non-self
+    accuracy (mean +- spread over seeds; in brackets, at half the recovery steps)."""
+    rows = []
+    for name in (n for n in extras if n.startswith('represent_')):
+        res = extras[name]
+        for trained in (False, True):
+            for depth in sorted({r['depth'] for r in res}):
+                sel = [r for r in res if r['trained'] == trained and r['depth'] == depth]
+                cells = [f'{fmt([r[m]["accuracy"] for r in sel])} ({fmt([list(r[m]["at"].values())[0] for r in sel])})'
+                         for m in ('self', 'nonself')]
+                rows.append([name[len('represent_'):], 'trained' if trained else 'untrained', depth, *cells,
+                             f'{max(r[m]["chance"] for r in sel for m in ("self", "nonself")):.3f}'])
+    return md_table(['model', 'weights', 'depth', 'self', 'non-self', 'chance (max)'], rows) if rows else ''
+
+
 def run_rows(plan, n_train_tokens, tokens_per_step):
     rows = []
     for m, p in plan.items():
@@ -488,15 +605,17 @@ def run_rows(plan, n_train_tokens, tokens_per_step):
     return rows
 
 
-def plot(plan, step_s, path):
-    """Validation loss vs training seconds, one line per model (seed 0) -> path, or a note."""
+def plot(plan, step_s, path, ae_runs=None):
+    """Validation loss vs training seconds, one line per model (seed 0), and, given the
+    autoencoder runs, their token accuracy and loss vs seconds (every seed) -> path, or a note."""
     try:
         import matplotlib
         matplotlib.use('Agg')
         import matplotlib.pyplot as plt
     except ImportError:
         return 'no plot: matplotlib is not installed (pip install matplotlib)'
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, axes = plt.subplots(1, 2 if ae_runs else 1, figsize=(15 if ae_runs else 9, 6), squeeze=False)
+    ax = axes[0, 0]
     for i, (m, p) in enumerate(plan.items()):
         ev = p['runs'][0]['evals']
         if ev:
@@ -508,6 +627,20 @@ def plot(plan, step_s, path):
     ax.set_title('Equal wall-clock budget: mixers solid, transformers dashed (seed 0)')
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
+    if ae_runs:
+        ax, twin = axes[0, 1], axes[0, 1].twinx()
+        for i, (m, runs) in enumerate(ae_runs.items()):
+            for seed, r in enumerate(runs):
+                t = [s * step_s[f'ae:{m}'] for s, *_ in r['evals']]
+                ax.plot(t, [e[3] for e in r['evals']], '-', marker='.', color=f'C{i}',
+                        label=f'{m} accuracy' if seed == 0 else None)
+                twin.plot(t, [e[1] for e in r['evals']], ':', color=f'C{i}', label=f'{m} loss' if seed == 0 else None)
+        ax.set_xlabel('training seconds')
+        ax.set_ylabel('validation token accuracy (solid)')
+        twin.set_ylabel('validation loss, nats/token (dotted)')
+        ax.set_title('Autoencoders (every seed)')
+        ax.legend(loc='center right', fontsize=8)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path + '.tmp.png', dpi=110)
     os.replace(path + '.tmp.png', path)
@@ -582,31 +715,28 @@ def main(argv=None):
     plan = lm_runs(runner, out, models, base, step_s, budget_s, args.lrs, args.seeds)
 
     extras = dict(zip(('unigram', 'unigram_acc'), unigram(data_dir)))
-    if ae:   # autoencoders: the LM's learning rate, half the budget, the AE shape
-        jobs = []
-        for m in ae:
-            steps = max(12, round(s['ae_budget'] * budget_s / step_s[f'ae:{m}']))
-            for seed in range(args.seeds):
-                d = os.path.join(out, 'runs', f'ae_{m}', f'lr{plan[m]["lr"]:g}-seed{seed}')
-                argv = train_args(base['lm'], m, [*base['ae'], f'--learning_rate={plan[m]["lr"]:g}',
-                                                  f'--min_lr={plan[m]["lr"] / 10:g}', f'--seed={seed}',
-                                                  f'--max_iters={steps}', f'--warmup_iters={max(2, steps // 30)}',
-                                                  f'--eval_interval={steps}', f'--out_dir={d}'])
-                jobs.append((d, argv, steps * step_s[f'ae:{m}'], None))
-        res = iter(runner.train_batch(jobs, 'autoencoders'))
-        extras['ae'] = {m: [(r['evals'][-1][3] if r['rc'] == 0 and r['evals'] else float('nan'))
-                            for r in (next(res) for _ in range(args.seeds))] for m in ae}
-        if len(ae) < 2:
-            del extras['ae']
+    if len(ae) == len(AE_MODELS):
+        extras.update(ae_runs(runner, out, base, step_s, s['ae_budget'] * budget_s, s['ae_lr'], args.seeds))
 
     cmds, names = [], []
+    retrieval = ['--data_dir', data_dir, '--threads', str(args.threads), '--untrained',
+                 '--cache_dir', os.path.join(out, 'retrieval_cache'), *s['retrieval']]
     if all(m in models for m in RETRIEVAL_MODELS):
         ckpts = [a for m in RETRIEVAL_MODELS for d in plan[m]['dirs'] for a in ('--ckpt', os.path.join(d, 'ckpt.pt'))]
-        cmds.append((['retrieval.py', *ckpts, '--data_dir', data_dir, '--n_candidates', '32', '--threads',
-                      str(args.threads), '--cache_dir', os.path.join(out, 'retrieval_cache'),
-                      '--json', os.path.join(out, 'retrieval.json'), *s['retrieval']],
-                     os.path.join(out, 'retrieval.txt')))
+        cmds.append((['retrieval.py', *ckpts, '--pool', 'last', 'mean', *retrieval,
+                      '--json', os.path.join(out, 'retrieval.json')], os.path.join(out, 'retrieval.txt')))
         names.append('retrieval')
+    if 'ae_dirs' in extras:         # the paper's negative control: a trained autoencoder's embeddings
+        ckpts = [a for m in AE_MODELS for d in extras['ae_dirs'][m] for a in ('--ckpt', os.path.join(d, 'ckpt.pt'))]
+        cmds.append((['retrieval.py', *ckpts, *retrieval, '--json', os.path.join(out, 'retrieval_ae.json')],
+                     os.path.join(out, 'retrieval_ae.txt')))
+        names.append('retrieval_ae')
+    for m in (m for m in REPRESENT_MODELS if m in models):
+        ckpts = [a for d in plan[m]['dirs'] for a in ('--ckpt', os.path.join(d, 'ckpt.pt'))]
+        cmds.append((['represent.py', '--variants', '', '--untrained', *ckpts, '--data_dir', data_dir, '--threads',
+                      str(args.threads), '--overwrite', '--json', os.path.join(out, f'represent_{m}.json'),
+                      *s['represent']], os.path.join(out, f'represent_{m}.txt')))
+        names.append(f'represent_{m}')
     for v in MEMORY_VARIANTS:
         cmds.append((['bench.py', '--mem_cells', f'{v}:{",".join(map(str, s["mem_lengths"]))}', '--device', 'cpu',
                       '--dtype', 'fp32', '--threads', str(args.threads), *s['mem_shape']],
@@ -617,14 +747,12 @@ def main(argv=None):
                       'Once upon a time', '--num_samples', '1', '--max_new_tokens', '80', '--seed', '1',
                       '--temperature', '0.8', '--top_k', '40'], os.path.join(out, 'linear_sample.txt')))
         names.append('sample')
-    for name, rc, (cmd, path) in zip(names, runner.commands(cmds, 'retrieval, memory, sample'), cmds):
+    for name, rc, (cmd, path) in zip(names, runner.commands(cmds, 'retrieval, representation, memory, sample'), cmds):
         if rc != 0:
             say(f'  {name} failed (exit {rc}): see {path}')
             continue
-        if name == 'retrieval':
-            r = json.load(open(os.path.join(out, 'retrieval.json')))
-            acc = [res['accuracy']['mixer (trained)']['32'] for res in r['results']]
-            extras['retrieval'] = {m: acc[i * args.seeds:(i + 1) * args.seeds] for i, m in enumerate(RETRIEVAL_MODELS)}
+        if name.startswith('retrieval') or name.startswith('represent'):
+            extras[name] = json.load(open(os.path.join(out, f'{name}.json')))['results']
         elif name.startswith('memory'):
             cells = [json.loads(l) for l in open(path)]
             extras.setdefault('memory', {})[name[7:]] = {c['T']: c['step'] + c['model'] for c in cells if 'step' in c}
@@ -650,9 +778,18 @@ def main(argv=None):
                       'agree?', 'command'], rows), '\n## Runs\n',
             md_table(['model', 'lr', 'sweep (lr: proxy val loss)', 'steps', 'tokens', 'epochs', 'val loss (nats)',
                       'val bits/byte', 'command (seed 0)'], run_rows(plan, n_train, tps))]
+    table = representation_table(extras)
+    if table:
+        text += ['\n## Input representation accuracy\n', f'`python represent.py --untrained --ckpt ... '
+                 f'{" ".join(s["represent"])}` on each seed\'s checkpoint (untrained: the same config, seeded by the '
+                 f'run\'s seed); cell: accuracy at the end (at half the steps), mean +- spread over seeds.\n', table]
+    for name, title in (('retrieval', 'Retrieval'), ('retrieval_ae', 'Retrieval with autoencoder embeddings')):
+        if extras.get(name):
+            report = open(os.path.join(out, f'{name}.txt')).read()      # its stderr (progress), then its stdout
+            text += [f'\n## {title}\n', report[report.find('Top-1 retrieval accuracy'):].strip()]
     if extras.get('sample'):
         text += ['\n## A linear mixer writes\n', '\n'.join('> ' + l for l in extras['sample'].splitlines())]
-    note = plot(plan, step_s, os.path.join(out, 'curves.png'))
+    note = plot(plan, step_s, os.path.join(out, 'curves.png'), extras.get('ae_runs'))
     report = '\n'.join(text) + '\n'
     print(report)
     with open(os.path.join(out, 'claims.md.tmp'), 'w') as f:

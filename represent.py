@@ -17,7 +17,7 @@ at a time is unknown, the others are given (their true embeddings).
   recover  = start the unknown token's input vector at random (N(0, s^2), s the
              embedding rows' std) and minimise the mean squared distance between the
              hidden states and the target by Adam on that vector alone (the model never
-             changes);
+             changes), its learning rate decayed by a cosine from --lr to --lr / 100;
   decode   = the recovered vector to the nearest row (Euclidean) of the embedding
              matrix; accuracy = the fraction of tokens decoded to the true token.
   self     : the target is the unknown token's own position;
@@ -31,6 +31,7 @@ Output: a markdown table on stdout (and --json).
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -57,14 +58,15 @@ def nearest_tokens(x, wte):
     return torch.cdist(x.reshape(-1, x.shape[-1]), wte).argmin(-1).reshape(x.shape[:-1])
 
 
-def recover(model, idx, depth, mode, positions, steps=500, lr=0.05, seed=0, checkpoints=()):
+def recover(model, idx, depth, mode, positions, steps=500, lr=0.02, seed=0, checkpoints=()):
     """Recover input tokens of a frozen mixer.LanguageModel from its residual stream
     after `depth` blocks (1 .. n_layer), one unknown token at a time.
 
     idx long [B, T]: the windows; positions: the positions j to score (0 <= j < T - 1),
     each in its own copy of each window with only x_j unknown. mode 'self': match
-    position j's hidden state; 'nonself': match positions j+1 .. T-1. Adam (lr) on
-    the unknown vectors for `steps` steps, loss = mean squared distance.
+    position j's hidden state; 'nonself': match positions j+1 .. T-1. Adam on the
+    unknown vectors for `steps` steps, its learning rate decayed by a cosine from lr to
+    lr / 100, loss = mean squared distance.
     -> dict: 'accuracy' (fraction of the B x len(positions) tokens decoded right,
     float), 'chance' (the same for the random start), 'at' ({step: accuracy} at
     `checkpoints`), 'loss' (final). The model's parameters, their requires_grad and
@@ -99,6 +101,7 @@ def recover(model, idx, depth, mode, positions, steps=500, lr=0.05, seed=0, chec
         chance, at = score(), {}
         opt = torch.optim.Adam([v], lr=lr)
         for step in range(1, steps + 1):
+            opt.param_groups[0]['lr'] = lr * (0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps)))
             h = model.hidden_from_embeddings(given * (1 - unknown) + v * unknown, layer=depth - 1)
             loss = (h - target).pow(2).sum(-1)[matched].mean()
             opt.zero_grad()
@@ -127,10 +130,12 @@ def windows(data_dir, n_ctx, T, count, vocab_size, seed=0):
 
 
 def models(args):
-    """(name, model, trained?) for every --variants (untrained, seeded) and --ckpt."""
+    """(name, model, trained?, checkpoint path or None) for every --variants (untrained,
+    seeded), every --ckpt and, with --untrained, an untrained model of each checkpoint's
+    config (seeded by the checkpoint's own training seed, so two seeds give two)."""
     for name in args.variants:
         torch.manual_seed(args.seed)
-        yield name, mixer.build_model(mixer.variant_config(name, **args.shape)), False
+        yield name, mixer.build_model(mixer.variant_config(name, **args.shape)), False, None
     for path in args.ckpt:
         try:
             model, _, ckpt = load_checkpoint(path)
@@ -138,7 +143,10 @@ def models(args):
             fail(str(e))
         if model.cfg.task != 'lm':
             fail(f'{path} is an autoencoder; represent.py needs a language model')
-        yield f'{ckpt["config"]["variant"]} ({path})', model, True
+        yield f'{ckpt["config"]["variant"]} ({path})', model, True, path
+        if args.untrained:
+            torch.manual_seed(ckpt['config'].get('seed', args.seed))
+            yield f'{ckpt["config"]["variant"]} ({path}, untrained)', mixer.build_model(model.cfg), False, path
 
 
 def parse_args(argv):
@@ -147,17 +155,21 @@ def parse_args(argv):
     p.add_argument('--variants', default=','.join(DEFAULT_VARIANTS),
                    help='untrained models of these mixer.VARIANTS (empty: none)')
     p.add_argument('--ckpt', action='append', default=[], help='a trained checkpoint (repeatable)')
+    p.add_argument('--untrained', action='store_true',
+                   help="also an untrained model of each checkpoint's config (seeded by its training seed)")
     p.add_argument('--T', type=int, default=32, help='tokens a window')
     p.add_argument('--windows', type=int, default=4, help='windows a model')
     p.add_argument('--positions', type=int, default=8, help='scored positions a window, evenly spaced')
     p.add_argument('--steps', type=int, default=500, help='Adam steps of the recovery')
-    p.add_argument('--lr', type=float, default=0.05, help='Adam learning rate on the input vectors')
+    p.add_argument('--lr', type=float, default=0.02, help='peak Adam learning rate on the input vectors (cosine '
+                   'decay to 1/100 of it); the embedding rows of a trained model have a std of about 0.06')
     p.add_argument('--depths', default='1,all', help="depths: block counts, or 'all' for the model's n_layer")
     p.add_argument('--data_dir', help='windows from this prepared data dir (default: random tokens)')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--quick', action='store_true', help='tiny models and 60 steps (the smoke test)')
     p.add_argument('--json', help='also write the results here')
+    p.add_argument('--overwrite', action='store_true', help='replace an existing --json file')
     args = p.parse_args(argv)
     args.variants = [v for v in args.variants.split(',') if v]
     bad = [v for v in args.variants if v not in mixer.VARIANTS]
@@ -174,8 +186,8 @@ def parse_args(argv):
         args.depths = [d if d == 'all' else int(d) for d in args.depths.split(',')]
     except ValueError:
         fail(f"--depths must be integers or 'all', got {args.depths!r}")
-    if args.json and os.path.exists(args.json):
-        fail(f'{args.json} exists; remove it or choose another --json path')
+    if args.json and os.path.exists(args.json) and not args.overwrite:
+        fail(f'{args.json} exists; remove it, choose another --json path, or pass --overwrite')
     return args
 
 
@@ -185,7 +197,7 @@ def main(argv=None):
     rows, results, t0 = [], [], time.time()
     half = args.steps // 2
     positions = np.unique(np.linspace(0, args.T - 2, args.positions).round().astype(int)).tolist()
-    for name, model, trained in models(args):
+    for name, model, trained, path in models(args):
         if args.T > model.cfg.n_ctx:
             fail(f'--T {args.T} is longer than {name}\'s n_ctx {model.cfg.n_ctx}')
         idx = windows(args.data_dir, model.cfg.n_ctx, args.T, args.windows, model.cfg.vocab_size, args.seed)
@@ -197,7 +209,7 @@ def main(argv=None):
                 fail(f'depth {d} is outside 1..{len(model.blocks)} for {name}')
             res = {m: recover(model, idx, d, m, positions, args.steps, args.lr, args.seed, checkpoints=(half,))
                    for m in ('self', 'nonself')}
-            results.append({'model': name, 'trained': trained, 'depth': d, **res})
+            results.append({'model': name, 'trained': trained, 'ckpt': path, 'depth': d, **res})
             rows.append([name, 'trained' if trained else 'untrained', d,
                          *(f'{res[m]["accuracy"]:.3f} ({res[m]["at"][half]:.3f})' for m in ('self', 'nonself')),
                          f'{res["self"]["chance"]:.3f} / {res["nonself"]["chance"]:.3f}'])
@@ -206,7 +218,7 @@ def main(argv=None):
     source = f'windows of {args.data_dir}/val.bin' if args.data_dir else 'uniform random tokens'
     print(f'## Input representation accuracy\n\n_{args.windows} windows of {args.T} tokens ({source}), '
           f'{len(positions)} scored positions each, one unknown token at a time (the others given); Adam, lr '
-          f'{args.lr:g}, {args.steps} steps on its input vector, mean squared distance to the hidden states after '
+          f'{args.lr:g} (cosine decay), {args.steps} steps on its input vector, mean squared distance to the hidden states after '
           f'`depth` blocks at its own position (self) or at the later ones (non-self); decoded to the nearest '
           f'embedding row. Cell: accuracy at the end (at step {half}). Chance: the random start, decoded (self / '
           f'non-self)._\n')

@@ -23,8 +23,12 @@ story). The train / test split is by story (--test_frac of the stories).
 Embeddings. Each checkpoint embeds a text with its own tokenizer as
 <|endoftext|> + text (stories follow an <|endoftext|> in training;
 --no-prefix_eot turns this off), and takes the hidden vector of the last token
-after block --layer (default the last block, before the final norm). Texts
-longer than n_ctx are cut to n_ctx tokens: queries and --pairs targets keep
+after block --layer (default the last block, before the final norm); --pool
+mean takes the mean of the hidden vectors of all its tokens instead (--pool last
+mean: both, each with its own retrieval model). --untrained adds, for each
+checkpoint, a freshly initialised model of its config (torch seed: the
+checkpoint's training seed): the paper's control, since untrained mixer
+embeddings retrieve poorly. Texts longer than n_ctx are cut to n_ctx tokens: queries and --pairs targets keep
 their first tokens, inverse-cloze targets keep a window of n_ctx tokens
 centred (as far as the story allows) on the place the sentence was taken from.
 Texts are sorted by length and right-padded in batches; a causal model's
@@ -54,7 +58,11 @@ Report: top-1 accuracy for N in {2, 8, 32, 128} (N candidates: the true target
 and N - 1 targets of other test stories; --eval_rounds fixed draws per test
 query and N, the same draws for every method and checkpoint), with chance 1/N.
 An N above the number of test stories is skipped with a note (an error if it
-was asked for with --n_candidates).
+was asked for with --n_candidates). A second table gives the retrieval model's
+cross-entropy on training and test pairs at each N (chance: ln N) and the step
+at which its test loss (at the training N, measured every 100 steps) was lowest:
+a step well before --steps says the retrieval model had budget enough, so the
+embeddings, not the retrieval model, limit the comparison.
 """
 
 import argparse
@@ -65,6 +73,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -275,17 +284,23 @@ def encode_pairs(pairs, enc, n_ctx, prefix_eot=True):
 
 
 @torch.no_grad()
-def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=None):
+def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=None, pool='last'):
     """Embeddings float [len(seqs), d] of token id lists (each non-empty, <= n_ctx).
 
-    A language model's embedding is the hidden vector of a text's last token after
-    block `layer` (default the last). Texts are sorted by length and right-padded
-    per batch; since the model is causal, a text's vector at its own last real
-    token is the same as alone. An autoencoder uses its encoder's last token
-    (layer must be None). progress(done, total) is called after each batch."""
+    A language model's embedding is, after block `layer` (default the last), the
+    hidden vector of a text's last token (pool='last', Badger 2024's choice) or the
+    mean of the hidden vectors of all its tokens (pool='mean'). Texts are sorted by
+    length and right-padded per batch; since the model is causal, a text's vectors
+    at its own real tokens are the same as alone. An autoencoder uses its encoder's
+    last token (layer must be None, pool 'last'). progress(done, total) is called
+    after each batch. Raises ValueError for an empty sequence or an unknown pool."""
+    if pool not in ('last', 'mean'):
+        raise ValueError(f"pool must be 'last' or 'mean', got {pool!r}")
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     out = [None] * len(seqs)
     is_lm = hasattr(model, 'hidden')
+    if not is_lm and pool != 'last':
+        raise ValueError("an autoencoder embeds with its encoder's last token only (pool='last')")
     for b0 in range(0, len(order), batch_size):
         idxs = order[b0:b0 + batch_size]
         lens = [len(seqs[i]) for i in idxs]
@@ -296,7 +311,12 @@ def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=
             pad = seqs[idxs[-1]][-1]                     # any valid id: it is never read
             x = torch.tensor([seqs[i] + [pad] * (T - len(seqs[i])) for i in idxs], device=device)
             h = model.hidden(x, layer=layer)             # [B, T, d]
-            e = h[torch.arange(len(idxs), device=device), torch.tensor(lens, device=device) - 1]
+            n = torch.tensor(lens, device=device)
+            if pool == 'last':
+                e = h[torch.arange(len(idxs), device=device), n - 1]
+            else:
+                real = (torch.arange(T, device=device)[None, :] < n[:, None]).unsqueeze(-1)   # [B, T, 1]
+                e = (h * real).sum(1) / n[:, None]
         else:                                            # autoencoder: equal lengths only
             e = torch.empty(len(idxs), model.cfg.d_model, device=device)
             for L in sorted(set(lens)):
@@ -338,21 +358,31 @@ def load_model(path, device):
         raise UsageError(str(e))
 
 
-def checkpoint_embeddings(path, pairs, pairs_key, args):
-    """(query, target) embeddings float [P, d] of `pairs` by checkpoint `path`, from
-    the cache when there; also returns a short description of the model."""
+def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=False):
+    """(query, target) embeddings float [P, d] of `pairs` by checkpoint `path` (or, with
+    untrained=True, by a freshly initialised model of its config, torch seed = the
+    checkpoint's training seed: the paper's control), pooled by `pool`, from the cache when there; also returns a
+    short description of the model. Raises UsageError for a bad checkpoint or --layer."""
     model, enc, ckpt = load_model(path, args.device)
     cfg = model.cfg
+    seed = ckpt.get('config', {}).get('seed', args.seed)
+    if untrained:
+        torch.manual_seed(seed)
+        model = mixer.build_model(cfg).to(args.device).eval()
     if args.layer is not None:
         if not hasattr(model, 'hidden'):
             raise UsageError('--layer is not supported for autoencoder checkpoints')
         if not -cfg.n_layer <= args.layer < cfg.n_layer:
             raise UsageError(f'--layer {args.layer} out of range for a {cfg.n_layer}-layer model')
+    if pool != 'last' and not hasattr(model, 'hidden'):
+        raise UsageError(f'{path} is an autoencoder: it embeds with its last token only (--pool last)')
     desc = f'{cfg.kind}' + (f'/{cfg.mixing}' if cfg.kind in ('mixer', 'hybrid') else '') + \
         f' d={cfg.d_model} L={cfg.n_layer} n_ctx={cfg.n_ctx}' + (' autoencoder' if cfg.task != 'lm' else '')
     layer = None if args.layer is None else range(cfg.n_layer)[args.layer]
-    key_src = json.dumps({'v': CACHE_VERSION, 'ckpt': file_sha256(path), 'pairs': pairs_key,
-                          'layer': layer, 'prefix_eot': args.prefix_eot})
+    weights = {'untrained': json.dumps(asdict(cfg), sort_keys=True), 'seed': seed} if untrained \
+        else file_sha256(path)
+    key_src = json.dumps({'v': CACHE_VERSION, 'ckpt': weights, 'pairs': pairs_key,
+                          'layer': layer, 'prefix_eot': args.prefix_eot, 'pool': pool})
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
     cache = None if args.no_cache else os.path.join(args.cache_dir, f'{key}.pt')
     if cache and os.path.isfile(cache):
@@ -366,7 +396,7 @@ def checkpoint_embeddings(path, pairs, pairs_key, args):
     queries, targets = encode_pairs(pairs, enc, cfg.n_ctx, args.prefix_eot)
     t0 = time.time()
     emb = embed_tokens(model, queries + targets, layer, args.embed_batch, args.device,
-                       progress_printer(f'{path}: embedding texts'))
+                       progress_printer(f'{path}: embedding texts'), pool)
     print(f'{path}: embedded {len(queries) + len(targets)} texts in {time.time() - t0:.1f}s', file=sys.stderr)
     q, t = emb[:len(pairs)], emb[len(pairs):]
     if cache:
@@ -409,16 +439,21 @@ def candidate_draws(stories, n, rounds, seed):
 
 
 def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, weight_decay=0.05,
-                    seed=1337, log=None):
+                    seed=1337, log=None, test_loss=None, every=100):
     """Train `model` on pairs (q [P, d_in], t [P, d_in], stories [P]) with n candidates
     per query (negatives from other stories, fresh each step); AdamW, cosine decay.
-    log(step, loss) is called every 100 steps. Returns the final mean loss."""
+
+    Every `every` steps (and at the end) test_loss() (if given: the held-out loss,
+    nats) is measured and log(step, train loss, test loss or None) called. Returns
+    {'train_loss': mean of the last 50 steps' losses (nats), 'curve': [(step, train
+    loss of the last `every` steps, test loss or None)]}: the retrieval model's own
+    budget control (has the test loss stopped falling?)."""
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     model.set_input_stats(torch.cat([q, t]))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
-    order, at, recent = rng.permutation(len(q)), 0, []
+    order, at, recent, curve = rng.permutation(len(q)), 0, [], []
     for step in range(steps):
         for g in opt.param_groups:
             g['lr'] = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
@@ -432,10 +467,26 @@ def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, 
         loss.backward()
         opt.step()
         recent.append(loss.item())
-        if log and ((step + 1) % 100 == 0 or step + 1 == steps):
-            log(step + 1, float(np.mean(recent[-100:])))
+        if (step + 1) % every == 0 or step + 1 == steps:
+            model.eval()
+            curve.append((step + 1, float(np.mean(recent[-every:])), test_loss() if test_loss else None))
+            model.train()
+            if log:
+                log(*curve[-1])
     model.eval()
-    return float(np.mean(recent[-50:]))
+    return {'train_loss': float(np.mean(recent[-50:])), 'curve': curve}
+
+
+@torch.no_grad()
+def retrieval_loss(model, q, t, draws, batch=256):
+    """Mean cross-entropy (nats) of the retrieval model's scores on fixed draws
+    (queries [K], cands [K, n], labels [K]) of pairs q [P, d_in], t [P, d_in]."""
+    qs, cs, ls = draws
+    total = 0.0
+    for i in range(0, len(qs), batch):
+        s = model(q[torch.from_numpy(qs[i:i + batch])], t[torch.from_numpy(cs[i:i + batch])])
+        total += F.cross_entropy(s, torch.from_numpy(ls[i:i + batch]), reduction='sum').item()
+    return total / len(qs)
 
 
 @torch.no_grad()
@@ -471,6 +522,19 @@ def markdown_table(results, ns, chance=True):
     return '\n'.join(lines)
 
 
+def loss_table(results, ns, steps):
+    """Markdown table of the retrieval model's cross-entropy (nats) on the train and test
+    pairs at each N (chance: ln N), and the step of its lowest held-out loss."""
+    lines = ['| checkpoint | ' + ' | '.join(f'N={n} train / test' for n in ns) + ' | lowest test loss at step |',
+             '|---|' + '---:|' * (len(ns) + 1)]
+    lines.append('| (chance: ln N) | ' + ' | '.join(f'{math.log(n):.3f}' for n in ns) + ' | |')
+    for r in results:
+        cells = [('-' if r['loss'][str(n)]['train'] is None else f'{r["loss"][str(n)]["train"]:.3f}') +
+                 f' / {r["loss"][str(n)]["test"]:.3f}' for n in ns]
+        lines.append(f'| {r["name"]} | ' + ' | '.join(cells) + f' | {r["best_test_step"]} of {steps} |')
+    return '\n'.join(lines)
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     pass
 
@@ -490,6 +554,11 @@ def build_parser():
                    help='torch CPU threads (the matrices are small: one thread is much faster than '
                         'two on a busy CPU)')
     g.add_argument('--embed_batch', type=int, default=64, help='texts per embedding forward pass')
+    g.add_argument('--pool', nargs='+', choices=('last', 'mean'), default=['last'],
+                   help="text embedding: the last token's hidden vector (the paper's) and/or the mean over tokens")
+    g.add_argument('--untrained', action='store_true',
+                   help="also embed with an untrained model of each checkpoint's config (its training seed): the "
+                        "paper's control")
     g = p.add_argument_group('pairs')
     g.add_argument('--data_dir', default='data/tinystories', help='prepared data (stories of --split.bin)')
     g.add_argument('--split', default='val', choices=('val', 'train'),
@@ -583,23 +652,34 @@ def run(args):
     print(f'{source}: {len(pairs)} pairs, {len(train_idx)} train / {len(test_idx)} test '
           f'({n_train_stories} / {n_test_stories} stories)', file=sys.stderr)
     draws = {n: candidate_draws(te_st, n, args.eval_rounds, args.seed) for n in ns}
+    train_draws = {n: candidate_draws(tr_st, n, 1, args.seed) for n in ns if n <= n_train_stories}
+    curve_draws = candidate_draws(te_st, min(train_n, n_test_stories), 1, args.seed)
+    tr, te = torch.tensor(train_idx), torch.tensor(test_idx)
     results = []
     for path in args.ckpt:
-        q, t, desc = checkpoint_embeddings(path, pairs, pairs_key, args)
-        tr, te = torch.tensor(train_idx), torch.tensor(test_idx)
-        torch.manual_seed(args.seed)                    # same init whether or not embeddings were cached
-        model = mixer.RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)
-        t0 = time.time()
-        final = train_retrieval(model, q[tr], t[tr], tr_st, train_n, args.steps, args.batch_size, args.lr,
-                                args.weight_decay, args.seed,
-                                log=lambda s, l: print(f'{path}: retrieval mixer step {s}/{args.steps} '
-                                                       f'loss {l:.3f}', file=sys.stderr))
-        print(f'{path}: trained the retrieval mixer in {time.time() - t0:.1f}s', file=sys.stderr)
-        center = torch.cat([q[tr], t[tr]]).mean(0)
-        methods = {'mixer (trained)': lambda a, b: model(a, b), 'cosine': cosine_scores(),
-                   'cosine (centred)': cosine_scores(center)}
-        acc = {m: {str(n): accuracy(fn, q[te], t[te], draws[n]) for n in ns} for m, fn in methods.items()}
-        results.append({'ckpt': path, 'name': path, 'model': desc, 'accuracy': acc, 'final_train_loss': final})
+        for untrained in (False, True) if args.untrained else (False,):
+            for pool in args.pool:
+                name = path + (' (untrained)' if untrained else '') + (f' [{pool} pool]' if pool != 'last' else '')
+                q, t, desc = checkpoint_embeddings(path, pairs, pairs_key, args, pool, untrained)
+                torch.manual_seed(args.seed)            # same init whether or not embeddings were cached
+                model = mixer.RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)
+                t0 = time.time()
+                fit = train_retrieval(
+                    model, q[tr], t[tr], tr_st, train_n, args.steps, args.batch_size, args.lr, args.weight_decay,
+                    args.seed, test_loss=lambda: retrieval_loss(model, q[te], t[te], curve_draws),
+                    log=lambda s, a, b: print(f'{name}: retrieval mixer step {s}/{args.steps} train loss {a:.3f} '
+                                              f'test loss {b:.3f}', file=sys.stderr))
+                print(f'{name}: trained the retrieval mixer in {time.time() - t0:.1f}s', file=sys.stderr)
+                center = torch.cat([q[tr], t[tr]]).mean(0)
+                methods = {'mixer (trained)': lambda a, b: model(a, b), 'cosine': cosine_scores(),
+                           'cosine (centred)': cosine_scores(center)}
+                acc = {m: {str(n): accuracy(fn, q[te], t[te], draws[n]) for n in ns} for m, fn in methods.items()}
+                loss = {str(n): {'train': retrieval_loss(model, q[tr], t[tr], train_draws[n]) if n in train_draws
+                                 else None, 'test': retrieval_loss(model, q[te], t[te], draws[n])} for n in ns}
+                best = min(fit['curve'], key=lambda c: c[2])[0]
+                results.append({'ckpt': path, 'name': name, 'model': desc, 'untrained': untrained, 'pool': pool,
+                                'accuracy': acc, 'loss': loss, 'final_train_loss': fit['train_loss'],
+                                'curve': fit['curve'], 'best_test_step': best})
     return {'source': source, 'pairs': len(pairs), 'train_pairs': len(train_idx), 'test_pairs': len(test_idx),
             'test_stories': n_test_stories, 'ns': ns, 'train_n': train_n, 'eval_trials': args.eval_rounds,
             'notes': notes, 'results': results, 'args': vars(args)}
@@ -617,6 +697,9 @@ def main(argv=None):
           f'pairs; retrieval mixer trained at N={out["train_n"]}; {out["eval_trials"]} fixed candidate draws '
           f'per test query and N.\n')
     print(markdown_table(out['results'], out['ns']))
+    print(f'\nThe retrieval mixer\'s loss (nats) on the training pairs (1 draw each) and the test pairs; its '
+          f'test loss at N={out["train_n"]} was measured every 100 steps:\n')
+    print(loss_table(out['results'], out['ns'], args.steps))
     print()
     for r in out['results']:
         print(f'- {r["name"]}: {r["model"]}')

@@ -1,12 +1,16 @@
 """Tests of represent.py (input representation accuracy): python -m unittest test_represent -v"""
 
+import json
+import os
+import shutil
+import tempfile
 import unittest
 
 import torch
 
 import mixer
 import represent
-from test_mixer import run
+from test_mixer import prepared_data, run, tiny_checkpoint
 
 SHAPE = dict(vocab_size=64, n_ctx=16, d_model=16, n_layer=1)
 
@@ -96,6 +100,26 @@ class TestCommandLine(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(msg, r.stderr)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+    def test_untrained_control_of_a_checkpoint_and_json(self):
+        """--untrained adds a freshly initialised model of the checkpoint's config (seeded by
+        its training seed); --json is never overwritten unless asked."""
+        ckpt = tiny_checkpoint()
+        tmp = tempfile.mkdtemp(prefix='represent_test_')
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        out = os.path.join(tmp, 'r.json')
+        args = ['represent.py', '--variants', '', '--untrained', '--ckpt', ckpt, '--data_dir', prepared_data(),
+                '--T', '12', '--steps', '10', '--depths', 'all', '--windows', '1', '--positions', '3', '--json', out]
+        r = run(*args)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        res = json.load(open(out))['results']
+        self.assertEqual([(x['ckpt'], x['trained'], x['depth']) for x in res], [(ckpt, True, 2), (ckpt, False, 2)])
+        self.assertNotEqual(res[0]['self']['loss'], res[1]['self']['loss'])      # two different models
+        r = run(*args)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn('exists', r.stderr)
+        self.assertEqual(run(*args, '--overwrite').returncode, 0)
+        self.assertEqual(json.load(open(out))['results'], res)                  # seeded: the same numbers
 
 
 if __name__ == '__main__':

@@ -9,6 +9,7 @@ with a printed reason if it is absent.
 """
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -164,10 +165,13 @@ class TestEmbeddings(unittest.TestCase):
             model = mixer.build_model(cfg).eval()
             for layer in (None, 0):
                 batched = retrieval.embed_tokens(model, seqs, layer=layer, batch_size=4)
+                mean = retrieval.embed_tokens(model, seqs, layer=layer, batch_size=4, pool='mean')
                 for i, s in enumerate(seqs):
                     alone = model.embed(torch.tensor([s]), layer=layer)[0]
+                    mean_alone = model.hidden(torch.tensor([s]), layer=layer)[0].mean(0)
                     with self.subTest(variant=name, layer=layer, length=len(s)):
                         torch.testing.assert_close(batched[i], alone, atol=1e-5, rtol=0)
+                        torch.testing.assert_close(mean[i], mean_alone, atol=1e-5, rtol=0)
         torch.manual_seed(0)
         ae = mixer.build_model(mixer.ModelConfig(vocab_size=64, n_ctx=24, d_model=32, n_layer=1,
                                                  task='autoencode')).eval()
@@ -212,6 +216,30 @@ class TestEndToEnd(unittest.TestCase):
         self.assertEqual(r2.returncode, 0, r2.stderr[-2000:])
         self.assertIn('from cache', r2.stderr)
         self.assertEqual(read_json(out)['results'][0]['accuracy'], acc)
+
+    def test_controls_untrained_and_mean_pool_and_the_loss_curve(self):
+        data, ckpt = tiny_checkpoint()
+        tmp = tempfile.mkdtemp(prefix='retrieval_ctl_')
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        out = os.path.join(tmp, 'res.json')
+        r = run('retrieval.py', '--ckpt', ckpt, '--text', os.path.join(TEXT_DIR, 'valid.txt'), '--steps', '250',
+                '--max_pairs', '600', '--d_r', '16', '--train_n', '8', '--batch_size', '32', '--untrained',
+                '--pool', 'last', 'mean', '--n_candidates', '2', '32', '--cache_dir', os.path.join(tmp, 'cache'),
+                '--json', out)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        res = read_json(out)
+        names = [x['name'] for x in res['results']]
+        self.assertEqual(names, [ckpt, f'{ckpt} [mean pool]', f'{ckpt} (untrained)', f'{ckpt} (untrained) [mean pool]'])
+        self.assertEqual(len(os.listdir(os.path.join(tmp, 'cache'))), 4)     # four different embeddings
+        for x in res['results']:
+            self.assertEqual([c[0] for c in x['curve']], [100, 200, 250])
+            self.assertEqual(x['best_test_step'], min(x['curve'], key=lambda c: c[2])[0])
+            self.assertEqual(x['loss']['32']['test'] > 0, True)
+            self.assertIn(f'| {x["name"]} | ', r.stdout)
+        self.assertIn(f'| (chance: ln N) | {math.log(2):.3f} | {math.log(32):.3f} | |', r.stdout)
+        # the untrained model is a different model: its embeddings differ from the checkpoint's
+        trained, untrained = res['results'][0], res['results'][2]
+        self.assertNotEqual(trained['loss'], untrained['loss'])
 
 
 class TestBadInputs(unittest.TestCase):
