@@ -31,21 +31,17 @@ Mixers IV: Linear Language Models and Masked Recurrent Mixers.
 """
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+from runner import ROOT, Runner, fmt_s, md_table, reset_dir, say
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
 
 # name -> (train.py arguments, family). Families decide the "best of" row.
@@ -93,159 +89,6 @@ def fail(msg):
     """Print a one-line error and exit with status 2."""
     print(f'claims.py: error: {msg}', file=sys.stderr)
     sys.exit(2)
-
-
-def say(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------------------- work done in pool processes
-
-def train_in_process(argv, log_path):
-    """Run train.main(argv) in this (pool) process, console output to log_path.
-    -> exit status (0 ok; train.py's own status on an error, e.g. 2 for bad settings)."""
-    import train                                  # imported once per pool process
-    os.chdir(ROOT)
-    with open(log_path, 'a') as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
-        try:
-            train.main(argv)
-            return 0
-        except SystemExit as e:
-            return e.code if isinstance(e.code, int) else 1
-        except Exception as e:                    # a run that crashes is reported, not the whole claims run
-            print(f'{type(e).__name__}: {e}', flush=True)
-            return 1
-
-
-def train_job(argv, run_dir):
-    """Runner job: train.py with argv, console to RUN_DIR/console.txt -> {'rc', 'evals',
-    'summary', 'line'} read from its log."""
-    rc = train_in_process(argv, os.path.join(run_dir, 'console.txt'))
-    evals, summary = read_log(os.path.join(run_dir, 'log.jsonl'))
-    return {'rc': rc, 'evals': evals, 'summary': summary,
-            'line': f'val {evals[-1][1]:.4f}' if evals else 'no eval'}
-
-
-def run_command(args, out_path):
-    """Run a project script (python args...) with stdout to out_path -> exit status."""
-    tmp = out_path + '.tmp'
-    with open(tmp, 'w') as f:
-        rc = subprocess.run([sys.executable, *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
-    os.replace(tmp, out_path)
-    return rc
-
-
-def _pool_init(threads):
-    import torch
-    torch.set_num_threads(threads)
-
-
-# ----------------------------------------------------------------------------- runs and their cache
-
-def read_log(path):
-    """Events of a train.py log.jsonl: (evals [(step, val_loss, val_bpb, val_acc)], summary or None)."""
-    evals, summary = [], None
-    if os.path.isfile(path):
-        for line in open(path):
-            rec = json.loads(line)
-            if rec.get('event') == 'eval':
-                evals.append((rec['step'], rec['val_loss'], rec['val_bpb'], rec.get('val_acc')))
-            elif rec.get('event') == 'summary':
-                summary = rec
-    return evals, summary
-
-
-class Runner:
-    """Runs jobs on a pool of `workers` processes with `threads` threads each, caches
-    each finished job's result.json (keyed by the job's arguments), and prints progress
-    and ETAs. claims.py runs train.py through it; icl.py runs its own training jobs."""
-
-    def __init__(self, out, workers, threads):
-        self.out, self.workers = out, workers
-        self.pool = ProcessPoolExecutor(workers, mp_context=get_context('spawn'),
-                                        initializer=_pool_init, initargs=(threads,))
-
-    def result_path(self, run_dir):
-        return os.path.join(run_dir, 'result.json')
-
-    def cached(self, run_dir, argv):
-        """The cached result of this exact argv in run_dir, or None."""
-        path = self.result_path(run_dir)
-        if os.path.isfile(path):
-            res = json.load(open(path))
-            if res.get('argv') == argv:
-                return res
-        return None
-
-    def map(self, fn, jobs, what):
-        """jobs: list of (run_dir, argv, eta_seconds, prepare) -> list of results, in order.
-
-        fn(argv, run_dir) runs in a pool process and returns a JSON-able dict with 'rc'
-        (0 = ok) and 'line' (a short summary for the progress line); the result is that
-        dict with 'argv' added. prepare(run_dir) sets the folder up (default: empty it).
-        A job whose run_dir holds a result.json of the same argv is not run again; a
-        failed job (rc != 0) is not cached, so the next call retries it."""
-        results, todo = [None] * len(jobs), []
-        for i, (run_dir, argv, eta, prepare) in enumerate(jobs):
-            results[i] = self.cached(run_dir, argv)
-            if results[i] is None:
-                todo.append(i)
-        if len(todo) < len(jobs):
-            say(f'{what}: {len(jobs) - len(todo)} of {len(jobs)} runs cached')
-        left = sum(jobs[i][2] for i in todo)
-        t0, done, futures = time.time(), 0, {}
-        for i in todo:
-            run_dir, argv, eta, prepare = jobs[i]
-            (prepare or reset_dir)(run_dir)
-            futures[self.pool.submit(fn, argv, run_dir)] = i
-        if todo:
-            say(f'{what}: {len(todo)} runs, about {fmt_s(left / self.workers)} on {self.workers} workers')
-        for fut in as_completed(futures):
-            i = futures[fut]
-            run_dir, argv, eta, _ = jobs[i]
-            res = {'argv': argv, **fut.result()}
-            if res['rc'] == 0:
-                with open(self.result_path(run_dir) + '.tmp', 'w') as f:
-                    json.dump(res, f)
-                os.replace(self.result_path(run_dir) + '.tmp', self.result_path(run_dir))
-            results[i] = res
-            done += 1
-            left -= eta
-            say(f'  [{done}/{len(todo)}] {os.path.relpath(run_dir, self.out)}: '
-                f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {res.get("line", "")}; '
-                f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in this phase')
-        return results
-
-    def train_batch(self, jobs, what):
-        """train.py runs: jobs as in map(), argv the train.py arguments -> results with
-        'rc', 'evals' [(step, val_loss, val_bpb, val_acc)], 'summary', 'argv'."""
-        return self.map(train_job, jobs, what)
-
-    def commands(self, jobs, what):
-        """jobs: list of (args, out_path) run as `python args...` on the pool -> exit statuses.
-        A command whose output exists from the same args (OUT_PATH.args.json) is not run again."""
-        def cached(args, path):
-            return os.path.isfile(path) and os.path.isfile(path + '.args.json') and \
-                json.load(open(path + '.args.json')) == args
-        futs = [None if cached(args, path) else self.pool.submit(run_command, args, path) for args, path in jobs]
-        todo = sum(f is not None for f in futs)
-        say(f'{what}: {todo} commands' + (f', {len(jobs) - todo} cached' if todo < len(jobs) else ''))
-        rcs = []
-        for f, (args, path) in zip(futs, jobs):
-            rcs.append(0 if f is None else f.result())
-            if f is not None and rcs[-1] == 0:
-                with open(path + '.args.json', 'w') as fh:
-                    json.dump(args, fh)
-        return rcs
-
-
-def reset_dir(run_dir):
-    shutil.rmtree(run_dir, ignore_errors=True)
-    os.makedirs(run_dir)
-
-
-def fmt_s(s):
-    return f'{s / 60:.1f} min' if s >= 90 else f'{s:.0f} s'
 
 
 # ----------------------------------------------------------------------------- the comparison
@@ -414,11 +257,6 @@ def fmt(xs, digits=3, sign=''):
 
 def losses(plan, m):
     return [final_loss(r) for r in plan[m]['runs']]
-
-
-def md_table(header, rows):
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-    return '\n'.join(lines + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows])
 
 
 def claim_rows(plan, extras):
@@ -769,7 +607,7 @@ def main(argv=None):
         np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r'))
     tps = tokens_per_step(base['lm'])
     rows = claim_rows(plan, extras)
-    text = [f'# Claims at equal compute\n',
+    text = ['# Claims at equal compute\n',
             f'Every model: {budget_s:.0f} s of training ({args.workers} runs at a time, {args.threads} thread(s) '
             f'each), learning rate chosen from {", ".join(f"{x:g}" for x in args.lrs)} on the first third of the '
             f'schedule, {args.seeds} seeds; ours = mean +- half the range over seeds, validation loss in '

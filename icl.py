@@ -20,7 +20,7 @@ The file keeps the pieces of an in-context-learning harness apart (Garg et al. 2
                   mixer.py kind on the same tokens)
   the baselines   ridge regressions with the same call signature (model(prompts) ->
                   y_hat): ORACLE (true sigma), CONSTRR, ADARR, TUNEDRR
-  the experiment  training jobs run and cached by claims.Runner; evaluation on fixed
+  the experiment  training jobs run and cached by runner.Runner; evaluation on fixed
                   prompt sets shared by every model; the table against the paper's;
                   the paper's claims as verdicts; plots; Theorem 4.1 read off the models.
 
@@ -32,7 +32,6 @@ paper's 7-layer cells at sigma = 0 are about 1e-12, below float32's resolution.
 
 import argparse
 import copy
-import json
 import math
 import os
 import sys
@@ -42,7 +41,7 @@ import zlib
 import torch
 import torch.nn as nn
 
-import claims
+from runner import Runner, fmt_s, md_table, say
 import mixer
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -701,7 +700,7 @@ def lsa_report(results, jobs, models, noises, s, seeds):
         rows.append([name, *[f'{fmt(base[name][n])}' + (f' ({fmt(PAPER[name][NOISE_NAMES.index(n)])})'
                                                            if n in NOISE_NAMES else '') for n in noises]])
     header = ['model', *[f'U(0,{n})' if n[0].isdigit() else '{' + ','.join(n[1:]) + '}' for n in noises]]
-    text = [claims.md_table(header, rows), '',
+    text = [md_table(header, rows), '',
             'Cells: ours (the paper\'s), adjusted evaluation loss = model minus oracle, 0.5 squared error, '
             f'{s["eval_prompts"]} fresh prompts shared by every model of a column'
             + (f'; +- half the range over {seeds} seeds, best seed by a separate prompt set' if seeds > 1 else '')
@@ -723,7 +722,7 @@ def theory_report(results, jobs, sig, noises):
                 for p in PARAMS if (deepest, p, key) in sig]
         if rows:
             text += [f'Adjusted loss of each layer\'s implicit weights w^l (Figure 5), {label}, sweep prompts:', '',
-                     claims.md_table(['model', *[f'l={i + 1}' for i in range(deepest)]], rows), '']
+                     md_table(['model', *[f'l={i + 1}' for i in range(deepest)]], rows), '']
     for (name, spec), res in zip(jobs, results):
         if spec['param'] == 'diag' and spec['n_layer'] == deepest and spec['seed'] == 0 and res.get('finished') \
                 and spec['noise'] == ('5' if '5' in noises else noises[-1]):
@@ -733,7 +732,7 @@ def theory_report(results, jobs, sig, noises):
             om = model.omegas().tolist()
             text += [f'DIAG omegas of the {deepest}-layer model trained at noise {spec["noise"]} (the paper\'s '
                      f'Eq. 6, its coordinates):', '',
-                     claims.md_table(['layer', 'omega_xx', 'omega_xy', 'omega_yx', 'omega_yy'],
+                     md_table(['layer', 'omega_xx', 'omega_xy', 'omega_yx', 'omega_yy'],
                               [[l + 1, *[f'{v:.3g}' for v in row]] for l, row in enumerate(om)]), '']
     return '\n'.join(text)
 
@@ -765,7 +764,7 @@ def mixer_report(results, jobs, lsa, base, s):
         rows.append([name, '-', *[fmt(base[name][n]) for n in noises]])
     header = ['model', 'parameters', *[f'U(0,{n})' if n != '0' else 'sigma = 0' for n in noises]]
     sp = jobs[0][1]
-    return '\n'.join([claims.md_table(header, rows), '',
+    return '\n'.join([md_table(header, rows), '',
                       f'Every sequence model: d_model {sp["d_model"]}, {sp["iters"]} Adam steps of {sp["batch_size"]} '
                       f'prompts, float32, learning rate chosen from {", ".join(f"{x:g}" for x in s["mixer_lrs"])} on '
                       f'separate prompts, 1 seed; adjusted eval loss on the same {s["eval_prompts"]} prompts as '
@@ -814,7 +813,7 @@ def parse_args(argv):
         layers = [int(x) for x in args.layers.split(',')] if args.layers else None
         args.mixer_layers = [int(x) for x in args.mixer_layers.split(',')]
     except ValueError:
-        fail(f'--layers and --mixer_layers must be integers separated by commas')
+        fail('--layers and --mixer_layers must be integers separated by commas')
     params = args.params.split(',') if args.params else None
     if params and any(x not in PARAMS for x in params):
         fail(f'--params: choose among {",".join(PARAMS)}, got {args.params!r}')
@@ -835,8 +834,8 @@ def main(argv=None):
     os.makedirs(out, exist_ok=True)
     os.environ['OMP_NUM_THREADS'] = str(args.threads)
     t0 = time.time()
-    runner = claims.Runner(out, args.workers, args.threads)
-    claims.say(f'icl: {len(args.models)} LSA models x {len(args.noises)} noise settings x {s["seeds"]} seed(s), '
+    runner = Runner(out, args.workers, args.threads)
+    say(f'icl: {len(args.models)} LSA models x {len(args.noises)} noise settings x {s["seeds"]} seed(s), '
                f'{s["iters"]} steps of {s["batch_size"]} prompts at lr {s["lr"]:g}, float64; output in {out}')
     jobs = lsa_specs(args.models, args.noises, s, s['seeds'])
     mjobs = mixer_specs(MIXER_VARIANTS, args.mixer_layers, MIXER_NOISE, s, s['mixer_lrs']) if args.mixers else []
@@ -846,12 +845,12 @@ def main(argv=None):
     results = run_jobs(runner, out, jobs, 'linear self-attention models')
     failed = [name for (name, _), r in zip(jobs, results) if r['rc'] != 0]
     noises = sorted({spec['noise'] for _, spec in jobs}, key=lambda n: (NOISE_NAMES + (n,)).index(n))
-    claims.say('baselines: tuning CONSTRR and TUNEDRR, evaluating every baseline')
+    say('baselines: tuning CONSTRR and TUNEDRR, evaluating every baseline')
     models = list(dict.fromkeys(args.models + [(spec['n_layer'], spec['param']) for _, spec in jobs]))
     table, adj, base, sig = lsa_report(results, jobs, models, noises, s, s['seeds'])
     text = ['# In-context regression (Vladymyrov et al. 2024, Table 1)', '', table, '',
             '## The paper\'s claims', '',
-            claims.md_table(['claim', 'ours', 'verdict'], verdicts(adj, base, sig, noises)), '',
+            md_table(['claim', 'ours', 'verdict'], verdicts(adj, base, sig, noises)), '',
             '## Theory (Theorem 4.1, Figure 5)', '', theory_report(results, jobs, sig, noises)]
     if mjobs:
         mres = run_jobs(runner, out, mjobs, 'sequence models (mixer.py)')
@@ -865,8 +864,8 @@ def main(argv=None):
         f.write(report)
     os.replace(os.path.join(out, 'icl.md.tmp'), os.path.join(out, 'icl.md'))
     runner.pool.shutdown()
-    claims.say(note)
-    claims.say(f'icl: done in {claims.fmt_s(time.time() - t0)}; report in {os.path.join(out, "icl.md")}' +
+    say(note)
+    say(f'icl: done in {fmt_s(time.time() - t0)}; report in {os.path.join(out, "icl.md")}' +
                (f'; FAILED jobs: {", ".join(failed)}' if failed else ''))
     if failed:
         sys.exit(1)

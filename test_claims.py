@@ -103,8 +103,12 @@ class TestClaimsQuick(unittest.TestCase):
         for claim in ('llama-style transformer', 'GPT-style', 'expanded', 'layer norms removed',
                       'positional encoding', 'Toeplitz', '2 heads', '4 heads', 'kernel 4 mixer vs',
                       'linear after the embedding', 'hybrid transformer-mixer', 'parallel hybrid', 'recurrent',
-                      'linear mixer trains', 'retrieval',
-                      'autoencoder', 'training memory', 'Muon vs AdamW, flat', 'Muon vs AdamW, transformer',
+                      'linear mixer trains', 'retrieval top-1 at N=32, mixer vs transformer embeddings',
+                      'mean pooling instead of the last token', 'untrained flat mixer embeddings retrieve worse',
+                      'autoencoder token accuracy', "trained autoencoder's embeddings retrieve no better",
+                      'represents self and non-self tokens', 'non-self representation accuracy after all blocks',
+                      'loses non-self accuracy', 'expanded vs flat mixer: non-self', '## Input representation accuracy',
+                      '## Retrieval with autoencoder embeddings', 'lowest test loss at step', 'training memory', 'Muon vs AdamW, flat', 'Muon vs AdamW, transformer',
                       'best mixer vs best transformer'):
             with self.subTest(claim=claim):
                 self.assertIn(claim, table)
