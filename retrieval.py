@@ -59,13 +59,17 @@ and N - 1 targets of other test stories; --eval_rounds fixed draws per test
 query and N, the same draws for every method and checkpoint), with chance 1/N.
 An N above the number of test stories is skipped with a note (an error if it
 was asked for with --n_candidates). A second table gives the retrieval model's
-cross-entropy on training and test pairs at each N (chance: ln N) and the step
-at which its test loss (at the training N, measured every 100 steps) was lowest:
-a step well before --steps says the retrieval model had budget enough, so the
-embeddings, not the retrieval model, limit the comparison.
+cross-entropy on training and test pairs at each N (chance: ln N). Early
+stopping: --val_frac of the training stories are held out, the validation loss
+(at the training N) is measured every 50 steps, and the retrieval model keeps
+the parameters of its lowest one; the table gives that step and the step of the
+lowest test loss (reported, never used to choose). A kept step well before
+--steps says the retrieval model had budget enough, so the embeddings, not the
+retrieval model, limit the comparison.
 """
 
 import argparse
+import copy
 import hashlib
 import json
 import math
@@ -439,21 +443,23 @@ def candidate_draws(stories, n, rounds, seed):
 
 
 def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, weight_decay=0.05,
-                    seed=1337, log=None, test_loss=None, every=100):
+                    seed=1337, log=None, val_loss=None, test_loss=None, every=50):
     """Train `model` on pairs (q [P, d_in], t [P, d_in], stories [P]) with n candidates
     per query (negatives from other stories, fresh each step); AdamW, cosine decay.
 
-    Every `every` steps (and at the end) test_loss() (if given: the held-out loss,
-    nats) is measured and log(step, train loss, test loss or None) called. Returns
-    {'train_loss': mean of the last 50 steps' losses (nats), 'curve': [(step, train
-    loss of the last `every` steps, test loss or None)]}: the retrieval model's own
-    budget control (has the test loss stopped falling?)."""
+    Every `every` steps (and at the end) the held-out losses (nats) val_loss() and
+    test_loss() are measured, when given, and log(step, train loss, val, test) called.
+    Early stopping: with val_loss, the model ends with its parameters of the lowest
+    validation loss. Returns {'train_loss': mean of the last 50 steps' losses (nats),
+    'curve': [(step, train loss of the last `every` steps, val loss, test loss)],
+    'kept_step': the step whose parameters the model ends with}."""
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     model.set_input_stats(torch.cat([q, t]))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
     order, at, recent, curve = rng.permutation(len(q)), 0, [], []
+    best = (float('inf'), steps, None)                  # (val loss, step, parameters)
     for step in range(steps):
         for g in opt.param_groups:
             g['lr'] = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
@@ -469,12 +475,17 @@ def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, 
         recent.append(loss.item())
         if (step + 1) % every == 0 or step + 1 == steps:
             model.eval()
-            curve.append((step + 1, float(np.mean(recent[-every:])), test_loss() if test_loss else None))
+            curve.append((step + 1, float(np.mean(recent[-every:])), val_loss() if val_loss else None,
+                          test_loss() if test_loss else None))
             model.train()
+            if val_loss and curve[-1][2] < best[0]:
+                best = (curve[-1][2], step + 1, copy.deepcopy(model.state_dict()))
             if log:
                 log(*curve[-1])
     model.eval()
-    return {'train_loss': float(np.mean(recent[-50:])), 'curve': curve}
+    if best[2] is not None:
+        model.load_state_dict(best[2])
+    return {'train_loss': float(np.mean(recent[-50:])), 'curve': curve, 'kept_step': best[1]}
 
 
 @torch.no_grad()
@@ -523,15 +534,17 @@ def markdown_table(results, ns, chance=True):
 
 
 def loss_table(results, ns, steps):
-    """Markdown table of the retrieval model's cross-entropy (nats) on the train and test
-    pairs at each N (chance: ln N), and the step of its lowest held-out loss."""
-    lines = ['| checkpoint | ' + ' | '.join(f'N={n} train / test' for n in ns) + ' | lowest test loss at step |',
-             '|---|' + '---:|' * (len(ns) + 1)]
-    lines.append('| (chance: ln N) | ' + ' | '.join(f'{math.log(n):.3f}' for n in ns) + ' | |')
+    """Markdown table of the retrieval model's cross-entropy (nats) on its training pairs
+    and the test pairs at each N (chance: ln N), the step it was kept at (lowest
+    validation loss) and the step of its lowest test loss (reported, never used)."""
+    lines = ['| checkpoint | ' + ' | '.join(f'N={n} train / test' for n in ns) +
+             ' | kept step (lowest val loss) | lowest test loss at step |', '|---|' + '---:|' * (len(ns) + 2)]
+    lines.append('| (chance: ln N) | ' + ' | '.join(f'{math.log(n):.3f}' for n in ns) + ' | | |')
     for r in results:
         cells = [('-' if r['loss'][str(n)]['train'] is None else f'{r["loss"][str(n)]["train"]:.3f}') +
                  f' / {r["loss"][str(n)]["test"]:.3f}' for n in ns]
-        lines.append(f'| {r["name"]} | ' + ' | '.join(cells) + f' | {r["best_test_step"]} of {steps} |')
+        lines.append(f'| {r["name"]} | ' + ' | '.join(cells) +
+                     f' | {r["kept_step"]} of {steps} | {r["best_test_step"]} of {steps} |')
     return '\n'.join(lines)
 
 
@@ -577,6 +590,8 @@ def build_parser():
     g.add_argument('--lr', type=float, default=2e-3)
     g.add_argument('--weight_decay', type=float, default=0.05)
     g.add_argument('--dropout', type=float, default=0.0)
+    g.add_argument('--val_frac', type=float, default=0.1,
+                   help='fraction of the training stories held out for early stopping (0: none, keep the last step)')
     g = p.add_argument_group('evaluation and output')
     g.add_argument('--n_candidates', type=int, nargs='+', metavar='N',
                    help=f'candidate counts to evaluate (default {" ".join(map(str, DEFAULT_NS))}; '
@@ -602,6 +617,8 @@ def check_args(args):
         raise UsageError('--n_candidates must be >= 1')
     if not 0 <= args.dropout < 1:
         raise UsageError('--dropout must be in [0, 1)')
+    if not 0 <= args.val_frac < 1:
+        raise UsageError(f'--val_frac must be in [0, 1), got {args.val_frac}')
     if args.pairs and args.text:
         raise UsageError('pass at most one of --pairs and --text')
     for path in args.ckpt:
@@ -652,9 +669,17 @@ def run(args):
     print(f'{source}: {len(pairs)} pairs, {len(train_idx)} train / {len(test_idx)} test '
           f'({n_train_stories} / {n_test_stories} stories)', file=sys.stderr)
     draws = {n: candidate_draws(te_st, n, args.eval_rounds, args.seed) for n in ns}
-    train_draws = {n: candidate_draws(tr_st, n, 1, args.seed) for n in ns if n <= n_train_stories}
-    curve_draws = candidate_draws(te_st, min(train_n, n_test_stories), 1, args.seed)
-    tr, te = torch.tensor(train_idx), torch.tensor(test_idx)
+    fit_idx, val_idx = list(train_idx), []
+    if args.val_frac > 0 and n_train_stories >= 4:     # early stopping on stories held out of training
+        fit, val = split_by_story([pairs[i] for i in train_idx], args.val_frac, args.seed + 1)
+        fit_idx, val_idx = [train_idx[i] for i in fit], [train_idx[i] for i in val]
+    fit_st, val_st = stories[fit_idx], stories[val_idx]
+    n_fit, n_val = len(set(fit_st.tolist())), len(set(val_st.tolist()))
+    train_n = min(train_n, n_fit)
+    train_draws = {n: candidate_draws(fit_st, n, 1, args.seed) for n in ns if n <= n_fit}
+    val_draws = candidate_draws(val_st, min(train_n, n_val), 1, args.seed) if n_val >= 2 else None
+    test_draws = candidate_draws(te_st, min(train_n, n_test_stories), 1, args.seed)
+    tr, va, te = torch.tensor(fit_idx), torch.tensor(val_idx, dtype=torch.long), torch.tensor(test_idx)
     results = []
     for path in args.ckpt:
         for untrained in (False, True) if args.untrained else (False,):
@@ -665,22 +690,26 @@ def run(args):
                 model = mixer.RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)
                 t0 = time.time()
                 fit = train_retrieval(
-                    model, q[tr], t[tr], tr_st, train_n, args.steps, args.batch_size, args.lr, args.weight_decay,
-                    args.seed, test_loss=lambda: retrieval_loss(model, q[te], t[te], curve_draws),
-                    log=lambda s, a, b: print(f'{name}: retrieval mixer step {s}/{args.steps} train loss {a:.3f} '
-                                              f'test loss {b:.3f}', file=sys.stderr))
-                print(f'{name}: trained the retrieval mixer in {time.time() - t0:.1f}s', file=sys.stderr)
+                    model, q[tr], t[tr], fit_st, train_n, args.steps, args.batch_size, args.lr, args.weight_decay,
+                    args.seed, val_loss=(lambda: retrieval_loss(model, q[va], t[va], val_draws)) if val_draws else None,
+                    test_loss=lambda: retrieval_loss(model, q[te], t[te], test_draws),
+                    log=lambda s, a, v, b: print(f'{name}: retrieval mixer step {s}/{args.steps} train loss {a:.3f} '
+                                                 f'val loss {v if v is None else round(v, 3)} test loss {b:.3f}',
+                                                 file=sys.stderr))
+                print(f'{name}: trained the retrieval mixer in {time.time() - t0:.1f}s, kept step '
+                      f'{fit["kept_step"]}', file=sys.stderr)
                 center = torch.cat([q[tr], t[tr]]).mean(0)
                 methods = {'mixer (trained)': lambda a, b: model(a, b), 'cosine': cosine_scores(),
                            'cosine (centred)': cosine_scores(center)}
                 acc = {m: {str(n): accuracy(fn, q[te], t[te], draws[n]) for n in ns} for m, fn in methods.items()}
                 loss = {str(n): {'train': retrieval_loss(model, q[tr], t[tr], train_draws[n]) if n in train_draws
                                  else None, 'test': retrieval_loss(model, q[te], t[te], draws[n])} for n in ns}
-                best = min(fit['curve'], key=lambda c: c[2])[0]
                 results.append({'ckpt': path, 'name': name, 'model': desc, 'untrained': untrained, 'pool': pool,
                                 'accuracy': acc, 'loss': loss, 'final_train_loss': fit['train_loss'],
-                                'curve': fit['curve'], 'best_test_step': best})
-    return {'source': source, 'pairs': len(pairs), 'train_pairs': len(train_idx), 'test_pairs': len(test_idx),
+                                'curve': fit['curve'], 'kept_step': fit['kept_step'],
+                                'best_test_step': min(fit['curve'], key=lambda c: c[3])[0]})
+    return {'source': source, 'pairs': len(pairs), 'train_pairs': len(fit_idx), 'val_pairs': len(val_idx),
+            'test_pairs': len(test_idx),
             'test_stories': n_test_stories, 'ns': ns, 'train_n': train_n, 'eval_trials': args.eval_rounds,
             'notes': notes, 'results': results, 'args': vars(args)}
 
@@ -693,12 +722,13 @@ def main(argv=None):
         out = run(args)
     except UsageError as e:
         fail(str(e))
-    print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["test_pairs"]} test '
-          f'pairs; retrieval mixer trained at N={out["train_n"]}; {out["eval_trials"]} fixed candidate draws '
+    print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["val_pairs"]} validation '
+          f'(early stopping) / {out["test_pairs"]} test pairs; retrieval mixer trained at N={out["train_n"]}; {out["eval_trials"]} fixed candidate draws '
           f'per test query and N.\n')
     print(markdown_table(out['results'], out['ns']))
-    print(f'\nThe retrieval mixer\'s loss (nats) on the training pairs (1 draw each) and the test pairs; its '
-          f'test loss at N={out["train_n"]} was measured every 100 steps:\n')
+    print(f'\nThe retrieval mixer\'s loss (nats) on its training pairs (1 draw each) and the test pairs. Its '
+          f'validation and test losses at N={out["train_n"]} were measured every 50 steps; it keeps the parameters '
+          f'of the lowest validation loss (early stopping):\n')
     print(loss_table(out['results'], out['ns'], args.steps))
     print()
     for r in out['results']:

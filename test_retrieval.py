@@ -141,6 +141,25 @@ class TestRetrievalMixer(unittest.TestCase):
             with self.subTest(n=n):
                 self.assertGreater(acc, 0.9, f'N={n}: top-1 accuracy {acc:.3f}')
 
+    def test_early_stopping_keeps_the_parameters_of_the_lowest_validation_loss(self):
+        g = torch.Generator().manual_seed(0)
+        t = torch.randn(200, 8, generator=g)
+        q = t + 0.5 * torch.randn(200, 8, generator=g)
+        torch.manual_seed(0)
+        model = mixer.RetrievalMixer(8, d_r=16, n_layer=1)
+        scripted, seen = iter([3.0, 1.0, 2.0, 1.5, 2.5]), []      # lowest at the 2nd check: step 20
+
+        def val_loss():
+            seen.append({k: v.clone() for k, v in model.state_dict().items()})
+            return next(scripted)
+        fit = retrieval.train_retrieval(model, q, t, np.arange(200), n=4, steps=50, batch_size=16, seed=0,
+                                        val_loss=val_loss, test_loss=lambda: 0.0, every=10)
+        self.assertEqual([c[0] for c in fit['curve']], [10, 20, 30, 40, 50])
+        self.assertEqual(fit['kept_step'], 20)
+        self.assertFalse(all(torch.equal(seen[1][k], seen[-1][k]) for k in seen[1]))   # it did move on
+        for k, v in model.state_dict().items():
+            torch.testing.assert_close(v, seen[1][k], atol=0, rtol=0)
+
     def test_candidate_draws_are_fixed_and_exclude_the_querys_story(self):
         stories = np.array([0, 0, 1, 2, 3, 3, 4, 5, 6, 7])
         a = retrieval.candidate_draws(stories, 4, rounds=2, seed=3)
@@ -232,8 +251,9 @@ class TestEndToEnd(unittest.TestCase):
         self.assertEqual(names, [ckpt, f'{ckpt} [mean pool]', f'{ckpt} (untrained)', f'{ckpt} (untrained) [mean pool]'])
         self.assertEqual(len(os.listdir(os.path.join(tmp, 'cache'))), 4)     # four different embeddings
         for x in res['results']:
-            self.assertEqual([c[0] for c in x['curve']], [100, 200, 250])
-            self.assertEqual(x['best_test_step'], min(x['curve'], key=lambda c: c[2])[0])
+            self.assertEqual([c[0] for c in x['curve']], [50, 100, 150, 200, 250])
+            self.assertEqual(x['kept_step'], min(x['curve'], key=lambda c: c[2])[0])
+            self.assertEqual(x['best_test_step'], min(x['curve'], key=lambda c: c[3])[0])
             self.assertEqual(x['loss']['32']['test'] > 0, True)
             self.assertIn(f'| {x["name"]} | ', r.stdout)
         self.assertIn(f'| (chance: ln N) | {math.log(2):.3f} | {math.log(32):.3f} | |', r.stdout)
