@@ -407,10 +407,12 @@ def representation_rows(plan, extras):
                      verdict(acc('transformer', 'nonself'), acc('transformer', 'nonself', False), 'worse', True),
                      cmd('transformer')])
     if 'flat' in rep and 'expanded' in rep:
-        rows.append(['expanded vs flat mixer: non-self accuracy after all blocks, trained', 'expanded worse',
-                     f'expanded {fmt(acc("expanded", "nonself"))} vs flat {fmt(acc("flat", "nonself"))} (untrained: '
-                     f'{fmt(acc("expanded", "nonself", False))} vs {fmt(acc("flat", "nonself", False))})',
-                     verdict(acc('expanded', 'nonself'), acc('flat', 'nonself'), 'worse', True),
+        rows.append(['expanded vs flat mixer: non-self accuracy after all blocks', 'expanded worse',
+                     f'untrained: expanded {fmt(acc("expanded", "nonself", False))} vs flat '
+                     f'{fmt(acc("flat", "nonself", False))}; trained: {fmt(acc("expanded", "nonself"))} vs '
+                     f'{fmt(acc("flat", "nonself"))}', 'untrained: ' + verdict(
+                         acc('expanded', 'nonself', False), acc('flat', 'nonself', False), 'worse', True) +
+                     '; trained: ' + verdict(acc('expanded', 'nonself'), acc('flat', 'nonself'), 'worse', True),
                      cmd('flat', 'expanded')])
     return rows
 
