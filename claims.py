@@ -1,7 +1,7 @@
 """The masked-mixer papers' claims, reproduced at equal compute on this machine.
 
-    python claims.py                 # the full comparison (70 minutes measured on 2 CPU cores)
-    python claims.py --quick         # tiny models and budgets: every row in about 2 minutes
+    python claims.py                 # the full comparison (70 min on 2 CPU cores, plus retrieval and representation)
+    python claims.py --quick         # tiny models and budgets: every row in about 3 minutes
     python claims.py --budget 2      # twice the training time for every run
     python claims.py --models flat,transformer     # only these models (and the rows they make)
 
@@ -20,10 +20,19 @@ and optimiser settings of config/tinystories_cpu.py (d_model 128, 4 layers,
 n_ctx 256, batch 8, beta2 0.99, token mixing at 0.3x the learning rate); only
 the variant, and the learning rate found by the sweep, differ.
 
+Representation, on the trained checkpoints of every seed: the autoencoders of
+AE_MODELS (n_ctx 8, batch 32, lr 1e-3, mixing at 1x: chosen by a sweep, see the
+README; the same budget as a language model); retrieval.py on the flat and
+transformer embeddings, each beside an untrained twin and with mean pooling, and
+on the autoencoders' encoders (the papers' negative control); represent.py (input
+representation accuracy, self and non-self, depth 1 and all) on REPRESENT_MODELS
+and their untrained twins.
+
 Each finished run writes result.json in its folder under OUT/runs; a killed
 claims.py resumes where it stopped and a rerun costs nothing. Output: the
 markdown table on stdout and in OUT/claims.md, every run in OUT/runs.jsonl,
-and OUT/curves.png (validation loss against training seconds; needs matplotlib).
+and OUT/curves.png (validation loss against training seconds, and the
+autoencoders' accuracy and loss; needs matplotlib).
 
 Claims and papers: Badger 2024, "Masked Mixers for Language Generation and
 Retrieval" (arXiv 2409.01482), and the blog posts Masked Mixers II, Masked
