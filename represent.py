@@ -24,8 +24,10 @@ at a time is unknown, the others are given (their true embeddings).
   non-self : the target is every later position and not its own, so the token is
              recovered only through what the sequence mixing carried forward.
 Scored positions: --positions evenly spaced in 0 .. T-2 of each window, all in one
-batch. Chance is the accuracy of the random start, decoded the same way. Convergence
-is shown by the accuracy at half the steps beside the accuracy at the end.
+batch. Chance is the accuracy of the random start, decoded the same way. The table
+gives the accuracy at half the steps beside the end's; to check convergence, run
+again with twice --steps (same windows, same start): the README does, for a mixer
+and a transformer.
 Output: a markdown table on stdout (and --json).
 """
 
