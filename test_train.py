@@ -10,6 +10,7 @@ text); without it these tests skip (and fail under CI=true, see test_mixer.py).
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -264,6 +265,27 @@ class TestTrainPy(Base):
         self.assertLess(s['train_seconds'], s['wall_seconds'])
         self.assertAlmostEqual(s['tokens_per_s'], 6 * 4 * 32 / s['train_seconds'], delta=1e-6 * s['tokens_per_s'])
         self.assertGreater(s['mfu'], 0)
+
+    def test_eval_train_reads_fixed_training_windows(self):
+        """--eval_train=True logs the loss on fixed windows of train.bin beside val's: equal
+        to the val loss when val.bin is a copy of train.bin, different on the real split."""
+        data = tempfile.mkdtemp(prefix='mixer_same_split_')
+        for f in os.listdir(prepared_data()):
+            shutil.copy(os.path.join(prepared_data(), f), data)
+        shutil.copy(os.path.join(data, 'train.bin'), os.path.join(data, 'val.bin'))
+        for data_dir, same in ((data, True), (prepared_data(), False)):
+            out = tempfile.mkdtemp(prefix='mixer_eval_train_')
+            r = run('train.py', f'--data_dir={data_dir}', *TINY_ARGS, '--max_iters=4', '--eval_interval=2',
+                    '--eval_train=True', f'--out_dir={out}')
+            self.assert_ok(r)
+            self.assertIn('train windows ', r.stdout)
+            log = read_log(out)
+            evals = [e for e in log if e['event'] == 'eval']
+            self.assertEqual(len(evals), 3)
+            for e in evals:
+                with self.subTest(same=same, step=e['step']):
+                    self.assertEqual(e['train_windows_loss'] == e['val_loss'], same)
+            self.assertEqual(log[-1]['final_train_windows_loss'], evals[-1]['train_windows_loss'])
 
 
 class TestDistributed(Base):

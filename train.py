@@ -56,6 +56,7 @@ mixing_lr_mult = 1.0            # learning rate multiplier for the token-mixing 
 # evaluation and logging
 eval_interval = 250
 eval_windows = 64               # fixed, evenly spaced validation windows
+eval_train = False              # also the same number of fixed windows of train.bin (the generalisation gap)
 log_interval = 10
 save_checkpoint = True
 # system
@@ -199,14 +200,15 @@ def get_batch(data, starts, n_ctx, task, dev):
 
 
 @torch.no_grad()
-def evaluate(model, val, cfg, dev, autocast, bytes_per_token):
-    """Mean loss (nats/token), bits per byte and token accuracy on fixed validation windows."""
+def evaluate(model, data, cfg, dev, autocast, bytes_per_token, split='val'):
+    """Mean loss (nats/token), bits per byte and token accuracy on eval_windows fixed,
+    evenly spaced windows of data -> {split_loss, split_bpb, split_acc}."""
     model.eval()
     n_ctx, B = cfg['n_ctx'], cfg['batch_size']
-    starts = torch.linspace(0, len(val) - n_ctx - 2, cfg['eval_windows']).long()
+    starts = torch.linspace(0, len(data) - n_ctx - 2, cfg['eval_windows']).long()
     nats, correct, count = 0.0, 0, 0
     for i in range(0, len(starts), B):
-        x, y = get_batch(val, starts[i:i + B], n_ctx, cfg['task'], dev)
+        x, y = get_batch(data, starts[i:i + B], n_ctx, cfg['task'], dev)
         with autocast:
             logits, loss = model(x, y)
         nats += loss.item() * y.numel()
@@ -214,7 +216,16 @@ def evaluate(model, val, cfg, dev, autocast, bytes_per_token):
         count += y.numel()
     model.train()
     loss = nats / count
-    return {'val_loss': loss, 'val_bpb': loss / math.log(2) / bytes_per_token, 'val_acc': correct / count}
+    return {f'{split}_loss': loss, f'{split}_bpb': loss / math.log(2) / bytes_per_token, f'{split}_acc': correct / count}
+
+
+def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, bytes_per_token):
+    """evaluate() on the validation windows and, with eval_train, on fixed training windows
+    (keys train_windows_loss, _bpb, _acc: the loss on seen text beside the unseen)."""
+    ev = evaluate(model, val_data, cfg, dev, autocast, bytes_per_token)
+    if cfg['eval_train']:
+        ev.update(evaluate(model, train_data, cfg, dev, autocast, bytes_per_token, split='train_windows'))
+    return ev
 
 
 def resolve_settings(overrides):
@@ -569,13 +580,14 @@ def main(argv):
             stop_if_not_finite(pending, ckpt_path)
             rng = gather_rng(batch_gen, env)
             if env.master:
-                ev = evaluate(raw_model, val_data, cfg, env.dev, env.autocast, bytes_per_token)
+                ev = evaluate_splits(raw_model, train_data, val_data, cfg, env.dev, env.autocast, bytes_per_token)
                 if not math.isfinite(ev['val_loss']):
                     stop(f'non-finite val loss {ev["val_loss"]} at step {step}', ckpt_path)
                 best_val = min(best_val, ev['val_loss'])
                 last_ev = {'step': step, **ev}
                 print(f'step {step:5d}/{max_iters} | val loss {ev["val_loss"]:.4f} nats/token | '
                       f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
+                      + (f'train windows {ev["train_windows_loss"]:.4f} | ' if cfg['eval_train'] else '') +
                       f'ETA {eta(clock, step - start_step, max_iters - step)}', flush=True)
                 write_log(log, {'event': 'eval', 'step': step, **ev})
                 if cfg['save_checkpoint'] and step > 0:
@@ -605,7 +617,8 @@ def main(argv):
             ms = 1000 * clock.interval / interval_steps
             tok_s = tokens_per_step / (ms / 1000)
             rec = {'event': 'train', 'step': step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
-                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak}
+                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak,
+                   **({'final_train_windows_loss': last_ev['train_windows_loss']} if cfg['eval_train'] else {})}
             if peak_nominal:
                 rec['mfu_nominal'] = flops_per_token * tok_s / env.world / peak_nominal
             say(f'step {step:5d}/{max_iters} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
@@ -618,7 +631,8 @@ def main(argv):
     # the summary
     if env.master:
         if last_ev is None or last_ev['step'] != step:       # e.g. resumed past its max_iters
-            last_ev = {'step': step, **evaluate(raw_model, val_data, cfg, env.dev, env.autocast, bytes_per_token)}
+            last_ev = {'step': step, **evaluate_splits(raw_model, train_data, val_data, cfg, env.dev, env.autocast,
+                                                       bytes_per_token)}
             best_val = min(best_val, last_ev['val_loss'])
         tokens_seen = step * tokens_per_step
         tok_s = (step - start_step) * tokens_per_step / clock.total if clock.total > 0 else 0.0
@@ -626,7 +640,8 @@ def main(argv):
                    'final_val_acc': last_ev['val_acc'], 'best_val_loss': best_val, 'step': step,
                    'tokens_seen': tokens_seen, 'epochs': tokens_seen / len(train_data),
                    'train_seconds': clock.total, 'wall_seconds': time.perf_counter() - t_wall,
-                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak}
+                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak,
+                   **({'final_train_windows_loss': last_ev['train_windows_loss']} if cfg['eval_train'] else {})}
         write_log(log, summary)
         print(f'summary: final val loss {summary["final_val_loss"]:.4f} nats/token '
               f'({summary["final_val_bpb"]:.4f} bits/byte, acc {summary["final_val_acc"]:.3f}), '
