@@ -81,7 +81,8 @@ MEMORY_VARIANTS = ('flat', 'transformer', 'transformer_naive')
 
 SETTINGS = {   # default run and --quick
     'full': dict(budget_s=150.0, lrs=(1e-3, 3e-3, 9e-3), seeds=2, calib_steps=30, shape=[],
-                 ae_shape=['--n_ctx=8', '--n_layer=2', '--batch_size=32', '--mixing_lr_mult=1.0'], ae_budget=1.0, ae_lr=1e-3,
+                 ae_shape=['--n_ctx=8', '--n_layer=2', '--batch_size=32', '--mixing_lr_mult=1.0'],
+                 ae_budget=1.0, ae_lr=1e-3,
                  mem_lengths=(256, 512, 1024, 2048), mem_shape=['--mem_d_model', '128', '--mem_n_layer', '4'],
                  retrieval=['--max_pairs', '2000', '--steps', '1000', '--n_candidates', '32', '128'],
                  represent=['--T', '16', '--windows', '4', '--positions', '8', '--steps', '600']),
@@ -268,12 +269,15 @@ def losses(plan, m):
     return [final_loss(r) for r in plan[m]['runs']]
 
 
+def cmd(*models):
+    """The claims.py command that makes a row (markdown code)."""
+    return f'`python claims.py --models {",".join(models)}`'
+
+
 def claim_rows(plan, extras):
     """The claims table rows: [claim, papers, ours, agree?, command]."""
     rows = []
 
-    def cmd(*ms):
-        return f'`python claims.py --models {",".join(ms)}`'
 
     def pair(claim, papers, a, b, expect):
         if a in plan and b in plan:
@@ -357,18 +361,19 @@ def representation_rows(plan, extras):
     r = extras.get('retrieval')
     if r:
         f, t = plan['flat']['dirs'], plan['transformer']['dirs']
-        cmd = '`python claims.py --models flat,transformer`'
         rows.append(['retrieval top-1 at N=32, mixer vs transformer embeddings (last token)',
                      "mixer's embeddings retrieve better", f'flat {fmt(top1(r, f))} vs transformer {fmt(top1(r, t))} '
                      f'(untrained: {fmt(top1(r, f, True))} vs {fmt(top1(r, t, True))})',
-                     verdict(top1(r, f), top1(r, t), 'better', higher_is_better=True), cmd])
+                     verdict(top1(r, f), top1(r, t), 'better', higher_is_better=True), cmd('flat', 'transformer')])
         rows.append(['retrieval top-1 at N=32, mixer vs transformer, mean pooling instead of the last token',
                      '(the paper embeds with the last token)',
                      f'flat {fmt(top1(r, f, pool="mean"))} vs transformer {fmt(top1(r, t, pool="mean"))}',
-                     verdict(top1(r, f, pool='mean'), top1(r, t, pool='mean'), 'better', higher_is_better=True), cmd])
+                     verdict(top1(r, f, pool='mean'), top1(r, t, pool='mean'), 'better', higher_is_better=True),
+                     cmd('flat', 'transformer')])
         rows.append(['untrained flat mixer embeddings retrieve worse than trained ones (control)',
                      'untrained mixer embeddings retrieve poorly', f'untrained {fmt(top1(r, f, True))} vs trained '
-                     f'{fmt(top1(r, f))} (chance 0.031)', verdict(top1(r, f, True), top1(r, f), 'worse', True), cmd])
+                     f'{fmt(top1(r, f))} (chance 0.031)', verdict(top1(r, f, True), top1(r, f), 'worse', True),
+                     cmd('flat', 'transformer')])
     if extras.get('ae'):
         a, uni = extras['ae'], extras['unigram']
         level = max(extras['unigram_acc'], extras['ae_untrained_acc'])
@@ -381,21 +386,18 @@ def representation_rows(plan, extras):
                      f'{fmt(loss["flat"])} vs {fmt(loss["transformer"])} nats (unigram {uni:.3f})',
                      verdict(acc['flat'], acc['transformer'], 'better', higher_is_better=True) if learned else
                      'neither learns (both within 0.05 of the most-common-token or untrained level)',
-                     '`python claims.py --models flat,transformer`'])
+                     cmd('flat', 'transformer')])
     ra = extras.get('retrieval_ae')
     if ra:
         d = extras['ae_dirs']['flat']
         rows.append(["trained autoencoder's embeddings retrieve no better than an untrained one's (flat, N=32)",
                      'yes: autoencoder embeddings retrieve poorly', f'trained {fmt(top1(ra, d))} vs untrained '
                      f'{fmt(top1(ra, d, True))}', verdict(top1(ra, d), top1(ra, d, True), 'not better', True),
-                     '`python claims.py --models flat,transformer`'])
+                     cmd('flat', 'transformer')])
     rep = {m[len('represent_'):]: extras[m] for m in extras if m.startswith('represent_')}
 
     def acc(m, mode, trained=True):
         return represented(rep[m], trained, mode)
-
-    def cmd(*ms):
-        return f'`python claims.py --models {",".join(ms)}`'
     if 'flat' in rep:
         ok = min(np.mean(acc('flat', 'self')), np.mean(acc('flat', 'nonself'))) >= 0.9
         rows.append(['trained flat mixer represents self and non-self tokens accurately (after all blocks)',
@@ -596,7 +598,7 @@ def main(argv=None):
                       'Once upon a time', '--num_samples', '1', '--max_new_tokens', '80', '--seed', '1',
                       '--temperature', '0.8', '--top_k', '40'], os.path.join(out, 'linear_sample.txt')))
         names.append('sample')
-    for name, rc, (cmd, path) in zip(names, runner.commands(cmds, 'retrieval, representation, memory, sample'), cmds):
+    for name, rc, (_, path) in zip(names, runner.commands(cmds, 'retrieval, representation, memory, sample'), cmds):
         if rc != 0:
             say(f'  {name} failed (exit {rc}): see {path}')
             continue

@@ -220,7 +220,8 @@ def main(argv=None):
     source = f'windows of {args.data_dir}/val.bin' if args.data_dir else 'uniform random tokens'
     print(f'## Input representation accuracy\n\n_{args.windows} windows of {args.T} tokens ({source}), '
           f'{len(positions)} scored positions each, one unknown token at a time (the others given); Adam, lr '
-          f'{args.lr:g} (cosine decay), {args.steps} steps on its input vector, mean squared distance to the hidden states after '
+          f'{args.lr:g} (cosine decay), {args.steps} steps on its input vector, mean squared distance to the '
+          f'hidden states after '
           f'`depth` blocks at its own position (self) or at the later ones (non-self); decoded to the nearest '
           f'embedding row. Cell: accuracy at the end (at step {half}). Chance: the random start, decoded (self / '
           f'non-self)._\n')

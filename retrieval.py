@@ -488,27 +488,26 @@ def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, 
     return {'train_loss': float(np.mean(recent[-50:])), 'curve': curve, 'kept_step': best[1]}
 
 
-@torch.no_grad()
-def retrieval_loss(model, q, t, draws, batch=256):
-    """Mean cross-entropy (nats) of the retrieval model's scores on fixed draws
-    (queries [K], cands [K, n], labels [K]) of pairs q [P, d_in], t [P, d_in]."""
+def scored_draws(score_fn, q, t, draws, batch=256):
+    """Scores of fixed draws (queries [K], cands [K, n], labels [K]) of pairs q [P, d],
+    t [P, d] in batches: yields (score_fn(query [B, d], cands [B, n, d]) -> [B, n], labels [B])."""
     qs, cs, ls = draws
-    total = 0.0
     for i in range(0, len(qs), batch):
-        s = model(q[torch.from_numpy(qs[i:i + batch])], t[torch.from_numpy(cs[i:i + batch])])
-        total += F.cross_entropy(s, torch.from_numpy(ls[i:i + batch]), reduction='sum').item()
-    return total / len(qs)
+        yield (score_fn(q[torch.from_numpy(qs[i:i + batch])], t[torch.from_numpy(cs[i:i + batch])]),
+               torch.from_numpy(ls[i:i + batch]))
 
 
 @torch.no_grad()
-def accuracy(score_fn, q, t, draws, batch=256):
+def retrieval_loss(model, q, t, draws):
+    """Mean cross-entropy (nats) of the retrieval model's scores on fixed draws."""
+    nats = sum(F.cross_entropy(s, y, reduction='sum').item() for s, y in scored_draws(model, q, t, draws))
+    return nats / len(draws[0])
+
+
+@torch.no_grad()
+def accuracy(score_fn, q, t, draws):
     """Top-1 accuracy of score_fn(query [B, d], cands [B, n, d]) -> [B, n] on fixed draws."""
-    qs, cs, ls = draws
-    correct = 0
-    for i in range(0, len(qs), batch):
-        s = score_fn(q[torch.from_numpy(qs[i:i + batch])], t[torch.from_numpy(cs[i:i + batch])])
-        correct += (s.argmax(-1) == torch.from_numpy(ls[i:i + batch])).sum().item()
-    return correct / len(qs)
+    return sum((s.argmax(-1) == y).sum().item() for s, y in scored_draws(score_fn, q, t, draws)) / len(draws[0])
 
 
 def cosine_scores(center=None):
@@ -723,7 +722,8 @@ def main(argv=None):
     except UsageError as e:
         fail(str(e))
     print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["val_pairs"]} validation '
-          f'(early stopping) / {out["test_pairs"]} test pairs; retrieval mixer trained at N={out["train_n"]}; {out["eval_trials"]} fixed candidate draws '
+          f'(early stopping) / {out["test_pairs"]} test pairs; retrieval mixer trained at N={out["train_n"]}; '
+          f'{out["eval_trials"]} fixed candidate draws '
           f'per test query and N.\n')
     print(markdown_table(out['results'], out['ns']))
     print(f'\nThe retrieval mixer\'s loss (nats) on its training pairs (1 draw each) and the test pairs. Its '

@@ -108,7 +108,8 @@ class TestClaimsQuick(unittest.TestCase):
                       'autoencoder token accuracy', "trained autoencoder's embeddings retrieve no better",
                       'represents self and non-self tokens', 'non-self representation accuracy after all blocks',
                       'loses non-self accuracy', 'expanded vs flat mixer: non-self', '## Input representation accuracy',
-                      '## Retrieval with autoencoder embeddings', 'lowest test loss at step', 'training memory', 'Muon vs AdamW, flat', 'Muon vs AdamW, transformer',
+                      '## Retrieval with autoencoder embeddings', 'lowest test loss at step', 'training memory',
+                      'Muon vs AdamW, flat', 'Muon vs AdamW, transformer',
                       'best mixer vs best transformer'):
             with self.subTest(claim=claim):
                 self.assertIn(claim, table)

@@ -216,7 +216,8 @@ def evaluate(model, data, cfg, dev, autocast, bytes_per_token, split='val'):
         count += y.numel()
     model.train()
     loss = nats / count
-    return {f'{split}_loss': loss, f'{split}_bpb': loss / math.log(2) / bytes_per_token, f'{split}_acc': correct / count}
+    return {f'{split}_loss': loss, f'{split}_bpb': loss / math.log(2) / bytes_per_token,
+            f'{split}_acc': correct / count}
 
 
 def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, bytes_per_token):
