@@ -50,7 +50,7 @@ import time
 
 import numpy as np
 
-from runner import ROOT, Runner, fmt_s, md_table, reset_dir, say
+from runner import ROOT, Runner, fmt_s, md_table, reset_dir, say, window_loss_job
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
 
 # name -> (train.py arguments, family). Families decide the "best of" row.
@@ -73,7 +73,19 @@ MODELS = {
     'linear': (['--variant=linear'], 'mixer'),
     'flat_muon': (['--variant=flat', '--optimizer=muon'], 'mixer'),
     'transformer_muon': (['--variant=transformer', '--optimizer=muon'], 'transformer'),
+    'transformer_h1': (['--variant=transformer', '--n_head=1'], 'transformer'),
+    'transformer_h16': (['--variant=transformer', '--n_head=16'], 'transformer'),
+    'flat_d64': (['--variant=flat', '--d_model=64'], 'width'),        # 'width': not in the best-of row
+    'flat_d256': (['--variant=flat', '--d_model=256'], 'width'),
+    'transformer_d64': (['--variant=transformer', '--d_model=64'], 'width'),
+    'transformer_d256': (['--variant=transformer', '--d_model=256'], 'width'),
 }
+WIDTHS = {'flat': ('flat_d64', 'flat', 'flat_d256'), 'transformer': ('transformer_d64', 'transformer',
+                                                                   'transformer_d256')}   # d_model 64, 128, 256
+BUDGET_MODELS = ('flat', 'toeplitz', 'recurrent', 'transformer')     # --budgets: the flip with training time
+# the flat mixer at the largest --budgets budget with its mixing matrices regularised (its step time, one lr)
+REGULARISE = {'flat_mixing_wd': ['--variant=flat', '--mixing_weight_decay=1.0'],
+              'flat_mixing_lr': ['--variant=flat', '--mixing_lr_mult=0.1']}
 AE_MODELS = ('flat', 'transformer')            # autoencoders, at their LM model's learning rate
 RETRIEVAL_MODELS = ('flat', 'transformer')
 REPRESENT_MODELS = ('flat', 'expanded', 'multihead2', 'toeplitz', 'recurrent', 'transformer', 'gpt')
@@ -82,13 +94,13 @@ MEMORY_VARIANTS = ('flat', 'transformer', 'transformer_naive')
 SETTINGS = {   # default run and --quick
     'full': dict(budget_s=150.0, lrs=(1e-3, 3e-3, 9e-3), seeds=2, calib_steps=30, shape=[],
                  ae_shape=['--n_ctx=8', '--n_layer=2', '--batch_size=32', '--mixing_lr_mult=1.0'],
-                 ae_budget=1.0, ae_lr=1e-3,
+                 ae_budget=1.0, ae_lr=1e-3, budgets=(), budget_lrs=(1e-3, 3e-3), reg_seeds=1,
                  mem_lengths=(256, 512, 1024, 2048), mem_shape=['--mem_d_model', '128', '--mem_n_layer', '4'],
                  retrieval=['--max_pairs', '2000', '--steps', '1000', '--n_candidates', '32', '128'],
                  represent=['--T', '16', '--windows', '4', '--positions', '8', '--steps', '600']),
     'quick': dict(budget_s=1.0, lrs=(3e-3,), seeds=2, calib_steps=6,
                   shape=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=8'],
-                  ae_shape=['--n_ctx=8'], ae_budget=0.5, ae_lr=3e-3,
+                  ae_shape=['--n_ctx=8'], ae_budget=0.5, ae_lr=3e-3, budgets=(1, 2), budget_lrs=(3e-3,), reg_seeds=1,
                   mem_lengths=(32, 64), mem_shape=['--mem_d_model', '32', '--mem_n_layer', '1'],
                   retrieval=['--max_pairs', '200', '--steps', '20', '--embed_batch', '16', '--n_candidates', '32'],
                   represent=['--T', '12', '--windows', '1', '--positions', '3', '--steps', '10']),
@@ -104,7 +116,9 @@ def fail(msg):
 # ----------------------------------------------------------------------------- the comparison
 
 def train_args(base, model, extra):
-    return [CONFIG, *base, *MODELS[model][0], *extra] if model in MODELS else [CONFIG, *base, *extra]
+    """train.py's argv for a MODELS or REGULARISE name (or neither: base and extra alone)."""
+    own = MODELS[model][0] if model in MODELS else REGULARISE.get(model, [])
+    return [CONFIG, *base, *own, *extra]
 
 
 def calibrate(runner, out, names, base, steps, recalibrate):
@@ -136,8 +150,9 @@ def calibrate(runner, out, names, base, steps, recalibrate):
     return {n: cal[n]['s_per_step'] for n in names}
 
 
-def lm_runs(runner, out, models, base, step_s, budget_s, lrs, seeds):
-    """The sweep and the seeds of every model -> {model: {'lr', 'sweep', 'runs', 'steps'}}."""
+def lm_runs(runner, runs_dir, models, base, step_s, budget_s, lrs, seeds):
+    """The sweep and the seeds of every model, each run in RUNS_DIR/model/lrLR-seedS ->
+    {model: {'lr', 'sweep', 'runs', 'dirs', 'steps', 'command'}}."""
     plan = {}
     for m in models:
         steps = max(12, round(budget_s / step_s[m]))
@@ -152,7 +167,7 @@ def lm_runs(runner, out, models, base, step_s, budget_s, lrs, seeds):
                                            *(['--init_from=resume'] if resume else [])])
 
     def rdir(m, lr, seed, tag=''):
-        return os.path.join(out, 'runs', m, f'lr{lr:g}-seed{seed}{tag}')
+        return os.path.join(runs_dir, m, f'lr{lr:g}-seed{seed}{tag}')
 
     if len(lrs) > 1:
         jobs = [(rdir(m, lr, 0, '-proxy'), argv(m, lr, 0, plan[m]['proxy'], rdir(m, lr, 0, '-proxy')),
@@ -211,6 +226,57 @@ def ae_runs(runner, out, base, step_s, budget_s, lr, seeds):
                        (float('nan'), float('nan')) for r in runs[m]] for m in AE_MODELS},
             'ae_untrained_acc': max(r['evals'][0][3] for r in ok) if ok else float('nan'),
             'ae_dirs': dirs, 'ae_runs': runs}
+
+
+def budget_runs(runner, out, plan, base, step_s, budget_s, budgets, lrs, seeds, reg_seeds):
+    """The budget sweep: BUDGET_MODELS (those in plan) at each multiple b of budget_s, each
+    with its own sweep over lrs and `seeds` seeds (b == 1: the main plan's runs), in
+    OUT/runs_budgetB; REGULARISE at the largest budget, at the flat mixer's learning rate
+    there, `reg_seeds` seeds; then every final checkpoint on the fixed training and
+    validation windows -> {'budgets': {b: plan}, 'windows': {'b:model': [window_loss_job
+    result per seed]}}; plan as lm_runs', REGULARISE's under the largest budget."""
+    models = [m for m in BUDGET_MODELS if m in plan]
+    sweep = {}
+    for b in budgets:
+        sweep[b] = {m: plan[m] for m in models} if b == 1 else lm_runs(
+            runner, os.path.join(out, f'runs_budget{b:g}'), models, base, step_s, b * budget_s, lrs, seeds)
+    top = max(budgets)
+    if 'flat' in models:
+        reg_step_s = {**step_s, **{n: step_s['flat'] for n in REGULARISE}}   # the same step as the flat mixer's
+        sweep[top].update(lm_runs(runner, os.path.join(out, 'runs' if top == 1 else f'runs_budget{top:g}'),
+                                  list(REGULARISE), base, reg_step_s, top * budget_s, (sweep[top]['flat']['lr'],),
+                                  reg_seeds))
+    jobs, keys = [], []
+    for b, bplan in sweep.items():
+        for m, p in bplan.items():
+            for d in p['dirs']:
+                jobs.append((os.path.join(d, 'windows'), [os.path.join(d, 'ckpt.pt')], 5.0, None))
+                keys.append(f'{b:g}:{m}')
+    windows = {}
+    for k, res in zip(keys, runner.map(window_loss_job, jobs, 'train and validation windows of every budget run')):
+        windows.setdefault(k, []).append(res)
+    return {'budgets': sweep, 'windows': windows}
+
+
+def window_gaps(extras, b, m):
+    """(val losses, train-window losses, gaps) per seed of model m at budget b, in nats/token."""
+    ws = [w for w in extras['windows'][f'{b:g}:{m}']]
+    val = [w['val_loss'] if w['rc'] == 0 else float('nan') for w in ws]
+    tr = [w['train_loss'] if w['rc'] == 0 else float('nan') for w in ws]
+    return val, tr, [v - t for v, t in zip(val, tr)]
+
+
+def budget_table(extras, budget_s, n_train, tps):
+    """The budget sweep's table: seconds, model, lr, sweep, steps, epochs, val, train windows, gap."""
+    rows = []
+    for b, bplan in extras['budgets'].items():
+        for m, p in bplan.items():
+            val, tr, gap = window_gaps(extras, b, m)
+            sweep = ', '.join(f'{lr:g}: {v:.3f}' for lr, v in p['sweep'].items()) or '-'
+            rows.append([f'{b * budget_s:.0f}', m, f'{p["lr"]:g}', sweep, p['steps'],
+                         f'{p["steps"] * tps / n_train:.2f}', fmt(val), fmt(tr), fmt(gap)])
+    return md_table(['training s', 'model', 'lr', 'sweep (lr: proxy val loss)', 'steps', 'epochs',
+                     'val loss (nats)', 'train-window loss', 'gap (val - train)'], rows)
 
 
 def final_loss(res):
@@ -329,6 +395,24 @@ def claim_rows(plan, extras):
     for row in rows:
         if row[1] == '(no paper: ours)':
             row[3] = row[3].replace('yes', 'Muon better').replace('no', 'Muon not better')
+    if all(m in plan for m in ('transformer_h1', 'transformer', 'transformer_h16')):
+        l1, l4, l16 = (losses(plan, m) for m in ('transformer_h1', 'transformer', 'transformer_h16'))
+        rows.append(['fewer attention heads are more efficient for TinyStories (same d_model, equal time)',
+                     'Badger 2024: fewer heads better', f'1 head {fmt(l1)}, 4 heads {fmt(l4)}, 16 heads {fmt(l16)}',
+                     f'1 vs 16: {verdict(l1, l16, "better")}; 1 vs 4: {verdict(l1, l4, "better")}',
+                     cmd('transformer_h1', 'transformer', 'transformer_h16')])
+    if all(m in plan for w in WIDTHS.values() for m in w):
+        best, cells = {}, []
+        for kind, names in WIDTHS.items():
+            means = {d: np.mean(losses(plan, m)) for d, m in zip((64, 128, 256), names)}
+            best[kind] = min(means, key=means.get)
+            cells.append(f'{kind}: ' + ', '.join(f'd{d} {fmt(losses(plan, m))}' for d, m in zip(means, names)))
+        agree = 'yes' if best['flat'] > best['transformer'] else 'no'
+        rows.append(['at equal compute the best mixer width is larger than the best transformer width',
+                     'flat best near d_model 1024, transformer near 512 (12 h runs)',
+                     '; '.join(cells) + f' nats; best: flat d{best["flat"]}, transformer d{best["transformer"]}',
+                     f'{agree} ({best["flat"]} vs {best["transformer"]})', cmd(*WIDTHS['flat'], *WIDTHS['transformer'])])
+    rows += budget_rows(extras)
     best = {}
     for fam in ('mixer', 'transformer'):
         cands = [m for m in plan if MODELS[m][1] == fam and math.isfinite(np.mean(losses(plan, m)))]
@@ -339,6 +423,50 @@ def claim_rows(plan, extras):
         rows.append(['best mixer vs best transformer (each at its best lr)', 'about equal (the papers\' best mixer '
                      '1.74 vs transformer 1.82)', f'{bm} {fmt(losses(plan, bm))} vs {bt} {fmt(losses(plan, bt))}',
                      verdict(losses(plan, bm), losses(plan, bt), 'better'), cmd(bm, bt)])
+    return rows
+
+
+def budget_rows(extras):
+    """The budget sweep's rows: each mixer of BUDGET_MODELS vs the transformer at every
+    budget; the generalisation gaps; each REGULARISE run vs the flat mixer and the
+    transformer at the largest budget."""
+    if 'budgets' not in extras:
+        return []
+    sweep, bs, seconds = extras['budgets'], sorted(extras['budgets']), extras['budget_s']
+    top, rows = bs[-1], []
+    command = f'`python claims.py --budgets {",".join(f"{b:g}" for b in bs)}`'
+    for m in (m for m in BUDGET_MODELS if m != 'transformer' and m in sweep[top]):
+        if 'transformer' not in sweep[top]:
+            break
+        cells = [f'{b * seconds:.0f} s: {fmt(window_gaps(extras, b, m)[0])} vs {fmt(window_gaps(extras, b, "transformer")[0])} '
+                 f'({verdict(window_gaps(extras, b, m)[0], window_gaps(extras, b, "transformer")[0], "better")})'
+                 for b in bs]
+        flip = [verdict(window_gaps(extras, b, m)[0], window_gaps(extras, b, 'transformer')[0], 'better')
+                for b in (bs[0], top)]
+        rows.append([f'{m} mixer vs transformer as the budget grows (val loss)',
+                     'flat slightly worse in 12 h runs (1.89 vs 1.71); our 150 s: mixers better',
+                     '; '.join(cells), f'flips: {"yes" if "better" in flip[0] and "worse" in flip[1] else "no"}',
+                     command])
+    if all(m in sweep[b] for b in (bs[0], top) for m in ('flat', 'transformer')) and top != bs[0]:
+        grow = {m: [g1 - g0 for g0, g1 in zip(window_gaps(extras, bs[0], m)[2], window_gaps(extras, top, m)[2])]
+                for m in ('flat', 'transformer')}
+        v = verdict(grow['flat'], grow['transformer'], 'worse', higher_is_better=True)
+        rows.append(['the flat mixer\'s generalisation gap (val - train windows) grows faster than the transformer\'s',
+                     '(the README\'s reading of the flip)',
+                     '; '.join(f'{b * seconds:.0f} s: flat {fmt(window_gaps(extras, b, "flat")[2])} vs transformer '
+                               f'{fmt(window_gaps(extras, b, "transformer")[2])}' for b in bs) +
+                     f' nats; growth flat {fmt(grow["flat"], sign="+")} vs transformer '
+                     f'{fmt(grow["transformer"], sign="+")}',
+                     v.replace('yes (worse)', 'yes (grows faster)').replace('no (better)', 'no (grows slower)'),
+                     command])
+    for n in (n for n in REGULARISE if n in sweep[top]):
+        val, flat = window_gaps(extras, top, n), window_gaps(extras, top, 'flat')
+        vs_t = (verdict(val[0], window_gaps(extras, top, 'transformer')[0], 'better')
+                if 'transformer' in sweep[top] else 'no transformer run')
+        rows.append([f'{n} ({" ".join(REGULARISE[n][1:])}) vs the flat mixer at {top * seconds:.0f} s',
+                     '(tests the reading: the mixing matrices overfit)',
+                     f'{fmt(val[0])} vs flat {fmt(flat[0])} nats; gap {fmt(val[2])} vs {fmt(flat[2])}',
+                     f'vs flat: {verdict(val[0], flat[0], "better")}; vs transformer: {vs_t}', command])
     return rows
 
 
@@ -456,15 +584,67 @@ def run_rows(plan, n_train_tokens, tokens_per_step):
     return rows
 
 
-def plot(plan, step_s, path, ae_runs=None):
-    """Validation loss vs training seconds, one line per model (seed 0), and, given the
-    autoencoder runs, their token accuracy and loss vs seconds (every seed) -> path, or a note."""
+def pyplot():
+    """matplotlib.pyplot with the Agg backend, or None when matplotlib is not installed."""
     try:
         import matplotlib
         matplotlib.use('Agg')
         import matplotlib.pyplot as plt
+        return plt
     except ImportError:
-        return 'no plot: matplotlib is not installed (pip install matplotlib)'
+        return None
+
+
+NO_PLOT = 'no plot: matplotlib is not installed (pip install matplotlib)'
+
+
+def save(fig, plt, path):
+    fig.tight_layout()
+    fig.savefig(path + '.tmp.png', dpi=110)
+    os.replace(path + '.tmp.png', path)
+    plt.close(fig)
+    return f'plot: {path}'
+
+
+def plot_budgets(extras, path):
+    """The budget sweep: final validation loss (left) and generalisation gap (right)
+    against training seconds, one line per model, the range over seeds shaded; the
+    REGULARISE runs as points at the largest budget -> path, or a note."""
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
+    bs, sec = sorted(extras['budgets']), extras['budget_s']
+    for i, m in enumerate(BUDGET_MODELS):
+        have = [b for b in bs if m in extras['budgets'][b]]
+        if not have:
+            continue
+        for ax, k in zip(axes, (0, 2)):
+            ys = np.array([window_gaps(extras, b, m)[k] for b in have])
+            x = [b * sec for b in have]
+            ax.plot(x, ys.mean(1), '--' if m == 'transformer' else '-', marker='o', color=f'C{i}', label=m)
+            ax.fill_between(x, ys.min(1), ys.max(1), color=f'C{i}', alpha=0.2)
+    for j, n in enumerate(n for n in REGULARISE if n in extras['budgets'][bs[-1]]):
+        for ax, k in zip(axes, (0, 2)):
+            y = window_gaps(extras, bs[-1], n)[k]
+            ax.plot([bs[-1] * sec] * len(y), y, 'x^'[j % 2], ms=9, color=f'C{len(BUDGET_MODELS) + j}', label=n)
+    for ax, label in zip(axes, ('final validation loss (nats/token)', 'gap: validation - training windows (nats)')):
+        ax.set_xscale('log')
+        ax.set_xlabel('training seconds (each run its own cosine schedule)')
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title('Equal wall-clock budgets: mean over seeds, range shaded')
+    axes[1].set_title('Generalisation gap at the end of each run')
+    return save(fig, plt, path)
+
+
+def plot(plan, step_s, path, ae_runs=None):
+    """Validation loss vs training seconds, one line per model (seed 0), and, given the
+    autoencoder runs, their token accuracy and loss vs seconds (every seed) -> path, or a note."""
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
     fig, axes = plt.subplots(1, 2 if ae_runs else 1, figsize=(15 if ae_runs else 9, 6), squeeze=False)
     ax = axes[0, 0]
     for i, (m, p) in enumerate(plan.items()):
@@ -492,11 +672,7 @@ def plot(plan, step_s, path, ae_runs=None):
         ax.set_title('Autoencoders (every seed)')
         ax.legend(loc='center right', fontsize=8)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path + '.tmp.png', dpi=110)
-    os.replace(path + '.tmp.png', path)
-    plt.close(fig)
-    return f'plot: {path}'
+    return save(fig, plt, path)
 
 
 # ----------------------------------------------------------------------------- main
@@ -508,6 +684,8 @@ def parse_args(argv):
     p.add_argument('--budget', type=float, default=1.0, help='multiplier of every training budget')
     p.add_argument('--models', help=f'comma-separated subset of: {",".join(MODELS)}')
     p.add_argument('--lrs', help='comma-separated learning rates of the sweep (default 1e-3,3e-3,9e-3)')
+    p.add_argument('--budgets', help='comma-separated multiples of the budget for the budget sweep of '
+                   f'{",".join(BUDGET_MODELS)} (e.g. 1,6; default: none, 1,2 with --quick)')
     p.add_argument('--seeds', type=int, help='seeds per model at the full budget (default 2)')
     p.add_argument('--workers', type=int, default=2, help='runs at a time')
     p.add_argument('--threads', type=int, default=1, help='torch threads per run')
@@ -524,6 +702,12 @@ def parse_args(argv):
         args.lrs = tuple(float(x) for x in args.lrs.split(',')) if args.lrs else s['lrs']
     except ValueError:
         fail(f'--lrs must be numbers separated by commas, got {args.lrs!r}')
+    try:
+        args.budgets = tuple(sorted({float(x) for x in args.budgets.split(',')})) if args.budgets else s['budgets']
+    except ValueError:
+        fail(f'--budgets must be numbers separated by commas, got {args.budgets!r}')
+    if args.budgets and min(args.budgets) <= 0:
+        fail('--budgets must be positive')
     args.seeds = args.seeds or s['seeds']
     for name in ('budget', 'seeds', 'workers', 'threads'):
         if getattr(args, name) <= 0 or min(args.lrs) <= 0:
@@ -563,7 +747,7 @@ def main(argv=None):
     per_model = (len(args.lrs) / 3 + 2 / 3 + args.seeds - 1 if sweep else args.seeds) * budget_s
     say(f'whole run: about {fmt_s(len(models) * per_model / args.workers)} of language-model training left at most '
         f'(cached runs cost nothing)')
-    plan = lm_runs(runner, out, models, base, step_s, budget_s, args.lrs, args.seeds)
+    plan = lm_runs(runner, os.path.join(out, 'runs'), models, base, step_s, budget_s, args.lrs, args.seeds)
 
     extras = dict(zip(('unigram', 'unigram_acc'), unigram(data_dir)))
     if len(ae) == len(AE_MODELS):
@@ -615,6 +799,13 @@ def main(argv=None):
                                          str(args.threads), '--mem_lengths', ','.join(map(str, s['mem_lengths'])),
                                          *s['mem_shape']])
 
+    if args.budgets:
+        say(f'budget sweep: {", ".join(m for m in BUDGET_MODELS if m in models)} at '
+            f'{", ".join(f"{b * budget_s:.0f} s" for b in args.budgets)}, learning rates '
+            f'{", ".join(f"{x:g}" for x in s["budget_lrs"])}; {", ".join(REGULARISE)} at the largest')
+        extras.update(budget_runs(runner, out, plan, base, step_s, budget_s, args.budgets, s['budget_lrs'],
+                                  args.seeds, s['reg_seeds']), budget_s=budget_s)
+
     # report
     n_train = meta['train']['tokens'] if 'tokens' in meta.get('train', {}) else len(
         np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r'))
@@ -638,6 +829,16 @@ def main(argv=None):
         if extras.get(name):
             report = open(os.path.join(out, f'{name}.txt')).read()      # its stderr (progress), then its stdout
             text += [f'\n## {title}\n', report[report.find('Top-1 retrieval accuracy'):].strip()]
+    if 'budgets' in extras:
+        text += ['\n## Budget sweep\n', f'Every run of `python claims.py --budgets '
+                 f'{",".join(f"{b:g}" for b in args.budgets)}` at each budget (its own learning-rate sweep over '
+                 f'{", ".join(f"{x:g}" for x in s["budget_lrs"])} on the first third, {args.seeds} seeds; the main '
+                 f'run\'s at 1x); losses of the final checkpoint on the run\'s eval_windows fixed windows '
+                 f'of val.bin and of train.bin, mean +- spread over seeds. {", ".join(REGULARISE)}: the flat mixer at '
+                 f'the largest budget with {"; ".join(" ".join(a[1:]) for a in REGULARISE.values())}, at the flat '
+                 f'mixer\'s learning rate there, {s["reg_seeds"]} seed(s).\n',
+                 budget_table(extras, budget_s, n_train, tps)]
+        note_b = plot_budgets(extras, os.path.join(out, 'budgets.png'))
     if extras.get('sample'):
         text += ['\n## A linear mixer writes\n', '\n'.join('> ' + l for l in extras['sample'].splitlines())]
     note = plot(plan, step_s, os.path.join(out, 'curves.png'), extras.get('ae_runs'))
@@ -653,6 +854,8 @@ def main(argv=None):
                                     'sweep': p['sweep'], **r}) + '\n')
     os.replace(os.path.join(out, 'runs.jsonl.tmp'), os.path.join(out, 'runs.jsonl'))
     say(note)
+    if 'budgets' in extras:
+        say(note_b)
     say(f'claims: done in {fmt_s(time.time() - t_start)}; table in {os.path.join(out, "claims.md")}')
     runner.pool.shutdown()
 

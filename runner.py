@@ -56,6 +56,24 @@ def train_job(argv, run_dir):
             'line': f'val {evals[-1][1]:.4f}' if evals else 'no eval'}
 
 
+def window_loss_job(argv, run_dir):
+    """Runner job: the checkpoint argv[0] on its run's eval_windows fixed windows of
+    train.bin and of val.bin (train.evaluate; CPU, fp32) -> {'rc', 'train_loss',
+    'val_loss' (nats/token), 'line'}: the generalisation gap of a finished run."""
+    import train
+    from checkpoint import load_checkpoint
+    os.chdir(ROOT)
+    try:
+        model, _, ckpt = load_checkpoint(argv[0])
+        cfg = {**ckpt['config'], 'eval_train': True}
+        train_data, val_data = (train.load_tokens(os.path.join(cfg['data_dir'], f'{s}.bin')) for s in ('train', 'val'))
+        ev = train.evaluate_splits(model, train_data, val_data, cfg, 'cpu', contextlib.nullcontext(), 1.0)
+    except (Exception, SystemExit) as e:        # reported as a failed job, not a crashed experiment
+        return {'rc': 1, 'line': f'{type(e).__name__}: {e}'}
+    return {'rc': 0, 'train_loss': ev['train_windows_loss'], 'val_loss': ev['val_loss'],
+            'line': f'train windows {ev["train_windows_loss"]:.4f}, val {ev["val_loss"]:.4f}'}
+
+
 def run_command(args, out_path):
     """Run a project script (python args...) with stdout to out_path -> exit status."""
     tmp = out_path + '.tmp'

@@ -53,6 +53,7 @@ beta1 = 0.9
 beta2 = 0.95
 grad_clip = 1.0                 # 0: off
 mixing_lr_mult = 1.0            # learning rate multiplier for the token-mixing matrices (W, c)
+mixing_weight_decay = None      # weight decay of the token-mixing matrices alone (None: weight_decay)
 # evaluation and logging
 eval_interval = 250
 eval_windows = 64               # fixed, evenly spaced validation windows
@@ -136,6 +137,9 @@ def check_settings(cfg):
     for key, low in rules:
         if cfg[key] < low:
             fail(f'{key} must be >= {low}, got {cfg[key]!r}')
+    if cfg['mixing_weight_decay'] is not None and not (
+            isinstance(cfg['mixing_weight_decay'], (int, float)) and cfg['mixing_weight_decay'] >= 0):
+        fail(f'mixing_weight_decay must be a number >= 0 or None, got {cfg["mixing_weight_decay"]!r}')
     if not cfg['learning_rate'] > 0:
         fail(f'learning_rate must be > 0, got {cfg["learning_rate"]!r}')
     if cfg['lr_decay_iters'] is not None and (not isinstance(cfg['lr_decay_iters'], int) or cfg['lr_decay_iters'] < 1):
@@ -156,7 +160,7 @@ def muon_params(model):
 
 def param_groups(model, cfg, only=None):
     """AdamW groups: weight decay only on matrices (not biases, norms or the mixing bias
-    c), and the token-mixing parameters (those of a mixer.HeadMixing, projections
+    c; the mixing matrices at mixing_weight_decay when set), and the token-mixing parameters (those of a mixer.HeadMixing, projections
     excluded) at `mixing_lr_mult` times the learning rate. Each group carries 'lr_mult'.
     `only`: a set of parameter ids to group (default: every parameter)."""
     mixing = {id(p) for m in model.modules() if isinstance(m, mixer.HeadMixing)
@@ -166,10 +170,12 @@ def param_groups(model, cfg, only=None):
         if only is not None and id(p) not in only:
             continue
         decay = p.dim() >= 2 and not n.endswith(('.c', '.c1', '.c2'))
+        wd = cfg['weight_decay'] if decay else 0.0
+        if id(p) in mixing and decay and cfg['mixing_weight_decay'] is not None:
+            wd = cfg['mixing_weight_decay']
         mult = cfg['mixing_lr_mult'] if id(p) in mixing else 1.0
-        groups.setdefault((decay, mult), []).append(p)
-    return [{'params': ps, 'weight_decay': cfg['weight_decay'] if decay else 0.0, 'lr_mult': mult}
-            for (decay, mult), ps in groups.items()]
+        groups.setdefault((decay, wd, mult), []).append(p)
+    return [{'params': ps, 'weight_decay': wd, 'lr_mult': mult} for (_, wd, mult), ps in groups.items()]
 
 
 def lr_at(it, cfg):
@@ -618,8 +624,7 @@ def main(argv):
             ms = 1000 * clock.interval / interval_steps
             tok_s = tokens_per_step / (ms / 1000)
             rec = {'event': 'train', 'step': step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
-                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak,
-                   **({'final_train_windows_loss': last_ev['train_windows_loss']} if cfg['eval_train'] else {})}
+                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak}
             if peak_nominal:
                 rec['mfu_nominal'] = flops_per_token * tok_s / env.world / peak_nominal
             say(f'step {step:5d}/{max_iters} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
