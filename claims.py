@@ -4,6 +4,7 @@
     python claims.py --quick         # tiny models and budgets: every row in about 3 minutes
     python claims.py --budget 2      # twice the training time for every run
     python claims.py --models flat,transformer     # only these models (and the rows they make)
+    python claims.py --models flat,toeplitz,recurrent,transformer --budgets 1,6   # the budget sweep
 
 Every model trains for the same wall-clock budget on the machine it runs on.
 First each model's step time is measured by train.py itself (a short run, two
@@ -27,6 +28,14 @@ transformer embeddings, each beside an untrained twin and with mean pooling, and
 on the autoencoders' encoders (the papers' negative control); represent.py (input
 representation accuracy, self and non-self, depth 1 and all) on REPRESENT_MODELS
 and their untrained twins.
+
+The budget sweep (--budgets 1,6: the budget and 6 times it) trains BUDGET_MODELS at
+each budget, each with its own learning-rate sweep (over budget_lrs: 1e-3 and 3e-3;
+3e-3 won at 150 s for every model and 9e-3 lost) and the same seeds, and the flat
+mixer with its mixing matrices regularised (REGULARISE) at the largest budget; then
+every final checkpoint is measured on the fixed training and validation windows
+(runner.window_loss_job): the generalisation gap. Output: its section in claims.md, its
+rows, OUT/budgets.png.
 
 Each finished run writes result.json in its folder under OUT/runs; a killed
 claims.py resumes where it stopped and a rerun costs nothing. Output: the
@@ -745,8 +754,12 @@ def main(argv=None):
         say(f'  {m}: {1000 * step_s[m]:.1f} ms/step -> {max(12, round(budget_s / step_s[m]))} steps')
     sweep = len(args.lrs) > 1            # proxies of a third each, the best one continued, other seeds
     per_model = (len(args.lrs) / 3 + 2 / 3 + args.seeds - 1 if sweep else args.seeds) * budget_s
-    say(f'whole run: about {fmt_s(len(models) * per_model / args.workers)} of language-model training left at most '
-        f'(cached runs cost nothing)')
+    nb, lb = len([m for m in BUDGET_MODELS if m in models]), len(s['budget_lrs'])
+    per_b = sum(b * budget_s * (nb * ((lb / 3 + 2 / 3 + args.seeds - 1) if lb > 1 else args.seeds)
+                                + ('flat' in models) * (b == max(args.budgets)) * len(REGULARISE) * s['reg_seeds'])
+                for b in args.budgets if b != 1)
+    say(f'whole run: about {fmt_s((len(models) * per_model + per_b) / args.workers)} of language-model training left '
+        f'at most (cached runs cost nothing)')
     plan = lm_runs(runner, os.path.join(out, 'runs'), models, base, step_s, budget_s, args.lrs, args.seeds)
 
     extras = dict(zip(('unigram', 'unigram_acc'), unigram(data_dir)))

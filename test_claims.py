@@ -110,7 +110,10 @@ class TestClaimsQuick(unittest.TestCase):
                       'loses non-self accuracy', 'expanded vs flat mixer: non-self', '## Input representation accuracy',
                       '## Retrieval with autoencoder embeddings', 'lowest test loss at step', 'training memory',
                       'Muon vs AdamW, flat', 'Muon vs AdamW, transformer',
-                      'best mixer vs best transformer'):
+                      'best mixer vs best transformer', 'fewer attention heads are more efficient',
+                      'best mixer width is larger', 'flat mixer vs transformer as the budget grows',
+                      'toeplitz mixer vs transformer as the budget grows', "generalisation gap (val - train windows)",
+                      'flat_mixing_wd (--mixing_weight_decay', 'flat_mixing_lr (--mixing_lr_mult', '## Budget sweep'):
             with self.subTest(claim=claim):
                 self.assertIn(claim, table)
         self.assertNotIn('failed', table)
@@ -122,11 +125,30 @@ class TestClaimsQuick(unittest.TestCase):
             self.assertEqual(r['rc'], 0)
             self.assertTrue(math.isfinite(r['evals'][-1][1]), r['model'])
 
-    def test_plot_is_written(self):
-        path = os.path.join(self.out, 'curves.png')
-        self.assertTrue(os.path.isfile(path))
-        with open(path, 'rb') as f:
-            self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
+    def test_plots_are_written(self):
+        for name in ('curves.png', 'budgets.png'):
+            path = os.path.join(self.out, name)
+            self.assertTrue(os.path.isfile(path), name)
+            with open(path, 'rb') as f:
+                self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
+
+    def test_window_losses_read_each_final_checkpoint(self):
+        """The budget sweep's validation-window loss of every final checkpoint is its run's
+        own last eval (the same windows, the same weights); its training-window loss is
+        another number (other text)."""
+        found = 0
+        for d, _, files in os.walk(self.out):
+            if os.path.basename(d) == 'windows' and 'result.json' in files:
+                with open(os.path.join(d, 'result.json')) as f:
+                    w = json.load(f)
+                with open(os.path.join(os.path.dirname(d), 'result.json')) as f:
+                    last_eval = json.load(f)['evals'][-1]
+                with self.subTest(run=os.path.relpath(d, self.out)):
+                    self.assertAlmostEqual(w['val_loss'], last_eval[1], places=4)
+                    self.assertGreater(abs(w['train_loss'] - w['val_loss']), 1e-3)
+                found += 1
+        runs = 2 * 2 * len(claims.BUDGET_MODELS) + len(claims.REGULARISE)   # --quick: budgets 1 and 2, 2 seeds
+        self.assertEqual(found, runs)
 
     def test_second_call_reuses_every_run(self):
         self.assertEqual(self.second.returncode, 0, self.second.stderr[-3000:])
@@ -137,6 +159,7 @@ class TestClaimsQuick(unittest.TestCase):
 
     def test_bad_arguments_are_one_line_errors(self):
         for args, msg in ((['--models', 'nope'], 'unknown model'), (['--budget', '0'], 'positive'),
+                          (['--budgets', '1,x'], '--budgets must be numbers'), (['--budgets', '0,1'], 'positive'),
                           (['--data_dir', os.path.join(self.tmp, 'missing')], 'prepare.py')):
             r = run('claims.py', *args)
             with self.subTest(args=args):

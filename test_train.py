@@ -206,6 +206,8 @@ class TestTrainPy(Base):
                           (['--beta2=1.0'], 'beta2'), (['--max_iters=-1'], 'max_iters'),
                           (['--lr_decay_iters=0'], 'lr_decay_iters'), (['--optimizer=sgd'], 'optimizer'),
                           (['--init_from=nope'], 'init_from'), (['--task=nope'], 'task'),
+                          (['--mixing_weight_decay=-0.5'], 'mixing_weight_decay'),
+                          (['--mixing_weight_decay=big'], 'mixing_weight_decay'),
                           (['--init_from=resume'], 'does not exist')):
             code, err = in_process(*args, '--data_dir=' + prepared_data(), '--out_dir=' + out)
             with self.subTest(args=args):
@@ -219,16 +221,19 @@ class TestTrainPy(Base):
         With mixing_lr_mult = 0, train.py leaves the mixing matrices untouched."""
         import train as train_py
         model = mixer.build_model(mixer.variant_config('multihead', vocab_size=64, n_ctx=8, d_model=16, n_layer=2))
-        groups = train_py.param_groups(model, {'mixing_lr_mult': 0.5, 'weight_decay': 0.1})
-        ids = [id(p) for g in groups for p in g['params']]
-        self.assertEqual(sorted(ids), sorted(id(p) for p in model.parameters()))
-        group_of = {id(p): g for g in groups for p in g['params']}
-        for name, p in model.named_parameters():
-            with self.subTest(name=name):
-                is_mixing = name.endswith(('mixing.W1', 'mixing.c1'))
-                self.assertEqual(group_of[id(p)]['lr_mult'], 0.5 if is_mixing else 1.0)
-                decayed = p.dim() >= 2 and not name.endswith('c1')
-                self.assertEqual(group_of[id(p)]['weight_decay'], 0.1 if decayed else 0.0)
+        for mixing_wd in (None, 2.0):          # None: the mixing matrices at weight_decay too
+            groups = train_py.param_groups(model, {'mixing_lr_mult': 0.5, 'weight_decay': 0.1,
+                                                   'mixing_weight_decay': mixing_wd})
+            ids = [id(p) for g in groups for p in g['params']]
+            self.assertEqual(sorted(ids), sorted(id(p) for p in model.parameters()))
+            group_of = {id(p): g for g in groups for p in g['params']}
+            for name, p in model.named_parameters():
+                with self.subTest(name=name, mixing_weight_decay=mixing_wd):
+                    is_mixing = name.endswith(('mixing.W1', 'mixing.c1'))
+                    self.assertEqual(group_of[id(p)]['lr_mult'], 0.5 if is_mixing else 1.0)
+                    decayed = p.dim() >= 2 and not name.endswith('c1')
+                    wd = mixing_wd if mixing_wd is not None and is_mixing else 0.1
+                    self.assertEqual(group_of[id(p)]['weight_decay'], wd if decayed else 0.0)
         out = tempfile.mkdtemp(prefix='mixer_lrmult_')
         r = train('--max_iters=3', '--eval_interval=3', '--warmup_iters=0', '--mixing_lr_mult=0', f'--out_dir={out}')
         self.assert_ok(r)
