@@ -30,8 +30,7 @@ representation accuracy, self and non-self, depth 1 and all) on REPRESENT_MODELS
 and their untrained twins.
 
 The budget sweep (--budgets 1,6: the budget and 6 times it) trains BUDGET_MODELS at
-each budget, each with its own learning-rate sweep (over budget_lrs: 1e-3 and 3e-3;
-3e-3 won at 150 s for every model and 9e-3 lost) and the same seeds, and the flat
+each budget, each with its own learning-rate sweep (over --lrs) and the same seeds, and the flat
 mixer with its mixing matrices regularised (REGULARISE) at the largest budget; then
 every final checkpoint is measured on the fixed training and validation windows
 (runner.window_loss_job): the generalisation gap. Output: its section in claims.md, its
@@ -103,13 +102,13 @@ MEMORY_VARIANTS = ('flat', 'transformer', 'transformer_naive')
 SETTINGS = {   # default run and --quick
     'full': dict(budget_s=150.0, lrs=(1e-3, 3e-3, 9e-3), seeds=2, calib_steps=30, shape=[],
                  ae_shape=['--n_ctx=8', '--n_layer=2', '--batch_size=32', '--mixing_lr_mult=1.0'],
-                 ae_budget=1.0, ae_lr=1e-3, budgets=(), budget_lrs=(1e-3, 3e-3), reg_seeds=1,
+                 ae_budget=1.0, ae_lr=1e-3, budgets=(), reg_seeds=1,
                  mem_lengths=(256, 512, 1024, 2048), mem_shape=['--mem_d_model', '128', '--mem_n_layer', '4'],
                  retrieval=['--max_pairs', '2000', '--steps', '1000', '--n_candidates', '32', '128'],
                  represent=['--T', '16', '--windows', '4', '--positions', '8', '--steps', '600']),
     'quick': dict(budget_s=1.0, lrs=(3e-3,), seeds=2, calib_steps=6,
                   shape=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=8'],
-                  ae_shape=['--n_ctx=8'], ae_budget=0.5, ae_lr=3e-3, budgets=(1, 2), budget_lrs=(3e-3,), reg_seeds=1,
+                  ae_shape=['--n_ctx=8'], ae_budget=0.5, ae_lr=3e-3, budgets=(1, 2), reg_seeds=1,
                   mem_lengths=(32, 64), mem_shape=['--mem_d_model', '32', '--mem_n_layer', '1'],
                   retrieval=['--max_pairs', '200', '--steps', '20', '--embed_batch', '16', '--n_candidates', '32'],
                   represent=['--T', '12', '--windows', '1', '--positions', '3', '--steps', '10']),
@@ -754,7 +753,7 @@ def main(argv=None):
         say(f'  {m}: {1000 * step_s[m]:.1f} ms/step -> {max(12, round(budget_s / step_s[m]))} steps')
     sweep = len(args.lrs) > 1            # proxies of a third each, the best one continued, other seeds
     per_model = (len(args.lrs) / 3 + 2 / 3 + args.seeds - 1 if sweep else args.seeds) * budget_s
-    nb, lb = len([m for m in BUDGET_MODELS if m in models]), len(s['budget_lrs'])
+    nb, lb = len([m for m in BUDGET_MODELS if m in models]), len(args.lrs)
     per_b = sum(b * budget_s * (nb * ((lb / 3 + 2 / 3 + args.seeds - 1) if lb > 1 else args.seeds)
                                 + ('flat' in models) * (b == max(args.budgets)) * len(REGULARISE) * s['reg_seeds'])
                 for b in args.budgets if b != 1)
@@ -814,9 +813,8 @@ def main(argv=None):
 
     if args.budgets:
         say(f'budget sweep: {", ".join(m for m in BUDGET_MODELS if m in models)} at '
-            f'{", ".join(f"{b * budget_s:.0f} s" for b in args.budgets)}, learning rates '
-            f'{", ".join(f"{x:g}" for x in s["budget_lrs"])}; {", ".join(REGULARISE)} at the largest')
-        extras.update(budget_runs(runner, out, plan, base, step_s, budget_s, args.budgets, s['budget_lrs'],
+            f'{", ".join(f"{b * budget_s:.0f} s" for b in args.budgets)}; {", ".join(REGULARISE)} at the largest')
+        extras.update(budget_runs(runner, out, plan, base, step_s, budget_s, args.budgets, args.lrs,
                                   args.seeds, s['reg_seeds']), budget_s=budget_s)
 
     # report
@@ -845,7 +843,7 @@ def main(argv=None):
     if 'budgets' in extras:
         text += ['\n## Budget sweep\n', f'Every run of `python claims.py --budgets '
                  f'{",".join(f"{b:g}" for b in args.budgets)}` at each budget (its own learning-rate sweep over '
-                 f'{", ".join(f"{x:g}" for x in s["budget_lrs"])} on the first third, {args.seeds} seeds; the main '
+                 f'{", ".join(f"{x:g}" for x in args.lrs)} on the first third, {args.seeds} seeds; the main '
                  f'run\'s at 1x); losses of the final checkpoint on the run\'s eval_windows fixed windows '
                  f'of val.bin and of train.bin, mean +- spread over seeds. {", ".join(REGULARISE)}: the flat mixer at '
                  f'the largest budget with {"; ".join(" ".join(a[1:]) for a in REGULARISE.values())}, at the flat '
