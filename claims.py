@@ -1,6 +1,6 @@
 """The masked-mixer papers' claims, reproduced at equal compute on this machine.
 
-    python claims.py                 # the full comparison (70 min on 2 CPU cores, plus retrieval and representation)
+    python claims.py                 # the full comparison (about 2 h on 2 CPU cores with everything)
     python claims.py --quick         # tiny models and budgets: every row in about 3 minutes
     python claims.py --budget 2      # twice the training time for every run
     python claims.py --models flat,transformer     # only these models (and the rows they make)
