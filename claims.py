@@ -268,7 +268,7 @@ def budget_runs(runner, out, plan, base, step_s, budget_s, budgets, lrs, seeds, 
 
 def window_gaps(extras, b, m):
     """(val losses, train-window losses, gaps) per seed of model m at budget b, in nats/token."""
-    ws = [w for w in extras['windows'][f'{b:g}:{m}']]
+    ws = extras['windows'][f'{b:g}:{m}']
     val = [w['val_loss'] if w['rc'] == 0 else float('nan') for w in ws]
     tr = [w['train_loss'] if w['rc'] == 0 else float('nan') for w in ws]
     return val, tr, [v - t for v, t in zip(val, tr)]
@@ -443,17 +443,16 @@ def budget_rows(extras):
     sweep, bs, seconds = extras['budgets'], sorted(extras['budgets']), extras['budget_s']
     top, rows = bs[-1], []
     command = f'`python claims.py --budgets {",".join(f"{b:g}" for b in bs)}`'
-    for m in (m for m in BUDGET_MODELS if m != 'transformer' and m in sweep[top]):
-        if 'transformer' not in sweep[top]:
-            break
-        cells = [f'{b * seconds:.0f} s: {fmt(window_gaps(extras, b, m)[0])} vs {fmt(window_gaps(extras, b, "transformer")[0])} '
-                 f'({verdict(window_gaps(extras, b, m)[0], window_gaps(extras, b, "transformer")[0], "better")})'
-                 for b in bs]
-        flip = [verdict(window_gaps(extras, b, m)[0], window_gaps(extras, b, 'transformer')[0], 'better')
-                for b in (bs[0], top)]
+    def val(b, m):
+        return window_gaps(extras, b, m)[0]
+
+    mixers = [m for m in BUDGET_MODELS if m != 'transformer' and m in sweep[top]] if 'transformer' in sweep[top] else []
+    for m in mixers:
+        seen = {b: verdict(val(b, m), val(b, 'transformer'), 'better') for b in bs}
+        cells = [f'{b * seconds:.0f} s: {fmt(val(b, m))} vs {fmt(val(b, "transformer"))} ({seen[b]})' for b in bs]
         rows.append([f'{m} mixer vs transformer as the budget grows (val loss)',
                      'flat slightly worse in 12 h runs (1.89 vs 1.71); our 150 s: mixers better',
-                     '; '.join(cells), f'flips: {"yes" if "better" in flip[0] and "worse" in flip[1] else "no"}',
+                     '; '.join(cells), f'flips: {"yes" if "better" in seen[bs[0]] and "worse" in seen[top] else "no"}',
                      command])
     if all(m in sweep[b] for b in (bs[0], top) for m in ('flat', 'transformer')) and top != bs[0]:
         grow = {m: [g1 - g0 for g0, g1 in zip(window_gaps(extras, bs[0], m)[2], window_gaps(extras, top, m)[2])]
@@ -468,13 +467,13 @@ def budget_rows(extras):
                      v.replace('yes (better)', 'yes (grows faster)').replace('no (worse)', 'no (grows slower)'),
                      command])
     for n in (n for n in REGULARISE if n in sweep[top]):
-        val, flat = window_gaps(extras, top, n), window_gaps(extras, top, 'flat')
-        vs_t = (verdict(val[0], window_gaps(extras, top, 'transformer')[0], 'better')
-                if 'transformer' in sweep[top] else 'no transformer run')
+        reg, flat = window_gaps(extras, top, n), window_gaps(extras, top, 'flat')
+        vs_t = (verdict(reg[0], val(top, 'transformer'), 'better') if 'transformer' in sweep[top]
+                else 'no transformer run')
         rows.append([f'{n} ({" ".join(REGULARISE[n][1:])}) vs the flat mixer at {top * seconds:.0f} s',
                      '(tests the reading: the mixing matrices overfit)',
-                     f'{fmt(val[0])} vs flat {fmt(flat[0])} nats; gap {fmt(val[2])} vs {fmt(flat[2])}',
-                     f'vs flat: {verdict(val[0], flat[0], "better")}; vs transformer: {vs_t}', command])
+                     f'{fmt(reg[0])} vs flat {fmt(flat[0])} nats; gap {fmt(reg[2])} vs {fmt(flat[2])}',
+                     f'vs flat: {verdict(reg[0], flat[0], "better")}; vs transformer: {vs_t}', command])
     return rows
 
 
