@@ -135,8 +135,8 @@ class TestClaimsQuick(unittest.TestCase):
     def test_window_losses_read_each_final_checkpoint(self):
         """The budget sweep's validation-window loss of every final checkpoint is its run's
         own last eval (the same windows, the same weights); its training-window loss is
-        another number (other text)."""
-        found = 0
+        another number (other text; a 1 s model can score both alike, so across runs)."""
+        found, diffs = 0, []
         for d, _, files in os.walk(self.out):
             if os.path.basename(d) == 'windows' and 'result.json' in files:
                 with open(os.path.join(d, 'result.json')) as f:
@@ -145,8 +145,9 @@ class TestClaimsQuick(unittest.TestCase):
                     last_eval = json.load(f)['evals'][-1]
                 with self.subTest(run=os.path.relpath(d, self.out)):
                     self.assertAlmostEqual(w['val_loss'], last_eval[1], places=4)
-                    self.assertGreater(abs(w['train_loss'] - w['val_loss']), 1e-3)
+                diffs.append(abs(w['train_loss'] - w['val_loss']))
                 found += 1
+        self.assertGreater(max(diffs), 0.01)
         runs = 2 * 2 * len(claims.BUDGET_MODELS) + len(claims.REGULARISE)   # --quick: budgets 1 and 2, 2 seeds
         self.assertEqual(found, runs)
 
