@@ -244,14 +244,15 @@ def budget_runs(runner, out, plan, base, step_s, budget_s, budgets, lrs, seeds, 
     validation windows -> {'budgets': {b: plan}, 'windows': {'b:model': [window_loss_job
     result per seed]}}; plan as lm_runs', REGULARISE's under the largest budget."""
     models = [m for m in BUDGET_MODELS if m in plan]
+    runs_dir = {b: os.path.join(out, 'runs' if b == 1 else f'runs_budget{b:g}') for b in budgets}
     sweep = {}
     for b in budgets:
         sweep[b] = {m: plan[m] for m in models} if b == 1 else lm_runs(
-            runner, os.path.join(out, f'runs_budget{b:g}'), models, base, step_s, b * budget_s, lrs, seeds)
+            runner, runs_dir[b], models, base, step_s, b * budget_s, lrs, seeds)
     top = max(budgets)
     if 'flat' in models:
         reg_step_s = {**step_s, **{n: step_s['flat'] for n in REGULARISE}}   # the same step as the flat mixer's
-        sweep[top].update(lm_runs(runner, os.path.join(out, 'runs' if top == 1 else f'runs_budget{top:g}'),
+        sweep[top].update(lm_runs(runner, runs_dir[top],
                                   list(REGULARISE), base, reg_step_s, top * budget_s, (sweep[top]['flat']['lr'],),
                                   reg_seeds))
     jobs, keys = [], []
@@ -419,7 +420,8 @@ def claim_rows(plan, extras):
         rows.append(['at equal compute the best mixer width is larger than the best transformer width',
                      'flat best near d_model 1024, transformer near 512 (12 h runs)',
                      '; '.join(cells) + f' nats; best: flat d{best["flat"]}, transformer d{best["transformer"]}',
-                     f'{agree} ({best["flat"]} vs {best["transformer"]})', cmd(*WIDTHS['flat'], *WIDTHS['transformer'])])
+                     f'{agree} ({best["flat"]} vs {best["transformer"]})',
+                     cmd(*WIDTHS['flat'], *WIDTHS['transformer'])])
     rows += budget_rows(extras)
     best = {}
     for fam in ('mixer', 'transformer'):

@@ -160,8 +160,9 @@ def muon_params(model):
 
 def param_groups(model, cfg, only=None):
     """AdamW groups: weight decay only on matrices (not biases, norms or the mixing bias
-    c; the mixing matrices at mixing_weight_decay when set), and the token-mixing parameters (those of a mixer.HeadMixing, projections
-    excluded) at `mixing_lr_mult` times the learning rate. Each group carries 'lr_mult'.
+    c; the mixing matrices at mixing_weight_decay when set), and the token-mixing
+    parameters (those of a mixer.HeadMixing, projections excluded) at `mixing_lr_mult`
+    times the learning rate. Each group carries 'lr_mult'.
     `only`: a set of parameter ids to group (default: every parameter)."""
     mixing = {id(p) for m in model.modules() if isinstance(m, mixer.HeadMixing)
               for n, p in m.named_parameters() if not n.startswith('proj_')}
