@@ -319,7 +319,7 @@ def verdict(a, b, expect, higher_is_better=False):
     when larger than the sum of the two spreads, else 'within noise'."""
     (ma, sa), (mb, sb) = stats(a), stats(b)
     if not (math.isfinite(ma) and math.isfinite(mb)):
-        return 'no (a run failed)'
+        return 'undecided (a run failed)'
     d = (mb - ma) if higher_is_better else (ma - mb)      # < 0: a is better
     if abs(d) <= sa + sb:
         return {'equal': 'yes (within noise)', 'not better': 'yes (within noise)'}.get(expect, 'within noise')
@@ -335,9 +335,12 @@ def ratio_verdict(measured, claimed, factor=2.0):
     return f'{"yes" if ok else "no"} ({measured:.2f}x; agree within {factor:g}x of {claimed:g}x)'
 
 
-def fmt(xs, digits=3, sign=''):
+def fmt(xs, digits=3, sign='', unit=''):
+    """'mean +- spread unit' of per-seed values, or 'failed in k of n runs' if any is not finite."""
     m, s = stats(xs)
-    return f'{m:{sign}.{digits}f} +- {s:.{digits}f}' if math.isfinite(m) else 'failed'
+    if not math.isfinite(m):
+        return f'failed in {sum(not math.isfinite(x) for x in xs)} of {len(xs)} runs'
+    return f'{m:{sign}.{digits}f} +- {s:.{digits}f}' + (f' {unit}' if unit else '')
 
 
 def losses(plan, m):
@@ -357,7 +360,7 @@ def claim_rows(plan, extras):
     def pair(claim, papers, a, b, expect):
         if a in plan and b in plan:
             la, lb = losses(plan, a), losses(plan, b)
-            rows.append([claim, papers, f'{a} {fmt(la)} vs {b} {fmt(lb)} nats', verdict(la, lb, expect), cmd(a, b)])
+            rows.append([claim, papers, f'{a} {fmt(la)} vs {b} {fmt(lb, unit="nats")}', verdict(la, lb, expect), cmd(a, b)])
 
     pair('flat mixer vs llama-style transformer', 'mixer slightly worse: 1.89 vs 1.71 (12 h, RTX 3060)',
          'flat', 'transformer', 'worse')
@@ -368,7 +371,7 @@ def claim_rows(plan, extras):
         dt = [x - y for x, y in zip(losses(plan, 'transformer_nonorm'), losses(plan, 'transformer'))]
         rows.append(['layer norms removed: cost to the mixer vs to the transformer',
                      'mixer still trains, transformer degrades (Masked Mixers IV)',
-                     f'mixer {fmt(dm, sign="+")}, transformer {fmt(dt, sign="+")} nats', verdict(dm, dt, 'better'),
+                     f'mixer {fmt(dm, sign="+")}, transformer {fmt(dt, sign="+", unit="nats")}', verdict(dm, dt, 'better'),
                      cmd('flat', 'flat_nonorm', 'transformer', 'transformer_nonorm')])
     pair('learned positional encoding for the mixer', 'no gain', 'posenc', 'flat', 'not better')
     pair('Toeplitz vs dense mixer', 'about equal (Masked Recurrent Mixers)', 'toeplitz', 'flat', 'equal')
@@ -585,7 +588,7 @@ def run_rows(plan, n_train_tokens, tokens_per_step):
     rows = []
     for m, p in plan.items():
         ls = losses(plan, m)
-        bpb = [r['evals'][-1][2] if r['evals'] else float('nan') for r in p['runs']]
+        bpb = [r['evals'][-1][2] if math.isfinite(final_loss(r)) else float('nan') for r in p['runs']]
         sweep = ', '.join(f'{lr:g}: {v:.3f}' for lr, v in p['sweep'].items()) or '-'
         tokens = p['steps'] * tokens_per_step
         rows.append([m, f'{p["lr"]:g}', sweep, p['steps'], f'{tokens / 1e6:.2f}M', f'{tokens / n_train_tokens:.2f}',

@@ -72,7 +72,16 @@ class TestVerdict(unittest.TestCase):
         self.assertEqual(claims.verdict([2.0, 2.1], [3.0, 3.1], 'worse'), 'no (better)')
         self.assertEqual(claims.verdict([2.0, 2.1], [3.0, 3.1], 'equal'), 'no (better)')
         self.assertEqual(claims.verdict([0.9, 0.8], [0.1, 0.2], 'better', higher_is_better=True), 'yes (better)')
-        self.assertEqual(claims.verdict([float('inf'), 3.0], [3.0, 3.1], 'better'), 'no (a run failed)')
+        self.assertEqual(claims.verdict([float('inf'), 3.0], [3.0, 3.1], 'better'), 'undecided (a run failed)')
+
+    def test_a_failed_run_is_named_not_averaged(self):
+        self.assertEqual(claims.fmt([3.0, float('inf')], unit='nats'), 'failed in 1 of 2 runs')
+        self.assertEqual(claims.fmt([3.0, 3.2], unit='nats'), '3.100 +- 0.100 nats')
+        diverged = {'rc': 1, 'evals': [[0, 8.3, 2.99, 0.0]]}       # stopped at a non-finite loss after step 0's eval
+        plan = {'m': {'runs': [{'rc': 0, 'evals': [[9, 3.0, 1.1, 0.3]]}, diverged], 'lr': 3e-3, 'sweep': {},
+                      'steps': 9, 'command': 'c'}}
+        row = claims.run_rows(plan, 1000, 10)[0]
+        self.assertEqual(row[6:8], ['failed in 1 of 2 runs'] * 2)
 
 
 @unittest.skipUnless(HAVE_TEXT, NO_TEXT)
