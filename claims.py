@@ -356,11 +356,11 @@ def claim_rows(plan, extras):
     """The claims table rows: [claim, papers, ours, agree?, command]."""
     rows = []
 
-
     def pair(claim, papers, a, b, expect):
         if a in plan and b in plan:
             la, lb = losses(plan, a), losses(plan, b)
-            rows.append([claim, papers, f'{a} {fmt(la)} vs {b} {fmt(lb, unit="nats")}', verdict(la, lb, expect), cmd(a, b)])
+            rows.append([claim, papers, f'{a} {fmt(la, unit="nats")} vs {b} {fmt(lb, unit="nats")}',
+                         verdict(la, lb, expect), cmd(a, b)])
 
     pair('flat mixer vs llama-style transformer', 'mixer slightly worse: 1.89 vs 1.71 (12 h, RTX 3060)',
          'flat', 'transformer', 'worse')
@@ -371,7 +371,8 @@ def claim_rows(plan, extras):
         dt = [x - y for x, y in zip(losses(plan, 'transformer_nonorm'), losses(plan, 'transformer'))]
         rows.append(['layer norms removed: cost to the mixer vs to the transformer',
                      'mixer still trains, transformer degrades (Masked Mixers IV)',
-                     f'mixer {fmt(dm, sign="+")}, transformer {fmt(dt, sign="+", unit="nats")}', verdict(dm, dt, 'better'),
+                     f'mixer {fmt(dm, sign="+", unit="nats")}, transformer {fmt(dt, sign="+", unit="nats")}',
+                     verdict(dm, dt, 'better'),
                      cmd('flat', 'flat_nonorm', 'transformer', 'transformer_nonorm')])
     pair('learned positional encoding for the mixer', 'no gain', 'posenc', 'flat', 'not better')
     pair('Toeplitz vs dense mixer', 'about equal (Masked Recurrent Mixers)', 'toeplitz', 'flat', 'equal')
