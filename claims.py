@@ -663,12 +663,14 @@ def plot(plan, step_s, path, ae_runs=None):
     for i, (m, p) in enumerate(plan.items()):
         ev = p['runs'][0]['evals']
         if ev:
-            style = '-' if MODELS[m][1] == 'mixer' else '--'
-            ax.plot([s * step_s[m] for s, *_ in ev[1:]], [e[1] for e in ev[1:]], style, marker='.',
+            args, family = MODELS[m]
+            style = '-.' if family == 'hybrid' else \
+                '--' if {'--variant=transformer', '--variant=gpt'} & set(args) else '-'
+            ax.plot([s * step_s[m] for s, *_ in ev[1:]], [e[1] for e in ev[1:]], style, marker='.x+'[i // 20 % 3],
                     color=plt.cm.tab20(i % 20), label=m)
     ax.set_xlabel('training seconds (steps x calibrated step time)')
     ax.set_ylabel('validation loss (nats/token)')
-    ax.set_title('Equal wall-clock budget: mixers solid, transformers dashed (seed 0)')
+    ax.set_title('Equal wall-clock budget: mixers solid, transformers dashed, hybrids dash-dot (seed 0)')
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     if ae_runs:
