@@ -449,10 +449,15 @@ def budget_rows(extras):
     sweep, bs, seconds = extras['budgets'], sorted(extras['budgets']), extras['budget_s']
     top, rows = bs[-1], []
     command = f'`python claims.py --budgets {",".join(f"{b:g}" for b in bs)}`'
+
     def val(b, m):
         return window_gaps(extras, b, m)[0]
 
-    mixers = [m for m in BUDGET_MODELS if m != 'transformer' and m in sweep[top]] if 'transformer' in sweep[top] else []
+    def gap(b, m):
+        return window_gaps(extras, b, m)[2]
+
+    mixers = ([m for m in BUDGET_MODELS if m != 'transformer' and m in sweep[top]]
+              if 'transformer' in sweep[top] else [])
     for m in mixers:
         seen = {b: verdict(val(b, m), val(b, 'transformer'), 'better') for b in bs}
         cells = [f'{b * seconds:.0f} s: {fmt(val(b, m))} vs {fmt(val(b, "transformer"))} ({seen[b]})' for b in bs]
@@ -461,13 +466,12 @@ def budget_rows(extras):
                      '; '.join(cells), f'flips: {"yes" if "better" in seen[bs[0]] and "worse" in seen[top] else "no"}',
                      command])
     if all(m in sweep[b] for b in (bs[0], top) for m in ('flat', 'transformer')) and top != bs[0]:
-        grow = {m: [g1 - g0 for g0, g1 in zip(window_gaps(extras, bs[0], m)[2], window_gaps(extras, top, m)[2])]
-                for m in ('flat', 'transformer')}
+        grow = {m: [g1 - g0 for g0, g1 in zip(gap(bs[0], m), gap(top, m))] for m in ('flat', 'transformer')}
         v = verdict(grow['flat'], grow['transformer'], 'better', higher_is_better=True)   # 'better': grows more
         rows.append(['the flat mixer\'s generalisation gap (val - train windows) grows faster than the transformer\'s',
                      '(the README\'s reading of the flip)',
-                     '; '.join(f'{b * seconds:.0f} s: flat {fmt(window_gaps(extras, b, "flat")[2])} vs transformer '
-                               f'{fmt(window_gaps(extras, b, "transformer")[2])}' for b in bs) +
+                     '; '.join(f'{b * seconds:.0f} s: flat {fmt(gap(b, "flat"))} vs transformer '
+                               f'{fmt(gap(b, "transformer"))}' for b in bs) +
                      f' nats; growth flat {fmt(grow["flat"], sign="+")} vs transformer '
                      f'{fmt(grow["transformer"], sign="+")}',
                      v.replace('yes (better)', 'yes (grows faster)').replace('no (worse)', 'no (grows slower)'),
