@@ -1,618 +1,45 @@
-"""The test suite: python test_mixer.py   (prints a final line 'N passed, M failed, K skipped').
+"""The test suite: python test_mixer.py   (the last line reads 'N passed, M failed, K skipped').
 
-Tests assert the properties themselves: a future token changes no earlier logit,
-cached generation equals the full forward, the mask stays exact under training,
-loss on real TinyStories text drops, resuming equals not stopping.
+Runs every tests/test_*.py module, one file a subject: test_model (causality,
+incremental decoding, each variant's definition), test_train, test_sample,
+test_compile, test_prepare, test_retrieval, test_scale, the experiments'
+(test_claims, test_icl, test_represent, test_bench) and test_docs. Tests assert
+the properties themselves: a future token changes no earlier logit, cached
+generation equals the full forward, loss on real TinyStories text drops,
+resuming equals not stopping.
+
 Real text comes from $TINYSTORIES_DIR (train.txt, valid.txt), by default
-../shared/data/tinystories; tests that need it are skipped with a reason if absent,
-and with CI=true in the environment such a skip counts as a failure.
-Running this file runs every test_*.py module of the repository root.
+../shared/data/tinystories; a test that needs it is skipped with a reason if it is
+absent, and with CI=true in the environment such a skip counts as a failure.
+
+    python test_mixer.py                  # everything
+    python test_mixer.py test_model       # some modules of tests/ (names, with or without .py)
 """
 
-import json
-import math
+import importlib
 import os
-import platform
-import subprocess
 import sys
-import tempfile
 import unittest
 
-import numpy as np
-import torch
+from tests.common import NO_TEXT, ROOT
 
-import mixer
+TESTS = os.path.join(ROOT, 'tests')
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
-TEXT_DIR = os.environ.get('TINYSTORIES_DIR', os.path.join(ROOT, '..', 'shared', 'data', 'tinystories'))
-HAVE_TEXT = all(os.path.isfile(os.path.join(TEXT_DIR, f)) for f in ('train.txt', 'valid.txt'))
-NO_TEXT = f'no real text: set TINYSTORIES_DIR to a folder with train.txt and valid.txt (tried {TEXT_DIR})'
-torch.set_num_threads(min(2, torch.get_num_threads()))
 
-TINY = dict(vocab_size=64, n_ctx=24, d_model=32, n_layer=2, chunk_size=8, fft_threshold=16)
+def module_names():
+    """Names of every tests/test_*.py module, sorted."""
+    return sorted(f[:-3] for f in os.listdir(TESTS) if f.startswith('test_') and f.endswith('.py'))
 
 
-def tiny_model(name, seed=0, **kw):
-    """A small random model of variant `name` whose biases and per-position vectors are
-    perturbed away from their init, so that every parameter matters."""
-    torch.manual_seed(seed)
-    model = mixer.build_model(mixer.variant_config(name, **{**TINY, **kw})).eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n.split('.')[-1] in ('c', 'c1', 'c2', 'v', 'w', 'W1', 'W2', 'wpe', 'wpe_dec', 'bias'):
-                p.add_(0.05 * torch.randn_like(p))
-    return model
-
-
-def assert_samples(test, stdout, prompt, count, new_tokens):
-    """sample.py's output holds `count` samples, each `new_tokens` tokens past the
-    prompt (the count sample.py reads off the generated tensor) and longer than it."""
-    parts = stdout.split('--- sample ')[1:]
-    test.assertEqual(len(parts), count, stdout)
-    for part in parts:
-        header, _, text = part.partition('\n')
-        test.assertIn(f'{new_tokens} new tokens)', header)
-        test.assertTrue(text.startswith(prompt), text[:200])
-        test.assertGreater(len(text.strip()), len(prompt), text)
-
-
-def run(*args, **kw):
-    """Run a project script with the current Python -> CompletedProcess (text)."""
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, **kw)
-
-
-# ----------------------------------------------------------------------------- causality and caches
-
-class TestCausality(unittest.TestCase):
-    """For every variant: no logit depends on a later token."""
-
-    def test_perturbing_a_token_changes_no_earlier_logit(self):
-        g = torch.Generator().manual_seed(1)
-        for name in mixer.VARIANTS:
-            model = tiny_model(name)
-            for T in (7, 16, TINY['n_ctx']):          # T = 16, 24 take the Toeplitz FFT path
-                idx = torch.randint(0, 64, (2, T), generator=g)
-                logits, _ = model(idx)
-                for j in (0, T // 2, T - 1):
-                    idx2 = idx.clone()
-                    idx2[:, j] = (idx2[:, j] + 1) % 64
-                    logits2, _ = model(idx2)
-                    with self.subTest(variant=name, T=T, j=j):
-                        if name == 'toeplitz' and T >= TINY['fft_threshold']:   # FFT rounding, not leakage
-                            torch.testing.assert_close(logits2[:, :j], logits[:, :j], atol=1e-5, rtol=0)
-                        else:
-                            self.assertTrue(torch.equal(logits2[:, :j], logits[:, :j]))
-                        self.assertGreater((logits2[:, j:] - logits[:, j:]).abs().max().item(), 1e-6)
-
-    def test_gradient_of_logit_wrt_later_embeddings_is_zero(self):
-        for name in mixer.VARIANTS:
-            model = tiny_model(name, fft_threshold=10 ** 6)
-            for T in (9, TINY['n_ctx']):
-                idx = torch.randint(0, 64, (1, T))
-                emb = {}
-                hook = model.wte.register_forward_hook(
-                    lambda m, i, out: emb.setdefault('x', out.detach().requires_grad_()))
-                logits, _ = model(idx)
-                hook.remove()
-                i = T // 2
-                (grad,) = torch.autograd.grad(logits[0, i].sum(), emb['x'])
-                with self.subTest(variant=name, T=T):
-                    self.assertTrue(torch.all(grad[0, i + 1:] == 0))
-                    self.assertGreater(grad[0, :i + 1].abs().sum(dim=-1).min().item(), 0)
-
-    def test_short_input_equals_prefix_of_long_input(self):
-        for name in mixer.VARIANTS:
-            model = tiny_model(name, fft_threshold=10 ** 6)
-            idx = torch.randint(0, 64, (2, TINY['n_ctx']))
-            full, _ = model(idx)
-            for T in (1, 5, 13):
-                with self.subTest(variant=name, T=T):
-                    self.assertTrue(torch.allclose(model(idx[:, :T])[0], full[:, :T], atol=1e-6, rtol=0))
-
-    def test_mask_stays_exact_under_training(self):
-        model = mixer.build_model(mixer.ModelConfig(**TINY)).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-        mixing = model.blocks[0].mixing
-        upper = ~torch.ones(24, 24, dtype=torch.bool).tril()
-        with torch.no_grad():
-            mixing.W1.add_(0.1 * torch.randn_like(mixing.W1))   # non-zero raw weights above the diagonal
-        for _ in range(5):
-            idx = torch.randint(0, 64, (4, 24))
-            _, loss = model(idx[:, :-1], idx[:, 1:])
-            opt.zero_grad()
-            loss.backward()
-            self.assertTrue(torch.all(mixing.W1.grad[0, 0][upper] == 0))
-            self.assertGreater(mixing.W1.grad[0, 0][~upper].abs().sum().item(), 0)
-            opt.step()
-        self.assertTrue(torch.all(mixing.matrix(24)[0, 0][upper] == 0))
-        self.assertTrue(torch.equal(mixing.matrix(24)[0, 0], mixing.W1[0, 0] * ~upper))
-        self.assertGreater(mixing.W1[0, 0][upper].abs().sum().item(), 0)   # the mask does the work
-
-
-class TestIncremental(unittest.TestCase):
-    """Cached / recurrent decoding gives the logits of the full forward pass."""
-
-    def test_decode_in_pieces_equals_forward(self):
-        for name in mixer.VARIANTS:
-            model = tiny_model(name)
-            idx = torch.randint(0, 64, (2, TINY['n_ctx']))
-            full, _ = model(idx)
-            for cuts in ((1,) * 24, (5, 1, 1, 10, 7), (24,)):
-                cache, outs, pos = mixer.Cache(TINY['n_layer']), [], 0
-                for n in cuts:
-                    outs.append(model.decode(idx[:, pos:pos + n], cache))
-                    pos += n
-                with self.subTest(variant=name, cuts=cuts):
-                    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-4, rtol=0)
-
-    def test_generate_matches_greedy_full_forward(self):
-        for name in mixer.VARIANTS:
-            model = tiny_model(name)
-            prompt = torch.randint(0, 64, (1, 5))
-            out = model.generate(prompt, 12, temperature=0)
-            seq = prompt
-            for _ in range(12):   # the slow reference: a full forward per token
-                seq = torch.cat([seq, model(seq)[0][:, -1].argmax(-1, keepdim=True)], 1)
-            with self.subTest(variant=name):
-                self.assertTrue(torch.equal(out, seq))
-
-    def test_generation_past_n_ctx_slides_the_window(self):
-        """Past n_ctx the window restarts from exactly the last n_ctx / 2 tokens, and every
-        decode (the slide's and those after it) gives the logits of a full forward over
-        the tokens in the window; linear attention (no positions) never slides."""
-        half = TINY['n_ctx'] // 2
-        for name in ('flat', 'transformer', 'recurrent', 'linear_attention'):
-            model = tiny_model(name)
-            calls, decode = [], model.decode
-
-            def spy(idx, cache):
-                pos = cache.pos
-                logits = decode(idx, cache)
-                calls.append((pos, idx, logits))
-                return logits
-            model.decode = spy
-            out = model.generate(torch.randint(0, 64, (2, 20)), 40, temperature=0)
-            del model.decode
-            window, n_out, slides = None, 20, 0
-            for pos, idx, logits in calls:
-                if pos == 0 and window is not None:                # a slide, after sampling one more token
-                    slides, n_out = slides + 1, n_out + 1
-                    with self.subTest(variant=name, n_out=n_out):
-                        self.assertTrue(torch.equal(idx, out[:, n_out - half:n_out]))
-                window = idx if pos == 0 else torch.cat([window, idx], 1)
-                if pos > 0:
-                    n_out += idx.shape[1]
-                with self.subTest(variant=name, n_out=n_out):
-                    self.assertEqual(window.shape[1], pos + idx.shape[1])
-                    torch.testing.assert_close(logits, model(window)[0][:, -idx.shape[1]:], atol=1e-4, rtol=0)
-                    self.assertTrue(torch.equal(out[:, :n_out][:, -window.shape[1]:], window))
-            with self.subTest(variant=name):
-                self.assertEqual(out.shape, (2, 60))
-                self.assertEqual(slides, 0 if name == 'linear_attention' else 3)   # at 24, 36 and 48 tokens
-        with self.assertRaises(ValueError):
-            tiny_model('flat').generate(torch.zeros(1, 25, dtype=torch.long), 1)
-
-
-# ----------------------------------------------------------------------------- variants
-
-class TestVariants(unittest.TestCase):
-
-    def test_toeplitz_fft_equals_materialised_and_definition(self):
-        layer = mixer.ToeplitzMixing(n_ctx=64, d_model=8, n_head=2)
-        with torch.no_grad():
-            layer.w.normal_()
-            layer.c.normal_()
-        for T in (1, 17, 64):
-            z = torch.randn(3, 2, T, 4)
-            torch.testing.assert_close(layer.mix(z, use_fft=True), layer.mix(z, use_fft=False), atol=1e-4, rtol=0)
-        M = layer.matrix(slice(0, 64), 64)
-        for i, j in ((0, 0), (5, 2), (63, 0), (40, 39)):
-            self.assertEqual(M[1, i, j].item(), layer.w[1, i - j].item())
-        self.assertTrue(torch.all(M[:, ~torch.ones(64, 64, dtype=torch.bool).tril()] == 0))
-
-    def test_every_head_of_the_multihead_mixer_is_live(self):
-        model = tiny_model('multihead')
-        idx = torch.randint(0, 64, (2, 24))
-        base, _ = model(idx)
-        mixing = model.blocks[0].mixing
-        self.assertEqual(mixing.W1.shape[0], 4)
-        for h in range(4):
-            with torch.no_grad():
-                mixing.W1[h, 0, 10, 3] += 1.0
-                changed = (model(idx)[0] - base).abs().max().item()
-                mixing.W1[h, 0, 10, 3] -= 1.0
-            self.assertGreater(changed, 1e-4, f'head {h} has no effect')
-
-    def test_expanded_and_kernel_shapes(self):
-        self.assertEqual(tiny_model('expanded').blocks[0].mixing.W1.shape, (1, 1, 48, 24))
-        self.assertEqual(tiny_model('kernel').blocks[0].mixing.W1.shape, (1, 3, 24, 24))
-        with self.assertRaises(ValueError):
-            mixer.ModelConfig(expansion=2, kernel=3)
-
-    def test_fresh_expanded_mixing_averages_once(self):
-        """A fresh expanded mixing copies each position into its hidden rows (M1 = the
-        identity per position), and only M2 averages over the past."""
-        layer = mixer.MaskedMixing(n_ctx=6, d_model=4, expansion=2, out_scale=0.5)
-        M1 = layer.matrix(6)[0, 0]
-        self.assertTrue(torch.equal(M1, (torch.arange(12)[:, None] // 2 == torch.arange(6)).float()))
-        M2 = layer.W2[0] * layer.mask2
-        torch.testing.assert_close(M2.sum(-1), torch.full((6,), 0.5))
-        self.assertTrue(torch.all(M2[5] == 0.5 / 12))
-
-    @staticmethod
-    def random_masked(**kw):
-        """A MaskedMixing whose raw weights (above the diagonal too) and biases are random."""
-        torch.manual_seed(0)
-        layer = mixer.MaskedMixing(n_ctx=7, d_model=10, n_head=2, **kw)
-        with torch.no_grad():
-            for p in layer.parameters():
-                p.normal_()
-        return layer
-
-    def test_kernel_mixing_equals_a_loop_over_taps(self):
-        """k taps: y[i, f] = c[i] + sum_u sum_{j<=i} W[u, i, j] z[j, f + u - (k-1)//2]
-        (z zero outside the features), written as loops; also when decoded in pieces."""
-        for k in (2, 3, 4):
-            layer = self.random_masked(kernel=k)
-            z = torch.randn(2, 2, 7, 5)
-            ref = torch.zeros(2, 2, 7, 5)
-            for h in range(2):
-                for i in range(7):
-                    ref[:, h, i] += layer.c1[h, i, 0]
-                    for u in range(k):
-                        for f in range(5):
-                            g = f + u - (k - 1) // 2
-                            if 0 <= g < 5:
-                                for j in range(i + 1):
-                                    ref[:, h, i, f] += layer.W1[h, u, i, j] * z[:, h, j, g]
-            with self.subTest(k=k):
-                torch.testing.assert_close(layer.mix(z), ref, atol=1e-5, rtol=1e-5)
-                state = {}
-                pieces = torch.cat([layer.mix(z[:, :, :3], state, 0), layer.mix(z[:, :, 3:], state, 3)], 2)
-                torch.testing.assert_close(pieces, ref, atol=1e-5, rtol=1e-5)
-
-    def test_expanded_mixing_equals_a_loop_over_hidden_rows(self):
-        """Expansion e: hidden row r (position r // e) is g_r = GELU(c1[r] + sum_{j <= r//e}
-        W1[r, j] z_j), and y_i = c2[i] + sum_{r: r//e <= i} W2[i, r] g_r, as loops."""
-        for e in (2, 3):
-            layer = self.random_masked(expansion=e)
-            z = torch.randn(2, 2, 7, 5)
-            ref = torch.zeros(2, 2, 7, 5)
-            for h in range(2):
-                hidden = []
-                for r in range(7 * e):
-                    acc = layer.c1[h, r, 0] + sum(layer.W1[h, 0, r, j] * z[:, h, j] for j in range(r // e + 1))
-                    hidden.append(torch.nn.functional.gelu(acc))
-                for i in range(7):
-                    ref[:, h, i] = layer.c2[h, i, 0] + sum(layer.W2[h, i, r] * hidden[r]
-                                                           for r in range(7 * e) if r // e <= i)
-            with self.subTest(e=e):
-                torch.testing.assert_close(layer.mix(z), ref, atol=1e-5, rtol=1e-5)
-                state = {}
-                pieces = torch.cat([layer.mix(z[:, :, :4], state, 0), layer.mix(z[:, :, 4:], state, 4)], 2)
-                torch.testing.assert_close(pieces, ref, atol=1e-5, rtol=1e-5)
-
-    def test_linear_mixer_is_linear_in_the_embeddings(self):
-        model = tiny_model('linear')
-        self.assertFalse(any(isinstance(m, (torch.nn.LayerNorm, torch.nn.GELU)) for m in model.modules()))
-        h = model.blocks
-        x1, x2 = torch.randn(2, 1, 24, 32).unbind(0)
-
-        def trunk(x):
-            for b in h:
-                x = b(x)
-            return x
-        zero = trunk(torch.zeros_like(x1))     # the affine part (biases)
-        torch.testing.assert_close(trunk(x1 + 2 * x2) - zero, (trunk(x1) - zero) + 2 * (trunk(x2) - zero),
-                                   atol=1e-4, rtol=1e-4)
-
-
-# ----------------------------------------------------------------------------- recurrent mixer
-    def test_fresh_hybrid_is_the_transformer(self):
-        """The serial hybrid's mixing starts at the identity, so a fresh hybrid's logits
-        are the transformer's when the shared weights are copied across (Badger 2024's
-        hybrid, initialised so that it learns what to mix)."""
-        for mixing in ('dense', 'toeplitz'):
-            torch.manual_seed(0)
-            hybrid = mixer.build_model(mixer.variant_config('hybrid', **{**TINY, 'mixing': mixing,
-                                                                          'fft_threshold': 10 ** 6})).eval()
-            mix = hybrid.blocks[0].mixing.mix
-            z = torch.randn(2, 1, 24, 32)
-            with self.subTest(mixing=mixing):
-                self.assertTrue(torch.equal(mix.mix(z), z))
-            transformer = mixer.build_model(mixer.variant_config('transformer', **TINY)).eval()
-            state = {k.replace('mixing.attn.', 'mixing.'): v for k, v in hybrid.state_dict().items()
-                     if '.mixing.mix.' not in k}
-            transformer.load_state_dict(state)
-            idx = torch.randint(0, 64, (2, 24))
-            with self.subTest(mixing=mixing):
-                torch.testing.assert_close(hybrid(idx)[0], transformer(idx)[0], atol=1e-6, rtol=0)
-
-    def test_parallel_hybrid_adds_the_two_branches(self):
-        """hybrid_parallel: y = Attn(z) + Mix(z), each branch live."""
-        model = tiny_model('hybrid_parallel')
-        branch = model.blocks[0].mixing
-        z = torch.randn(2, 24, 32)
-        torch.testing.assert_close(branch(z), branch.attn(z) + branch.mix(z), atol=0, rtol=0)
-        for part in (branch.attn, branch.mix):
-            self.assertGreater(part(z).abs().max().item(), 1e-3)
-
-
-class TestRecurrent(unittest.TestCase):
-
-    def layer(self, form, decays, n_ctx=40, chunk_size=16):
-        layer = mixer.RecurrentMixing(n_ctx, d_model=12, n_head=len(decays), form=form, chunk_size=chunk_size)
-        with torch.no_grad():
-            layer.decay_logit.copy_(torch.logit(torch.tensor(decays)))
-            layer.v.normal_()
-            layer.c.normal_()
-        return layer
-
-    def test_parallel_equals_recurrence_and_definition(self):
-        for form in ('column', 'row', 'mixed'):
-            for decays in ([1e-3, 0.5, 0.999], [0.9999, 0.9, 0.01]):
-                layer = self.layer(form, decays)
-                for T in (1, 15, 16, 40):
-                    z = torch.randn(2, 3, T, 4)
-                    y_par = layer.mix(z)
-                    # reference recurrence, token by token, written from the definition
-                    a = torch.tensor(decays)[:, None]
-                    h = torch.zeros(2, 3, 4)
-                    ys = []
-                    for t in range(T):
-                        v = layer.v[:, t, None]
-                        col = layer.column[:, :, 0]
-                        h = a * h + torch.where(col, z[:, :, t], v * z[:, :, t])
-                        ys.append(torch.where(col, v * h, h) + layer.c[:, t])
-                    with self.subTest(form=form, decays=decays, T=T):
-                        torch.testing.assert_close(y_par, torch.stack(ys, 2), atol=1e-4, rtol=1e-4)
-                        M = layer.matrix(T)
-                        ref = torch.stack([(M[hh] @ z[:, hh]) for hh in range(3)], 1) + layer.c[:, :T]
-                        torch.testing.assert_close(y_par, ref, atol=1e-4, rtol=1e-4)
-                i, j = 30, 7
-                M = layer.matrix(40)
-                for hh in range(3):
-                    vi = layer.v[hh, i] if layer.column[hh] else layer.v[hh, j]
-                    self.assertAlmostEqual(M[hh, i, j].item(), (vi * decays[hh] ** (i - j)).item(), places=5)
-                    self.assertEqual(M[hh, j, i].item(), 0.0)
-
-    def test_state_size_does_not_grow(self):
-        model = tiny_model('recurrent', n_ctx=4096)
-        cache = mixer.Cache(TINY['n_layer'])
-        model.decode(torch.randint(0, 64, (1, 8)), cache)
-        shapes = [tuple(s['h'].shape) for s in cache.layers]
-        nbytes = cache.nbytes()
-        for _ in range(200):
-            model.decode(torch.randint(0, 64, (1, 1)), cache)
-        self.assertEqual(cache.pos, 208)
-        self.assertEqual([tuple(s['h'].shape) for s in cache.layers], shapes)
-        self.assertEqual(cache.nbytes(), nbytes)
-        self.assertEqual(shapes[0], (1, 4, 8))       # one vector of d / H per head per layer
-
-    def test_linear_attention_state_size_does_not_grow(self):
-        """Linear attention decodes with S [B, H, e, e] and s [B, H, e] per layer: the
-        same bytes after 8 tokens and after 208 (no cache of past tokens)."""
-        model = tiny_model('linear_attention')
-        cache = mixer.Cache(TINY['n_layer'])
-        model.decode(torch.randint(0, 64, (1, 8)), cache)
-        shapes = [{k: tuple(v.shape) for k, v in s.items()} for s in cache.layers]
-        nbytes = cache.nbytes()
-        for _ in range(200):
-            model.decode(torch.randint(0, 64, (1, 1)), cache)
-        self.assertEqual(cache.pos, 208)                       # far past n_ctx = 24
-        self.assertEqual([{k: tuple(v.shape) for k, v in s.items()} for s in cache.layers], shapes)
-        self.assertEqual(cache.nbytes(), nbytes)
-        n_head = model.blocks[0].mixing.n_head
-        e = TINY['d_model'] // n_head
-        self.assertEqual(shapes[0], {'S': (1, n_head, e, e), 's': (1, n_head, e)})
-
-    def test_long_context_is_finite_in_fp32_and_bf16(self):
-        layer = self.layer('mixed', [1e-4, 0.5, 0.99999, 0.999], n_ctx=8192, chunk_size=1024)
-        z = torch.randn(1, 4, 8192, 3)
-        for dtype in (torch.float32, torch.bfloat16):
-            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                y = layer.mix(z.to(dtype))
-            self.assertTrue(torch.isfinite(y).all(), dtype)
-        self.assertTrue(torch.isfinite(layer.powers(8192)).all())
-
-
-# ----------------------------------------------------------------------------- real data, train.py, sample.py
-
-_DATA = {}
-
-
-def prepared_data(whole=False):
-    """The tests' data dir, prepared once by data/prepare.py (512-token BPE): from
-    slices of the real text (400 kB train, 100 kB valid), or with whole=True from all
-    of it (claims.py's retrieval rows need its 1,841 validation stories). -> path of a
-    dir with train.bin, val.bin, meta.json, tokenizer.tiktoken."""
-    if not HAVE_TEXT:
-        raise unittest.SkipTest(NO_TEXT)
-    key = 'whole' if whole else 'dir'
-    if key not in _DATA:
-        tmp = tempfile.mkdtemp(prefix='mixer_test_')
-        src = {name: os.path.join(TEXT_DIR if whole else tmp, name) for name in ('train.txt', 'valid.txt')}
-        for name, size in (('train.txt', 400_000), ('valid.txt', 100_000)) if not whole else ():
-            with open(os.path.join(TEXT_DIR, name), encoding='utf-8') as f:
-                text = f.read(size)
-            with open(src[name], 'w', encoding='utf-8') as f:
-                f.write(text[:text.rindex('<|endoftext|>')])
-        out = os.path.join(tmp, 'data')
-        r = run('data/prepare.py', '--train', src['train.txt'], '--valid', src['valid.txt'], '--out', out,
-                '--vocab_size', '512')
-        assert r.returncode == 0, r.stderr
-        _DATA[key] = out
-    return _DATA[key]
-
-
-def tiny_checkpoint():
-    """A checkpoint made once by train.py on prepared_data(): a flat mixer, d_model 32,
-    2 layers, n_ctx 128, after 2 steps (still in the learning-rate warm-up, so close to
-    its init, whose uniform causal mixing makes the last token's vector a bag of the
-    text's words: a small but clear retrieval signal). -> path of ckpt.pt"""
-    if 'tiny_ckpt' not in _DATA:
-        out = os.path.join(os.path.dirname(prepared_data()), 'tiny_ckpt')
-        r = run('train.py', f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=2', '--n_ctx=128',
-                '--batch_size=8', '--max_iters=2', '--eval_interval=2', '--eval_windows=4', '--log_interval=2',
-                f'--out_dir={out}')
-        assert r.returncode == 0, r.stderr
-        _DATA['tiny_ckpt'] = os.path.join(out, 'ckpt.pt')
-    return _DATA['tiny_ckpt']
-
-
-def read_log(out_dir):
-    with open(os.path.join(out_dir, 'log.jsonl')) as f:
-        return [json.loads(line) for line in f]
-
-
-REAL_TEXT_STEPS = 80
-
-
-class TestTrainingOnRealText(unittest.TestCase):
-
-    def test_every_variant_learns_real_text(self):
-        """A few dozen steps take every variant below the unigram cross entropy of
-        the validation text: it predicts from context, not only token frequencies."""
-        data = prepared_data()
-        train = torch.from_numpy(np.fromfile(os.path.join(data, 'train.bin'), dtype=np.uint16).astype(np.int64))
-        val = torch.from_numpy(np.fromfile(os.path.join(data, 'val.bin'), dtype=np.uint16).astype(np.int64))
-        counts = torch.bincount(train, minlength=512).double() + 1
-        unigram = -torch.log(counts / counts.sum())[val].mean().item()          # nats/token
-        T = 64
-        val_x = torch.stack([val[s:s + T + 1] for s in range(0, 64 * 200, 200)])
-        for name in mixer.VARIANTS:
-            torch.manual_seed(0)
-            cfg = mixer.variant_config(name, vocab_size=512, n_ctx=T, d_model=64, n_layer=2, chunk_size=32)
-            model = mixer.build_model(cfg)
-            opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-            g = torch.Generator().manual_seed(0)
-            for _ in range(REAL_TEXT_STEPS):
-                starts = torch.randint(0, len(train) - T - 1, (16,), generator=g)
-                batch = torch.stack([train[s:s + T + 1] for s in starts])
-                _, loss = model(batch[:, :-1], batch[:, 1:])
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-            with torch.no_grad():
-                after = model(val_x[:, :-1], val_x[:, 1:])[1].item()
-            with self.subTest(variant=name):
-                self.assertLess(after, unigram - 0.25, f'{name}: val loss {after:.3f}, unigram {unigram:.3f}')
-
-    # train.py's own tests (resume, DDP, grad_accum, settings, Muon, summary) are in test_train.py
-
-
-class TestMachine(unittest.TestCase):
-
-    @unittest.skipUnless(platform.libc_ver()[0] == 'glibc', 'keep_freed_memory needs glibc')
-    def test_keep_freed_memory_stops_page_faults_on_large_tensors(self):
-        """A 48 MiB tensor made and freed 5 times page-faults its memory in every time
-        under glibc's defaults, and (once the heap has settled) about never after
-        keep_freed_memory() is applied."""
-        code = ("import resource, torch, train\n"
-                "def faults():\n"
-                "    torch.zeros(12 << 20)\n"
-                "    f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
-                "    for _ in range(5): torch.zeros(12 << 20)\n"
-                "    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f\n"
-                "before = faults(); applied = train.keep_freed_memory()\n"
-                "print(before, applied, min(faults() for _ in range(3)))\n")     # once the heap has settled
-        r = run('-c', code)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        before, applied, after = r.stdout.split()
-        self.assertEqual(applied, 'True')
-        self.assertGreater(int(before), 5 * 1000)      # 48 MiB is 12288 pages of 4 KiB (fewer with huge pages)
-        self.assertLess(int(after), int(before) / 20)
-
-
-class TestSample(unittest.TestCase):
-
-    def test_sample_prints_stories(self):
-        r = run('sample.py', '--ckpt', tiny_checkpoint(), '--start', 'Once upon a time', '--num_samples', '2',
-                '--max_new_tokens', '30')
-        self.assertEqual(r.returncode, 0, r.stderr)
-        assert_samples(self, r.stdout, 'Once upon a time', 2, 30)
-
-    def test_sample_bad_inputs(self):
-        bad = os.path.join(tempfile.mkdtemp(), 'bad.pt')
-        with open(bad, 'wb') as f:
-            f.write(b'not a checkpoint')
-        cases = ((['--ckpt', bad], 'corrupt'), (['--ckpt', bad + '.missing'], 'not found'))
-        # (a prompt longer than n_ctx is kept by its tail with a warning: test_scale.TestCheckpointTravels)
-        for args, msg in cases:
-            r = run('sample.py', *args)
-            with self.subTest(args=args[:2]):
-                self.assertEqual(r.returncode, 2)
-                self.assertIn(msg, r.stderr)
-                self.assertNotIn('Traceback', r.stderr)
-
-
-# ----------------------------------------------------------------------------- autoencoder
-
-class TestAutoencoder(unittest.TestCase):
-
-    def test_decoder_sees_only_the_embedding(self):
-        """The decoder's input is e = encode(idx) repeated over positions (plus the
-        decoder's own position table for attention kinds) and nothing else: the tokens
-        are embedded once, by the encoder."""
-        for name in ('flat', 'transformer'):
-            model = tiny_model(name, task='autoencode')
-            idx = torch.randint(0, 64, (2, 16))
-            seen, calls = {}, []
-            h1 = model.decoder[0].register_forward_pre_hook(lambda m, args: seen.setdefault('x', args[0]))
-            h2 = model.wte.register_forward_hook(lambda m, i, out: calls.append(1))
-            logits, loss = model(idx, idx)
-            h1.remove()
-            h2.remove()
-            e = model.encode(idx)
-            expected = e[:, None, :].expand(-1, 16, -1)
-            if model.wpe_dec is not None:
-                expected = expected + model.wpe_dec[:16]
-            with self.subTest(variant=name):
-                self.assertEqual(len(calls), 1)                     # the token embedding is read once
-                self.assertTrue(torch.equal(seen['x'], expected))
-                self.assertEqual(logits.shape, (2, 16, 64))
-                self.assertTrue(math.isfinite(loss.item()))
-                if model.wpe_dec is None:                           # the mixer: all positions alike
-                    self.assertTrue(torch.equal(seen['x'], seen['x'][:, :1].expand(-1, 16, -1)))
-
-    def test_short_training_reconstructs_real_text(self):
-        """150 steps on real text take the reconstruction accuracy of 8-token windows to
-        more than 2.5 times the most-common-token rate, the best a decoder that ignores
-        its input could do on windows at random offsets: the embedding carries the text."""
-        data = prepared_data()
-        train = torch.from_numpy(np.fromfile(os.path.join(data, 'train.bin'), dtype=np.uint16).astype(np.int64))
-        val = torch.from_numpy(np.fromfile(os.path.join(data, 'val.bin'), dtype=np.uint16).astype(np.int64))
-        T = 8
-        val_x = torch.stack([val[s:s + T] for s in range(0, 64 * 200, 200)])
-        common = (val_x == torch.bincount(train).argmax()).float().mean().item()
-        torch.manual_seed(0)
-        model = mixer.build_model(mixer.variant_config('flat', vocab_size=512, n_ctx=T, d_model=64, n_layer=1,
-                                                       task='autoencode'))
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        g = torch.Generator().manual_seed(0)
-        for _ in range(150):
-            starts = torch.randint(0, len(train) - T - 1, (32,), generator=g)
-            batch = torch.stack([train[s:s + T] for s in starts])
-            _, loss = model(batch, batch)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        with torch.no_grad():
-            acc = (model(val_x)[0].argmax(-1) == val_x).float().mean().item()
-        self.assertGreater(acc, 2.5 * common, f'accuracy {acc:.3f}, most common token {common:.3f}')
-
-
-# ----------------------------------------------------------------------------- the runner
-
-def test_modules(root=ROOT):
-    """Every test_*.py module in `root`, imported, sorted by name (this one included,
-    as the module already loaded when it runs as __main__)."""
-    import importlib
-    mods = []
-    for name in sorted(f[:-3] for f in os.listdir(root) if f.startswith('test_') and f.endswith('.py')):
-        mods.append(sys.modules['test_mixer'] if name == 'test_mixer' else importlib.import_module(name))
-    return mods
+def test_modules(names=None):
+    """The test modules `names` (default: all of tests/), imported -> list of modules.
+    Raises ValueError naming an unknown module."""
+    known = module_names()
+    names = [n.removesuffix('.py').removeprefix('tests/') for n in names] if names else known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f'no test module {", ".join(unknown)} in tests/ (have: {", ".join(known)})')
+    return [importlib.import_module(f'tests.{n}') for n in names]
 
 
 def summarize(result, ci):
@@ -630,12 +57,19 @@ def summarize(result, ci):
 
 
 class TestRunner(unittest.TestCase):
+    """The runner itself: it finds every module, refuses unknown ones, and CI cannot pass by skipping."""
 
     def test_discovers_every_test_module(self):
-        names = {'test_mixer' if m.__name__ == '__main__' else m.__name__ for m in test_modules()}
-        on_disk = {f[:-3] for f in os.listdir(ROOT) if f.startswith('test_') and f.endswith('.py')}
+        names = {m.__name__.split('.')[-1] for m in test_modules()}
+        on_disk = {f[:-3] for f in os.listdir(TESTS) if f.startswith('test_') and f.endswith('.py')}
         self.assertEqual(names, on_disk)
         self.assertIn('test_train', names)
+        self.assertIn('test_model', names)
+
+    def test_unknown_module_is_refused(self):
+        with self.assertRaisesRegex(ValueError, 'no test module test_nope'):
+            test_modules(['test_nope'])
+        self.assertEqual([m.__name__ for m in test_modules(['test_docs.py'])], ['tests.test_docs'])
 
     def test_ci_counts_a_data_skip_as_a_failure(self):
         class Fake(unittest.TestCase):
@@ -658,10 +92,26 @@ class TestRunner(unittest.TestCase):
         self.assertIn('test_needs_text', out.getvalue())
 
 
-if __name__ == '__main__':
-    sys.modules.setdefault('test_mixer', sys.modules[__name__])   # one module: test_train shares _DATA
-    suite = unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromModule(m) for m in test_modules()])
+def main(argv):
+    """Run the modules named in argv (default all) and this file's own tests -> exit code."""
+    if any(a.startswith('-') for a in argv):
+        print(f'test_mixer.py: error: unknown option {next(a for a in argv if a.startswith("-"))!r}; '
+              'usage: python test_mixer.py [test_module ...]', file=sys.stderr)
+        return 2
+    try:
+        modules = test_modules(argv)
+    except ValueError as e:
+        print(f'test_mixer.py: error: {e}', file=sys.stderr)
+        return 2
+    loader = unittest.defaultTestLoader
+    suite = unittest.TestSuite([loader.loadTestsFromModule(m) for m in modules])
+    if not argv:
+        suite.addTests(loader.loadTestsFromTestCase(TestRunner))
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     code, line = summarize(result, ci=os.environ.get('CI', '').lower() == 'true')
     print(line)
-    sys.exit(code)
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

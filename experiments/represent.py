@@ -1,8 +1,8 @@
 """Input representation accuracy: can a model's input be read back from its hidden states?
 
-    python represent.py                                  # untrained models of the papers' kinds
-    python represent.py --ckpt out/a/ckpt.pt --ckpt out/b/ckpt.pt   # trained checkpoints too
-    python represent.py --quick                          # tiny, seconds
+    python -m experiments.represent                                  # untrained models of the papers' kinds
+    python -m experiments.represent --ckpt out/a/ckpt.pt --ckpt out/b/ckpt.pt   # trained checkpoints too
+    python -m experiments.represent --quick                          # tiny, seconds
 
 Badger 2024 ("Masked Mixers for Language Generation and Retrieval", arXiv
 2409.01482: "Language Mixer Basics", "Flat mixers train faster"; Masked Mixers II,

@@ -1,7 +1,7 @@
 """Tests for retrieval.py: inverse cloze pairs, the equivariant retrieval mixer,
 batched embeddings, an end-to-end run on real text, and bad inputs.
 
-    python -m unittest test_retrieval -v
+    python test_mixer.py test_retrieval
 
 Real text comes from $TINYSTORIES_DIR (train.txt, valid.txt), by default
 ../shared/data/tinystories beside the repo; tests that need it are skipped
@@ -23,8 +23,8 @@ import torch
 import mixer
 import retrieval
 
-from test_mixer import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, prepared_data
-from test_mixer import tiny_checkpoint as shared_checkpoint
+from tests.common import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, prepared_data
+from tests.common import tiny_checkpoint as shared_checkpoint
 
 
 def need_text():
@@ -40,7 +40,7 @@ def run(*args):
 
 
 def tiny_checkpoint():
-    """(data dir, checkpoint): test_mixer's shared fixtures. In our runs a few hundred
+    """(data dir, checkpoint): tests.common's shared fixtures. In our runs a few hundred
     steps of LM training of such tiny models erased the bag-of-words signal of the
     near-init checkpoint before building their own (near chance), so these tests check
     the pipeline on real text, not the quality of LM training."""

@@ -1,7 +1,7 @@
 """Tests for real scale (issue 12): data/prepare.py streams in bounded chunks, a
 checkpoint carries its tokenizer, and the papers' configs build and train.
 
-    python -m unittest test_scale -v
+    python test_mixer.py test_scale
 
 Real text comes from $TINYSTORIES_DIR or ../shared/data/tinystories (skipped if absent).
 """
@@ -18,10 +18,8 @@ import unittest
 import numpy as np
 import torch
 
-from test_mixer import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, assert_samples, prepared_data, run, tiny_checkpoint
-
-sys.path.insert(0, os.path.join(ROOT, 'data'))
-import prepare  # noqa: E402
+from data import prepare
+from tests.common import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, assert_samples, prepared_data, run, tiny_checkpoint
 
 PREPARE = os.path.join(ROOT, 'data', 'prepare.py')
 EOT = prepare.EOT
@@ -273,7 +271,7 @@ class TestCheckpointTravels(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        """test_mixer's tiny checkpoint, copied alone into a folder of its own and with
+        """tests.common's tiny checkpoint, copied alone into a folder of its own and with
         the tokenizer file it records pointing nowhere: only the embedded text can serve."""
         need_text()
         cls.tmp = tempfile.mkdtemp(dir=shared_tmp())

@@ -1,6 +1,6 @@
 """The compiled and bf16 paths, proven on CPU, and the static-shape decode step.
 
-python -m unittest test_compile -v
+python test_mixer.py test_compile
 
 torch.compile generates C++ kernels on CPU and torch.autocast('cpu', bfloat16)
 runs the same dtype paths as on a GPU, so what breaks there that is not
@@ -23,7 +23,7 @@ import torch
 
 import decode
 import mixer
-from test_mixer import TINY, assert_samples, prepared_data, run, tiny_model
+from tests.common import TINY, assert_samples, prepared_data, run, tiny_model
 
 # every model kind with its own code path: TINY's chunk_size 8 and fft_threshold 16 make
 # the recurrent chunks and the Toeplitz FFT run at T = 24 (and the matrix path at T < 16)

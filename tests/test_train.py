@@ -1,15 +1,16 @@
-"""Tests of train.py: python -m unittest test_train -v
+"""Tests of train.py: python test_mixer.py test_train
 
 Resume restores the saved run's settings, a fresh run never overwrites a run,
 a non-finite loss stops the run and keeps the last good checkpoint, settings are
 range-checked, DDP on two CPU processes (gloo) equals one process over the same
 windows, gradient accumulation equals a bigger batch, the Muon optimiser, and the
-end-of-run summary. The data dir is test_mixer.prepared_data() (real TinyStories
+end-of-run summary. The data dir is tests.common.prepared_data() (real TinyStories
 text); without it these tests skip (and fail under CI=true, see test_mixer.py).
 """
 
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import unittest
 import torch
 
 import mixer
-from test_mixer import ROOT, prepared_data, read_log, run
+from tests.common import ROOT, prepared_data, read_log, run
 
 TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
 SUMMARY_KEYS = {'event', 'final_val_loss', 'final_val_bpb', 'final_val_acc', 'best_val_loss', 'step', 'tokens_seen',
@@ -412,6 +413,29 @@ class TestCuda(unittest.TestCase):
         b = {e['step']: e['loss'] for e in read_log(part) if e['event'] == 'train'}
         for step in range(5, 9):
             self.assertAlmostEqual(a[step], b[step], places=4, msg=f'step {step}')
+
+
+class TestMachine(unittest.TestCase):
+
+    @unittest.skipUnless(platform.libc_ver()[0] == 'glibc', 'keep_freed_memory needs glibc')
+    def test_keep_freed_memory_stops_page_faults_on_large_tensors(self):
+        """A 48 MiB tensor made and freed 5 times page-faults its memory in every time
+        under glibc's defaults, and (once the heap has settled) about never after
+        keep_freed_memory() is applied."""
+        code = ("import resource, torch, train\n"
+                "def faults():\n"
+                "    torch.zeros(12 << 20)\n"
+                "    f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+                "    for _ in range(5): torch.zeros(12 << 20)\n"
+                "    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f\n"
+                "before = faults(); applied = train.keep_freed_memory()\n"
+                "print(before, applied, min(faults() for _ in range(3)))\n")     # once the heap has settled
+        r = run('-c', code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        before, applied, after = r.stdout.split()
+        self.assertEqual(applied, 'True')
+        self.assertGreater(int(before), 5 * 1000)      # 48 MiB is 12288 pages of 4 KiB (fewer with huge pages)
+        self.assertLess(int(after), int(before) / 20)
 
 
 if __name__ == '__main__':

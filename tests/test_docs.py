@@ -1,4 +1,4 @@
-"""Documentation checks: python -m unittest test_docs -v
+"""Documentation checks: python test_mixer.py test_docs
 
 The project stands on its own: no file points to the team's private design notes
 (their path or their section numbers), and the README explains every model kind,
@@ -13,7 +13,7 @@ import unittest
 
 import mixer
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+from tests.common import ROOT
 NOTE = 'DES' + 'IGN'   # built so that this file does not match its own search
 FORBIDDEN = ('../shared/' + NOTE, NOTE + ' section', NOTE + '.md')
 SKIP_DIRS = {'.git', '__pycache__', 'out', 'tinystories'}
@@ -89,7 +89,8 @@ class TestReadme(unittest.TestCase):
 
 def readme_commands(text):
     """Every command the README shows, in code spans and code blocks -> list of
-    (script path, [arguments]): `python X.py ...` and `torchrun ... X.py ...`, cut at
+    (script path, [arguments]): `python X.py ...`, `python -m experiments.X ...` (as
+    experiments/X.py) and `torchrun ... X.py ...`, cut at
     a comment, a pipe of a table or the end of the span."""
     out = []
     for m in re.finditer(r'(?:python|torchrun)\s[^`\n|]*', text):
@@ -98,6 +99,7 @@ def readme_commands(text):
             words = shlex.split(line)
         except ValueError:                     # an unbalanced quote: the plain words will do
             words = line.split()
+        words = [f'{w.replace(".", "/")}.py' if i and words[i - 1] == '-m' else w for i, w in enumerate(words)]
         scripts = [i for i, w in enumerate(words) if w.endswith('.py')]
         if scripts:
             out.append((words[scripts[0]], words[scripts[0] + 1:]))
@@ -126,7 +128,7 @@ class TestReadmeCommands(unittest.TestCase):
         cls.commands = readme_commands(cls.text)
 
     def test_commands_name_what_the_code_has(self):
-        import claims
+        from experiments import claims
         self.assertGreater(len(self.commands), 30)
         bad = []
 
@@ -151,7 +153,7 @@ class TestReadmeCommands(unittest.TestCase):
 
     def test_files_it_points_to_exist(self):
         paths = set(re.findall(r'[(`]((?:assets|config|data)/[\w./-]+\.(?:png|py|md))[)`]', self.text))
-        paths |= set(re.findall(r'`([a-z_]+\.py)`', self.text))
+        paths |= set(re.findall(r'`((?:experiments/|tests/)?[a-z_]+\.py)`', self.text))
         self.assertIn('assets/claims_curves.png', paths)
         missing = sorted(p for p in paths if not os.path.isfile(os.path.join(ROOT, p)))
         self.assertEqual(missing, [], 'README points to files that do not exist')

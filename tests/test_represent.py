@@ -1,4 +1,4 @@
-"""Tests of represent.py (input representation accuracy): python -m unittest test_represent -v"""
+"""Tests of represent.py (input representation accuracy): python test_mixer.py test_represent"""
 
 import json
 import os
@@ -9,8 +9,8 @@ import unittest
 import torch
 
 import mixer
-import represent
-from test_mixer import prepared_data, run, tiny_checkpoint
+from experiments import represent
+from tests.common import prepared_data, run, tiny_checkpoint
 
 SHAPE = dict(vocab_size=64, n_ctx=16, d_model=16, n_layer=1)
 
@@ -87,7 +87,7 @@ class TestRecover(unittest.TestCase):
 class TestCommandLine(unittest.TestCase):
 
     def test_quick_table_and_one_line_errors(self):
-        r = run('represent.py', '--quick', '--variants', 'flat,transformer', '--steps', '20', '--depths', '1',
+        r = run('-m', 'experiments.represent', '--quick', '--variants', 'flat,transformer', '--steps', '20', '--depths', '1',
                 '--windows', '2', '--positions', '3')
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         rows = [l for l in r.stdout.splitlines() if l.startswith('| flat') or l.startswith('| transformer')]
@@ -95,7 +95,7 @@ class TestCommandLine(unittest.TestCase):
         for args, msg in ((['--variants', 'nope'], 'unknown variant'), (['--depths', 'x'], '--depths'),
                           (['--variants', '', '--ckpt', '/nonexistent.pt'], 'not found'),
                           (['--quick', '--T', '99'], 'n_ctx')):
-            r = run('represent.py', *args)
+            r = run('-m', 'experiments.represent', *args)
             with self.subTest(args=args):
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(msg, r.stderr)
@@ -108,7 +108,7 @@ class TestCommandLine(unittest.TestCase):
         tmp = tempfile.mkdtemp(prefix='represent_test_')
         self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
         out = os.path.join(tmp, 'r.json')
-        args = ['represent.py', '--variants', '', '--untrained', '--ckpt', ckpt, '--data_dir', prepared_data(),
+        args = ['-m', 'experiments.represent', '--variants', '', '--untrained', '--ckpt', ckpt, '--data_dir', prepared_data(),
                 '--T', '12', '--steps', '10', '--depths', 'all', '--windows', '1', '--positions', '3', '--json', out]
         r = run(*args)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])

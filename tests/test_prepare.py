@@ -1,6 +1,6 @@
 """Tests for data/prepare.py (tokenizer training, encoding, CLI error handling).
 
-Part of the suite run by python test_mixer.py (or alone: python -m unittest test_prepare -v).
+Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_prepare).
 Real text comes from $TINYSTORIES_DIR or ../shared/data/tinystories (skipped if absent).
 """
 import contextlib
@@ -19,10 +19,8 @@ from unittest import mock
 import numpy as np
 import tiktoken.load
 
-REPO = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(REPO, "data"))
-import prepare  # noqa: E402
-from test_mixer import HAVE_TEXT, NO_TEXT, TEXT_DIR  # noqa: E402
+from data import prepare
+from tests.common import HAVE_TEXT, NO_TEXT, ROOT as REPO, TEXT_DIR
 
 PREPARE = os.path.join(REPO, "data", "prepare.py")
 EOT = prepare.EOT

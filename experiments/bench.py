@@ -1,8 +1,8 @@
 """Benchmarks of the masked mixers and their baselines, printed as markdown tables.
 
-    python bench.py                          # every table at the default sizes
-    python bench.py --quick                  # everything tiny (the smoke test)
-    python bench.py --tables train --variants flat,transformer --d_model 512
+    python -m experiments.bench                          # every table at the default sizes
+    python -m experiments.bench --quick                  # everything tiny (the smoke test)
+    python -m experiments.bench --tables train --variants flat,transformer --d_model 512
 
 Tables (stdout is clean markdown; progress lines go to stderr):
 1. Peak of the machine: measured dense matmul FLOP/s (fp32 on CPU, bf16 on CUDA),
@@ -47,6 +47,7 @@ import torch
 import decode
 import mixer
 import train
+from experiments.runner import ROOT
 
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode')
 MEM_VARIANTS = ('flat', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent', 'linear_attention')
@@ -258,10 +259,10 @@ def bench_memory(args):
         cells = {T: 'over budget' for T in lengths if mem_estimate(name, T, args) > budget}
         run = [T for T in lengths if T not in cells]
         log(f'memory: {name} at {run}')
-        cmd = [sys.executable, __file__, '--mem_cells', f'{name}:{",".join(map(str, run))}',
+        cmd = [sys.executable, '-m', 'experiments.bench', '--mem_cells', f'{name}:{",".join(map(str, run))}',
                '--device', str(args.device), '--dtype', args.dtype, '--vocab_size', str(args.vocab_size),
                '--threads', str(args.threads), '--mem_d_model', str(args.mem_d_model), '--mem_n_layer', str(args.mem_n_layer)]
-        proc = subprocess.run(cmd, capture_output=True, text=True) if run else None
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT) if run else None
         for line in proc.stdout.splitlines() if run else []:
             r = json.loads(line)
             cells[r['T']] = r.get('error') or f'{r["step"] / 2**20:.1f} + {r["model"] / 2**20:.1f}'

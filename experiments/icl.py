@@ -1,9 +1,9 @@
 """In-context regression: linear transformers as in-context learners, and masked mixers.
 
-    python icl.py                  # the paper's Table 1 on 2 CPU cores (47 min measured; budget: README)
-    python icl.py --quick          # every row and plot at a tiny budget (about 3 minutes measured)
-    python icl.py --layers 1,2,3,4,5,6,7 --params diag --noise 0,3   # any grid of models
-    python icl.py --mixers         # the same prompts through mixer.py's sequence models
+    python -m experiments.icl                  # the paper's Table 1 on 2 CPU cores (47 min measured; budget: README)
+    python -m experiments.icl --quick          # every row and plot at a tiny budget (about 3 minutes measured)
+    python -m experiments.icl --layers 1,2,3,4,5,6,7 --params diag --noise 0,3   # any grid of models
+    python -m experiments.icl --mixers         # the same prompts through mixer.py's sequence models
 
 Reproduces Vladymyrov, von Oswald, Sandler, Ge, "Linear Transformers are Versatile
 In-Context Learners" (NeurIPS 2024, arXiv 2402.14180): a stack of linear
@@ -41,10 +41,9 @@ import zlib
 import torch
 import torch.nn as nn
 
-from runner import Runner, fmt_s, md_table, say
 import mixer
+from experiments.runner import Runner, fmt_s, md_table, say
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
 D_X, N_CTX = 10, 20                  # the paper's d and n
 NOISE_NAMES = ('0', '1', '2', '3', '4', '5', '6', '7', 'c13', 'c135')
 PARAMS = ('full', 'diag', 'gdpp')
@@ -856,7 +855,7 @@ def main(argv=None):
         mres = run_jobs(runner, out, mjobs, 'sequence models (mixer.py)')
         failed += [name for (name, _), r in zip(mjobs, mres) if r['rc'] != 0]
         text += ['## Do masked mixers learn in context?', '', mixer_report(mres, mjobs, adj, base, s)]
-    text += ['', f'Command: python icl.py {" ".join(argv if argv is not None else sys.argv[1:])}']
+    text += ['', f'Command: python -m experiments.icl {" ".join(argv if argv is not None else sys.argv[1:])}']
     note = plot(adj, base, sig, noises, models, os.path.join(out, 'icl.png'))
     report = '\n'.join(text) + '\n'
     print(report)

@@ -1,10 +1,10 @@
 """The masked-mixer papers' claims, reproduced at equal compute on this machine.
 
-    python claims.py                 # the full comparison (about 2 h on 2 CPU cores with everything)
-    python claims.py --quick         # tiny models and budgets: every row in about 3 minutes
-    python claims.py --budget 2      # twice the training time for every run
-    python claims.py --models flat,transformer     # only these models (and the rows they make)
-    python claims.py --models flat,toeplitz,recurrent,transformer --budgets 1,6   # the budget sweep
+    python -m experiments.claims                 # the full comparison (about 2 h on 2 CPU cores with everything)
+    python -m experiments.claims --quick         # tiny models and budgets: every row in about 3 minutes
+    python -m experiments.claims --budget 2      # twice the training time for every run
+    python -m experiments.claims --models flat,transformer     # only these models (and the rows they make)
+    python -m experiments.claims --models flat,toeplitz,recurrent,transformer --budgets 1,6   # the budget sweep
 
 Every model trains for the same wall-clock budget on the machine it runs on.
 First each model's step time is measured by train.py itself (a short run, two
@@ -58,7 +58,7 @@ import time
 
 import numpy as np
 
-from runner import ROOT, Runner, fmt_s, md_table, reset_dir, say, window_loss_job
+from experiments.runner import ROOT, Runner, fmt_s, md_table, reset_dir, say, window_loss_job
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
 
 # name -> (train.py arguments, family). Families decide the "best of" row.
@@ -349,7 +349,7 @@ def losses(plan, m):
 
 def cmd(*models):
     """The claims.py command that makes a row (markdown code)."""
-    return f'`python claims.py --models {",".join(models)}`'
+    return f'`python -m experiments.claims --models {",".join(models)}`'
 
 
 def claim_rows(plan, extras):
@@ -448,7 +448,7 @@ def budget_rows(extras):
         return []
     sweep, bs, seconds = extras['budgets'], sorted(extras['budgets']), extras['budget_s']
     top, rows = bs[-1], []
-    command = f'`python claims.py --budgets {",".join(f"{b:g}" for b in bs)}`'
+    command = f'`python -m experiments.claims --budgets {",".join(f"{b:g}" for b in bs)}`'
 
     def val(b, m):
         return window_gaps(extras, b, m)[0]
@@ -791,12 +791,12 @@ def main(argv=None):
         names.append('retrieval_ae')
     for m in (m for m in REPRESENT_MODELS if m in models):
         ckpts = [a for d in plan[m]['dirs'] for a in ('--ckpt', os.path.join(d, 'ckpt.pt'))]
-        cmds.append((['represent.py', '--variants', '', '--untrained', *ckpts, '--data_dir', data_dir, '--threads',
+        cmds.append((['-m', 'experiments.represent', '--variants', '', '--untrained', *ckpts, '--data_dir', data_dir, '--threads',
                       str(args.threads), '--overwrite', '--json', os.path.join(out, f'represent_{m}.json'),
                       *s['represent']], os.path.join(out, f'represent_{m}.txt')))
         names.append(f'represent_{m}')
     for v in MEMORY_VARIANTS:
-        cmds.append((['bench.py', '--mem_cells', f'{v}:{",".join(map(str, s["mem_lengths"]))}', '--device', 'cpu',
+        cmds.append((['-m', 'experiments.bench', '--mem_cells', f'{v}:{",".join(map(str, s["mem_lengths"]))}', '--device', 'cpu',
                       '--dtype', 'fp32', '--threads', str(args.threads), *s['mem_shape']],
                      os.path.join(out, f'memory_{v}.jsonl')))
         names.append(f'memory_{v}')
@@ -818,7 +818,7 @@ def main(argv=None):
             extras['sample'] = open(path).read().strip()
     if 'memory' in extras and len(extras['memory']) < len(MEMORY_VARIANTS):
         del extras['memory']
-    extras['memory_command'] = ' '.join(['python bench.py --tables memory --device cpu --dtype fp32 --threads',
+    extras['memory_command'] = ' '.join(['python -m experiments.bench --tables memory --device cpu --dtype fp32 --threads',
                                          str(args.threads), '--mem_lengths', ','.join(map(str, s['mem_lengths'])),
                                          *s['mem_shape']])
 
@@ -844,7 +844,7 @@ def main(argv=None):
                       'val bits/byte', 'command (seed 0)'], run_rows(plan, n_train, tps))]
     table = representation_table(extras)
     if table:
-        text += ['\n## Input representation accuracy\n', f'`python represent.py --untrained --ckpt ... '
+        text += ['\n## Input representation accuracy\n', f'`python -m experiments.represent --untrained --ckpt ... '
                  f'{" ".join(s["represent"])}` on each seed\'s checkpoint (untrained: the same config, seeded by the '
                  f'run\'s seed); cell: accuracy at the end (at half the steps), mean +- spread over seeds.\n', table]
     for name, title in (('retrieval', 'Retrieval'), ('retrieval_ae', 'Retrieval with autoencoder embeddings')):
@@ -852,7 +852,7 @@ def main(argv=None):
             report = open(os.path.join(out, f'{name}.txt')).read()      # its stderr (progress), then its stdout
             text += [f'\n## {title}\n', report[report.find('Top-1 retrieval accuracy'):].strip()]
     if 'budgets' in extras:
-        text += ['\n## Budget sweep\n', f'Every run of `python claims.py --budgets '
+        text += ['\n## Budget sweep\n', f'Every run of `python -m experiments.claims --budgets '
                  f'{",".join(f"{b:g}" for b in args.budgets)}` at each budget (its own learning-rate sweep over '
                  f'{", ".join(f"{x:g}" for x in args.lrs)} on the first third, {args.seeds} seeds; the main '
                  f'run\'s at 1x); losses of the final checkpoint on the run\'s eval_windows fixed windows '

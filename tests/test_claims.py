@@ -1,7 +1,7 @@
 """Tests for claims.py and the model options it compares (GPT-style transformer, naive
 attention, the extra linear layer after the embedding).
 
-Part of the suite run by python test_mixer.py (or alone: python -m unittest test_claims -v).
+Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_claims).
 """
 import json
 import math
@@ -12,9 +12,9 @@ import unittest
 
 import torch
 
-import claims
+from experiments import claims
 import mixer
-from test_mixer import HAVE_TEXT, NO_TEXT, prepared_data, run, tiny_model
+from tests.common import HAVE_TEXT, NO_TEXT, prepared_data, run, tiny_model
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -93,9 +93,9 @@ class TestClaimsQuick(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp()
         data = prepared_data(whole=True)
         cls.out = os.path.join(cls.tmp, 'claims')
-        cls.first = run('claims.py', '--quick', '--data_dir', data, '--out', cls.out)
+        cls.first = run('-m', 'experiments.claims', '--quick', '--data_dir', data, '--out', cls.out)
         cls.mtimes = {p: os.path.getmtime(p) for p in cls.results()}
-        cls.second = run('claims.py', '--quick', '--data_dir', data, '--out', cls.out)
+        cls.second = run('-m', 'experiments.claims', '--quick', '--data_dir', data, '--out', cls.out)
 
     @classmethod
     def tearDownClass(cls):
@@ -171,7 +171,7 @@ class TestClaimsQuick(unittest.TestCase):
         for args, msg in ((['--models', 'nope'], 'unknown model'), (['--budget', '0'], 'positive'),
                           (['--budgets', '1,x'], '--budgets must be numbers'), (['--budgets', '0,1'], 'positive'),
                           (['--data_dir', os.path.join(self.tmp, 'missing')], 'prepare.py')):
-            r = run('claims.py', *args)
+            r = run('-m', 'experiments.claims', *args)
             with self.subTest(args=args):
                 self.assertEqual(r.returncode, 2)
                 self.assertIn(msg, r.stderr)

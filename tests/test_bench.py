@@ -1,15 +1,14 @@
-"""Smoke test of bench.py: `python test_bench.py`. Speed is never asserted here."""
+"""Smoke test of bench.py: `python test_mixer.py test_bench`. Speed is never asserted here."""
 
-import os
 import re
 import subprocess
 import sys
 import unittest
 
-import bench
+from experiments import bench
 import mixer
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from tests.common import ROOT
 
 
 def table_rows(out, heading):
@@ -23,7 +22,7 @@ class TestBench(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.proc = subprocess.run([sys.executable, 'bench.py', '--quick'], cwd=HERE,
+        cls.proc = subprocess.run([sys.executable, '-m', 'experiments.bench', '--quick'], cwd=ROOT,
                                   capture_output=True, text=True, timeout=300)
         cls.out = cls.proc.stdout
 
@@ -83,7 +82,7 @@ class TestBench(unittest.TestCase):
         self.assertEqual(row[10], '1')
 
     def test_bad_flag_exits_2(self):
-        proc = subprocess.run([sys.executable, 'bench.py', '--variants', 'nope'], cwd=HERE,
+        proc = subprocess.run([sys.executable, '-m', 'experiments.bench', '--variants', 'nope'], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(proc.returncode, 2)
         self.assertIn('nope', proc.stderr)

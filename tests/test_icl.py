@@ -1,6 +1,6 @@
 """Tests for icl.py: linear self-attention as in-context learner (Vladymyrov et al. 2024).
 
-Part of the suite run by python test_mixer.py (or alone: python -m unittest test_icl -v).
+Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_icl).
 """
 import json
 import math
@@ -12,8 +12,8 @@ import unittest
 import numpy as np
 import torch
 
-import icl
-from test_mixer import run
+from experiments import icl
+from tests.common import run
 
 D = icl.D_X + 1
 NOISE = ('0', '5', 'c13')       # the end-to-end run: every row, three columns (the mixers' two among them)
@@ -183,9 +183,9 @@ class TestCommandLine(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp()
-        cls.first = run('icl.py', '--quick', '--mixers', '--noise', ','.join(NOISE), '--out', cls.out)
+        cls.first = run('-m', 'experiments.icl', '--quick', '--mixers', '--noise', ','.join(NOISE), '--out', cls.out)
         cls.stamps = {f: os.path.getmtime(f) for f in cls.results()}
-        cls.second = run('icl.py', '--quick', '--mixers', '--noise', ','.join(NOISE), '--out', cls.out)
+        cls.second = run('-m', 'experiments.icl', '--quick', '--mixers', '--noise', ','.join(NOISE), '--out', cls.out)
 
     @classmethod
     def tearDownClass(cls):
@@ -220,7 +220,7 @@ class TestCommandLine(unittest.TestCase):
     def test_bad_arguments_give_one_line_and_exit_2(self):
         for args in (['--noise', '0,9x'], ['--params', 'dense'], ['--layers', 'two'], ['--iters', '0'],
                      ['--noise', '=2'], ['--device', 'cuda']):
-            r = run('icl.py', *args, '--out', self.out)
+            r = run('-m', 'experiments.icl', *args, '--out', self.out)
             with self.subTest(args=args):
                 self.assertEqual(r.returncode, 2)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)

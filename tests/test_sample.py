@@ -1,0 +1,31 @@
+"""Tests of sample.py: stories from a checkpoint, and one-line errors for bad input."""
+
+import os
+import tempfile
+import unittest
+
+from tests.common import assert_samples, run, tiny_checkpoint
+
+
+class TestSample(unittest.TestCase):
+
+    def test_sample_prints_stories(self):
+        r = run('sample.py', '--ckpt', tiny_checkpoint(), '--start', 'Once upon a time', '--num_samples', '2',
+                '--max_new_tokens', '30')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        assert_samples(self, r.stdout, 'Once upon a time', 2, 30)
+
+    def test_sample_bad_inputs(self):
+        bad = os.path.join(tempfile.mkdtemp(), 'bad.pt')
+        with open(bad, 'wb') as f:
+            f.write(b'not a checkpoint')
+        cases = ((['--ckpt', bad], 'corrupt'), (['--ckpt', bad + '.missing'], 'not found'))
+        # (a prompt longer than n_ctx is kept by its tail with a warning: test_scale.TestCheckpointTravels)
+        for args, msg in cases:
+            r = run('sample.py', *args)
+            with self.subTest(args=args[:2]):
+                self.assertEqual(r.returncode, 2)
+                self.assertIn(msg, r.stderr)
+                self.assertNotIn('Traceback', r.stderr)
+
+
