@@ -1,22 +1,23 @@
-"""A static-shape decode step, for torch.compile (the gpt-fast recipe).
+"""Generation: the sampling loop, eager incremental decoding, and a static-shape decode
+step for torch.compile (the gpt-fast recipe).
 
-mixer.LanguageModel.decode() grows its caches as it goes and slices weights by a
-Python int position: right for eager decoding, but each new length is a new
-shape, so a compiled model would recompile per token. Here every cache is
-allocated once at n_ctx (zeros) and written in place with index_copy_, and the
-position is a 0-dim long tensor, so one compiled graph serves every position:
-
-    dec = StaticDecoder(model, batch_size=1, compile=True)
+    out = generate(model, idx, 100, temperature=0.8, top_k=40)      # eager, through a Cache
+    out = generate_static(model, idx, 100, temperature=0, compile=True)
+    dec = StaticDecoder(model, compile=True)
     logits = dec.prefill(idx)        # idx long [B, T] -> logits [B, vocab] of the last token
     logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
-    out = generate(model, idx, 100, temperature=0, compile=True)
 
-Per token, each mixing reads its whole n_ctx-long cache and masks the unwritten
-part (the dense and Toeplitz mixers' weight row, attention's key mask), so a
-step costs what the step at position n_ctx costs; the recurrent mixer and linear
-attention keep their constant-size state. Decoding equals mixer's decode()
-(tested, eager and compiled). Kinds: every LanguageModel kind; the
-Autoencoder has no decoding.
+Eager decoding (mixer.LanguageModel.decode with a Cache) grows its caches as it goes
+and slices weights by a Python int position: right for eager code, but each new
+length is a new shape, so a compiled model would recompile per token. The static
+path allocates every cache once at n_ctx (zeros), writes it in place with
+index_copy_, and keeps the position a 0-dim long tensor, so one compiled graph
+serves every position. Per token each mixing reads its whole n_ctx-long cache and
+masks the unwritten part (the dense and Toeplitz mixers' weight row, attention's key
+mask): a step costs what the step at position n_ctx costs; the recurrent mixer and
+linear attention keep their constant-size state. Both paths equal the full forward
+pass (tested, eager and compiled). Every LanguageModel kind; the Autoencoder has no
+decoding.
 """
 
 import torch
@@ -24,7 +25,82 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from mixer import (Attention, HeadMixing, HybridMixing, LinearAttention, MaskedMixing, RecurrentMixing,
-                   ToeplitzMixing, apply_rope, sample_loop)
+                   ToeplitzMixing, apply_rope)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+class Cache:
+    """State for eager incremental decoding (mixer.LanguageModel.decode): the position and
+    one dict a layer. The dense and Toeplitz mixings keep their inputs z_j (the mixer's
+    KV cache), attention K and V, the recurrent mixing and linear attention a
+    fixed-size state."""
+
+    def __init__(self, n_layer):
+        self.pos = 0
+        self.layers = [dict() for _ in range(n_layer)]
+
+    def nbytes(self):
+        """Bytes held by all cached tensors (int)."""
+        def walk(d):
+            return sum(walk(v) if isinstance(v, dict) else v.numel() * v.element_size()
+                       for v in d.values() if isinstance(v, (dict, torch.Tensor)))
+        return sum(walk(layer) for layer in self.layers)
+
+
+def sample_next(logits, temperature=1.0, top_k=None):
+    """Draw one token per row from logits float [B, vocab] -> long [B, 1].
+
+    temperature 0 -> argmax; top_k -> sample among the k largest logits."""
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float('-inf'))
+    return torch.multinomial(F.softmax(logits.float(), dim=-1), 1)
+
+
+def sample_loop(idx, max_new_tokens, temperature, top_k, max_len, start, step):
+    """The one generation loop, of generate() and generate_static().
+
+    start(tokens long [B, t]) -> logits float [B, vocab] after the last of them, from a
+    fresh state; step(token long [B, 1]) -> logits after it. Once max_len tokens are in
+    the state (None: never), the window slides: start() again from the last
+    max_len / 2 tokens. -> long [B, T + max_new_tokens]."""
+    logits, pos, out = start(idx), idx.shape[1], [idx]
+    for i in range(max_new_tokens):
+        nxt = sample_next(logits, temperature, top_k)
+        out.append(nxt)
+        if i == max_new_tokens - 1:
+            break
+        if max_len is not None and pos >= max_len:
+            window = torch.cat(out, 1)[:, -(max_len // 2):]
+            logits, pos = start(window), window.shape[1]
+        else:
+            logits, pos = step(nxt), pos + 1
+    return torch.cat(out, 1)
+
+
+@torch.no_grad()
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
+    """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long
+    [B, T + max_new_tokens], incrementally: one decode() of the prompt, then one token a
+    step through the Cache (never recomputing the window). Past n_ctx a position-indexed
+    model slides its window: the cache restarts from the last n_ctx / 2 tokens (one
+    recompute per n_ctx / 2 new tokens). temperature 0 is greedy; top_k keeps the k
+    most likely tokens. Raises ValueError for a prompt longer than n_ctx."""
+    cache = None
+
+    def start(tokens):                      # a fresh cache holding `tokens`
+        nonlocal cache
+        cache = Cache(len(model.blocks))
+        return model.decode(tokens, cache)[:, -1]
+    return sample_loop(idx, max_new_tokens, temperature, top_k, model.max_len, start,
+                       lambda token: model.decode(token, cache)[:, -1])
+
+
+# ----------------------------------------------------------------------------- the static-shape step
 
 
 def _write(state, key, x, idx, size):
@@ -185,9 +261,9 @@ class StaticDecoder:
 
 
 @torch.no_grad()
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None):
-    """mixer.LanguageModel.generate() through a StaticDecoder: idx long [B, T] ->
-    long [B, T + max_new_tokens], by the same loop (mixer.sample_loop). Past n_ctx a
+def generate_static(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None):
+    """generate() through a StaticDecoder: idx long [B, T] -> long [B, T +
+    max_new_tokens], by the same loop (sample_loop). Past n_ctx a
     position-indexed model slides its window as there: the caches are zeroed and
     refilled from the last n_ctx / 2 tokens. Pass `decoder` to reuse one (and its
     compiled graph) across calls. Raises ValueError for a prompt

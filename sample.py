@@ -3,7 +3,7 @@
     python sample.py --ckpt out/ckpt.pt --start "Once upon a time" --num_samples 2
     python sample.py --ckpt out/ckpt.pt --start FILE:prompt.txt --temperature 0.8 --top_k 40
 
-Generation is incremental (mixer.LanguageModel.generate): the prompt is read once,
+Generation is incremental (decode.generate): the prompt is read once,
 then each new token costs one step through the cache (dense and Toeplitz mixers,
 transformer) or the constant-size state (recurrent mixer, linear attention).
 --compile decodes through decode.py's static-shape step under torch.compile: one
@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+import decode
 from checkpoint import CheckpointError, load_checkpoint
 
 
@@ -62,10 +63,10 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     idx = torch.tensor([ids] * args.num_samples, device=args.device)
     if args.compile:
-        import decode
-        out = decode.generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None, compile=True)
+        out = decode.generate_static(model, idx, args.max_new_tokens, args.temperature, args.top_k or None,
+                                     compile=True)
     else:
-        out = model.generate(idx, args.max_new_tokens, args.temperature, args.top_k or None)
+        out = decode.generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None)
     for i, row in enumerate(out.tolist()):
         print(f'--- sample {i + 1} ({ckpt["config"]["variant"]}, step {ckpt["step"]}, '
               f'{len(row) - len(ids)} new tokens)')

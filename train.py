@@ -5,14 +5,12 @@
     python train.py config/tinystories_cpu.py --init_from=resume     # continue out_dir/ckpt.pt
 
 Settings are the module-level defaults below; a config file (plain Python
-assignments) and then --key=value arguments override them. `--variant=NAME`
-applies mixer.VARIANTS[NAME] on top of the defaults, below anything set
-explicitly. Unknown keys and wrong types are an error. `python train.py --help`
-lists every setting.
+assignments) and then --key=value arguments override them (configurator.py).
+`--variant=NAME` applies mixer.VARIANTS[NAME] on top of the defaults, below anything
+set explicitly. Unknown keys, wrong types and values out of range are an error.
+`python train.py --help` lists every setting.
 """
 
-import ast
-import ctypes
 import gc
 import json
 import math
@@ -21,7 +19,6 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, fields
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -29,7 +26,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
+import configurator
+import machine
 import mixer
+from configurator import fail
 
 # ----------------------------------------------------------------------------- defaults
 # I/O
@@ -69,86 +69,10 @@ compile = False                 # torch.compile the model
 globals().update({f.name: f.default for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')})
 # -----------------------------------------------------------------------------
 MODEL_KEYS = [f.name for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')]
-DEFAULTS = {k: v for k, v in globals().items()
-            if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))
-            and k not in ('MODEL_KEYS',)}
+DEFAULTS = configurator.collect_defaults(globals(), skip=('MODEL_KEYS',))
 
 
-def fail(msg):
-    """Print a one-line error and exit with code 2."""
-    print(f'train.py: error: {msg}', file=sys.stderr)
-    sys.exit(2)
-
-
-def coerce(key, value):
-    """Check `value` against the type of DEFAULTS[key]; ints are accepted for floats."""
-    default = DEFAULTS[key]
-    if default is None or value is None or isinstance(value, type(default)) and not (
-            isinstance(value, bool) and not isinstance(default, bool)):
-        return value
-    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    fail(f'{key} must be {type(default).__name__}, got {value!r}')
-
-
-def parse_overrides(argv):
-    """Config files and --key=value arguments -> dict of explicitly set keys."""
-    out = {}
-    for arg in argv:
-        if arg in ('-h', '--help'):
-            print(__doc__)
-            for k, v in DEFAULTS.items():
-                print(f'  --{k}={v!r}')
-            sys.exit(0)
-        if not arg.startswith('--'):
-            if not os.path.isfile(arg):
-                fail(f'config file {arg!r} not found')
-            ns = {}
-            exec(open(arg).read(), {}, ns)
-            items = [(k, v) for k, v in ns.items() if not k.startswith('_')]
-        else:
-            key, eq, text = arg[2:].partition('=')
-            if not eq:
-                fail(f'expected --key=value, got {arg!r}')
-            try:
-                value = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                value = text                       # a bare string such as --variant=toeplitz
-            items = [(key, value)]
-        for key, value in items:
-            if key not in DEFAULTS:
-                fail(f'unknown setting {key!r} (see --help)')
-            out[key] = coerce(key, value)
-    return out
-
-
-CHOICES = {'init_from': ('scratch', 'resume'), 'task': ('lm', 'autoencode'), 'optimizer': ('adamw', 'muon'),
-           'dtype': ('auto', 'float32', 'bfloat16')}
-
-
-def check_settings(cfg):
-    """Range-check the non-model settings of `cfg` (model ones are checked by
-    mixer.ModelConfig); the first violation is a one-line error, exit 2."""
-    for key, choices in CHOICES.items():
-        if cfg[key] not in choices:
-            fail(f'{key} must be one of {", ".join(map(repr, choices))}, got {cfg[key]!r}')
-    rules = [('batch_size', 1), ('grad_accum', 1), ('max_iters', 0), ('warmup_iters', 0), ('eval_interval', 1),
-             ('eval_windows', 1), ('log_interval', 1), ('weight_decay', 0), ('grad_clip', 0),
-             ('mixing_lr_mult', 0), ('min_lr', 0)]
-    for key, low in rules:
-        if cfg[key] < low:
-            fail(f'{key} must be >= {low}, got {cfg[key]!r}')
-    if cfg['mixing_weight_decay'] is not None and not (
-            isinstance(cfg['mixing_weight_decay'], (int, float)) and cfg['mixing_weight_decay'] >= 0):
-        fail(f'mixing_weight_decay must be a number >= 0 or None, got {cfg["mixing_weight_decay"]!r}')
-    if not cfg['learning_rate'] > 0:
-        fail(f'learning_rate must be > 0, got {cfg["learning_rate"]!r}')
-    if cfg['lr_decay_iters'] is not None and (not isinstance(cfg['lr_decay_iters'], int) or cfg['lr_decay_iters'] < 1):
-        fail(f'lr_decay_iters must be None or an int >= 1, got {cfg["lr_decay_iters"]!r}')
-    for key in ('beta1', 'beta2'):
-        if not 0 <= cfg[key] < 1:
-            fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
-
+# ----------------------------------------------------------------------------- optimisation
 
 def muon_params(model):
     """The parameters that optimizer='muon' gives to torch.optim.Muon: the 2-D weights of
@@ -180,6 +104,20 @@ def param_groups(model, cfg, only=None):
     return [{'params': ps, 'weight_decay': wd, 'lr_mult': mult} for (_, wd, mult), ps in groups.items()]
 
 
+def build_optimizers(model, cfg, cuda):
+    """AdamW over every parameter, or with optimizer='muon' Muon over muon_params and
+    AdamW over the rest -> list of (checkpoint key, optimizer)."""
+    muon_ids = muon_params(model) if cfg['optimizer'] == 'muon' else set()
+    adamw_ids = {id(p) for p in model.parameters()} - muon_ids
+    out = [('optimizer', torch.optim.AdamW(param_groups(model, cfg, adamw_ids), lr=cfg['learning_rate'],
+                                           betas=(cfg['beta1'], cfg['beta2']), fused=cuda))]
+    if muon_ids:
+        out.append(('optimizer_muon', torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
+                                                       weight_decay=cfg['weight_decay'],
+                                                       adjust_lr_fn='match_rms_adamw')))
+    return out
+
+
 def lr_at(it, cfg):
     """Linear warm-up to learning_rate, then cosine decay to min_lr at lr_decay_iters."""
     decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
@@ -191,11 +129,39 @@ def lr_at(it, cfg):
     return cfg['min_lr'] + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg['learning_rate'] - cfg['min_lr'])
 
 
+# ----------------------------------------------------------------------------- data and evaluation
+
 def load_tokens(path):
     """uint16 token ids of one split, memory-mapped (numpy [N])."""
     if not os.path.isfile(path):
         fail(f'{path} not found: run data/prepare.py first (or set --data_dir)')
     return np.memmap(path, dtype=np.uint16, mode='r')
+
+
+def load_data(cfg):
+    """meta.json and the two token files of cfg['data_dir'] -> (meta dict, train uint16
+    [N], val uint16 [M]); a missing file or too short a split: one line, exit 2."""
+    meta_path = os.path.join(cfg['data_dir'], 'meta.json')
+    if not os.path.isfile(meta_path):
+        fail(f'{meta_path} not found: run data/prepare.py first (or set --data_dir)')
+    with open(meta_path) as f:
+        meta = json.load(f)
+    train_data = load_tokens(os.path.join(cfg['data_dir'], 'train.bin'))
+    val_data = load_tokens(os.path.join(cfg['data_dir'], 'val.bin'))
+    if min(len(train_data), len(val_data)) < cfg['n_ctx'] + 2:
+        fail(f'token files are shorter than n_ctx + 2 = {cfg["n_ctx"] + 2} tokens')
+    return meta, train_data, val_data
+
+
+def draw_windows(gen, n_tokens, n_ctx, batch_size, grad_accum, world):
+    """Start positions of one optimiser step's windows for every rank and micro-step:
+    long [world, grad_accum, batch_size], uniform over the n_tokens - n_ctx - 1 starts.
+    Every rank holds the same generator and takes its own row, so the windows of a
+    step depend on the global batch alone: 2 ranks x batch 4 draw exactly what one
+    process with batch 8, or batch 4 and grad_accum 2, draws (test_train checks the
+    parameters agree)."""
+    n = world * grad_accum * batch_size
+    return torch.randint(n_tokens - n_ctx - 1, (n,), generator=gen).view(world, grad_accum, batch_size)
 
 
 def get_batch(data, starts, n_ctx, task, dev):
@@ -237,197 +203,7 @@ def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, bytes_per_t
     return ev
 
 
-def resolve_settings(overrides):
-    """The run's settings: defaults < variant < config files / --key=value for a fresh
-    run; for init_from='resume', the saved run's settings (ckpt['config']) < the
-    explicit overrides, each change printed. -> (cfg dict, checkpoint dict or None).
-    Model settings cannot change on resume (one-line error, exit 2)."""
-    cfg = dict(DEFAULTS)
-    var = overrides.get('variant', cfg['variant'])
-    if var not in mixer.VARIANTS:
-        fail(f'unknown variant {var!r}; choose from {", ".join(mixer.VARIANTS)}')
-    cfg.update(mixer.VARIANTS[var])
-    cfg.update(overrides)
-    if cfg['init_from'] != 'resume':
-        return cfg, None
-    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
-    if not os.path.isfile(ckpt_path):
-        fail(f'--init_from=resume but {ckpt_path} does not exist')
-    try:
-        ckpt = checkpoint.read_checkpoint(ckpt_path)
-    except checkpoint.CheckpointError as e:
-        fail(str(e))
-    saved = {k: v for k, v in ckpt.get('config', {}).items() if k in DEFAULTS}
-    saved.update({k: ckpt['model_config'][k] for k in MODEL_KEYS + ['task']})   # the architecture
-    cfg = {**DEFAULTS, **saved, 'init_from': 'resume', 'out_dir': cfg['out_dir']}
-    if int(os.environ.get('RANK', 0)) == 0:
-        print(f'resuming {ckpt_path} with its saved settings')
-    for k, v in overrides.items():
-        if k in ('init_from', 'out_dir') or v == cfg[k]:
-            continue
-        if k in MODEL_KEYS or k in ('task', 'variant'):
-            fail(f'{k} cannot change on resume (saved {cfg[k]!r}, asked {v!r})')
-        if int(os.environ.get('RANK', 0)) == 0:
-            print(f'  changed on resume: {k} = {v!r} (saved run: {cfg[k]!r})')
-        cfg[k] = v
-    if cfg['max_iters'] < ckpt['step']:
-        fail(f'max_iters={cfg["max_iters"]} is below the checkpoint\'s step {ckpt["step"]}')
-    return cfg, ckpt
-
-
-# ----------------------------------------------------------------------------- the machine
-
-def keep_freed_memory():
-    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep
-    freed memory, instead of mmap-ing each block over its threshold (32 MiB at most)
-    afresh and unmapping it on free. Such blocks come and go on every CPU training
-    step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the softmax and
-    its gradient), and each new mapping is page-faulted in again at a few GB/s.
-    Measured on 2 cores: cross entropy forward+backward on those logits 67 -> 23-28
-    ms; a CPU-config training step about 250 -> 170 ms. The cost: memory freed by
-    tensors stays with the process. Returns True if applied, False without glibc
-    (macOS, Windows, musl); never raises."""
-    try:
-        libc = ctypes.CDLL('libc.so.6')
-    except OSError:
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
-
-
-# Nominal dense bf16 peak (FLOP/s, no sparsity) of GPUs we know; others get a measured peak only.
-NOMINAL_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, 'A10': 125e12}
-
-
-def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=1.0):
-    """Measured dense matmul throughput of this machine, FLOP/s (float): the best of
-    repeated n x n x n products of `dtype` on `device` over about `seconds`."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    sync = torch.cuda.synchronize if str(device).startswith('cuda') else (lambda: None)
-    for _ in range(2):
-        a @ b
-    best = 0.0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        sync()
-        t = time.perf_counter()
-        for _ in range(4):
-            a @ b
-        sync()
-        best = max(best, 4 * 2 * n ** 3 / (time.perf_counter() - t))
-    return best
-
-
-def nominal_peak(device):
-    """Nominal bf16 dense FLOP/s of the CUDA device's model, or None if unknown / CPU."""
-    if not str(device).startswith('cuda'):
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in NOMINAL_PEAK.items() if k in name), None)
-
-
-def setup_device(cfg):
-    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is
-    started here, gloo on CPU) and the precision -> SimpleNamespace(dev, cuda, ddp,
-    rank, world, local, master, dtype ('float32' | 'bfloat16'), autocast context)."""
-    ddp = int(os.environ.get('RANK', -1)) != -1
-    dev = cfg['device']
-    if dev == 'auto':
-        dev = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if dev.startswith('cuda') and not torch.cuda.is_available():
-        fail('device cuda requested but CUDA is not available')
-    if dev == 'cpu':                   # before any thread starts (gloo's included)
-        keep_freed_memory()            # large per-step tensors: no page faults each step
-    rank, world, local = 0, 1, 0
-    if ddp:
-        rank, world, local = (int(os.environ[k]) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'))
-        if dev.startswith('cuda'):
-            dev = f'cuda:{local}'
-            torch.cuda.set_device(dev)
-        dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo')
-    cuda = dev.startswith('cuda')
-    dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
-    autocast = torch.autocast(device_type=dev.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' \
-        else nullcontext()
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    return SimpleNamespace(dev=dev, cuda=cuda, ddp=ddp, rank=rank, world=world, local=local, master=rank == 0,
-                           dtype=dtype, autocast=autocast)
-
-
-def load_data(cfg):
-    """meta.json and the two token files of cfg['data_dir'] -> (meta dict, train uint16
-    [N], val uint16 [M]); a missing file or too short a split: one line, exit 2."""
-    meta_path = os.path.join(cfg['data_dir'], 'meta.json')
-    if not os.path.isfile(meta_path):
-        fail(f'{meta_path} not found: run data/prepare.py first (or set --data_dir)')
-    with open(meta_path) as f:
-        meta = json.load(f)
-    train_data = load_tokens(os.path.join(cfg['data_dir'], 'train.bin'))
-    val_data = load_tokens(os.path.join(cfg['data_dir'], 'val.bin'))
-    if min(len(train_data), len(val_data)) < cfg['n_ctx'] + 2:
-        fail(f'token files are shorter than n_ctx + 2 = {cfg["n_ctx"] + 2} tokens')
-    return meta, train_data, val_data
-
-
-def build_optimizers(model, cfg, cuda):
-    """AdamW over every parameter, or with optimizer='muon' Muon over muon_params and
-    AdamW over the rest -> list of (checkpoint key, optimizer)."""
-    muon_ids = muon_params(model) if cfg['optimizer'] == 'muon' else set()
-    adamw_ids = {id(p) for p in model.parameters()} - muon_ids
-    out = [('optimizer', torch.optim.AdamW(param_groups(model, cfg, adamw_ids), lr=cfg['learning_rate'],
-                                           betas=(cfg['beta1'], cfg['beta2']), fused=cuda))]
-    if muon_ids:
-        out.append(('optimizer_muon', torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
-                                                       weight_decay=cfg['weight_decay'],
-                                                       adjust_lr_fn='match_rms_adamw')))
-    return out
-
-
-def restore(ckpt, model, optimizers, batch_gen, env):
-    """Load a checkpoint's model, optimiser and RNG states in place -> (step, best val loss).
-    Betas and weight decay stay those of the current settings, not the saved state's."""
-    model.load_state_dict(ckpt['model'])
-    for key, opt in optimizers:
-        fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
-        try:
-            opt.load_state_dict(ckpt[key])
-        except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
-            fail(f"the checkpoint's optimizer state does not fit these settings: {e}")
-        for g, f in zip(opt.param_groups, fresh):
-            g.update(f)
-    if env.rank < len(ckpt['rng']):
-        rng = ckpt['rng'][env.rank]
-        torch.set_rng_state(rng['torch'])
-        batch_gen.set_state(rng['batch'])
-        if env.cuda and rng.get('cuda') is not None:
-            torch.cuda.set_rng_state(rng['cuda'], env.dev)
-    return ckpt['step'], ckpt['best_val_loss']
-
-
-def gather_rng(batch_gen, env):
-    """Every rank's RNG states (torch, window generator, CUDA) -> list, one dict a rank."""
-    mine = {'torch': torch.get_rng_state(), 'batch': batch_gen.get_state(),
-            'cuda': torch.cuda.get_rng_state(env.dev) if env.cuda else None}
-    if not env.ddp:
-        return [mine]
-    everyone = [None] * env.world
-    dist.all_gather_object(everyone, mine)
-    return everyone
-
-
-def draw_windows(gen, n_tokens, n_ctx, batch_size, grad_accum, world):
-    """Start positions of one optimiser step's windows for every rank and micro-step:
-    long [world, grad_accum, batch_size], uniform over the n_tokens - n_ctx - 1 starts.
-    Every rank holds the same generator and takes its own row, so the windows of a
-    step depend on the global batch alone: 2 ranks x batch 4 draw exactly what one
-    process with batch 8, or batch 4 and grad_accum 2, draws (test_train checks the
-    parameters agree)."""
-    n = world * grad_accum * batch_size
-    return torch.randint(n_tokens - n_ctx - 1, (n,), generator=gen).view(world, grad_accum, batch_size)
-
+# ----------------------------------------------------------------------------- one step, and stopping
 
 def train_step(model, optimizers, data, starts, lr, cfg, env):
     """One optimiser step over the windows at starts long [grad_accum, batch_size]
@@ -472,67 +248,45 @@ def stop(msg, ckpt_path):
     sys.exit(1)
 
 
-class Clock:
-    """Training seconds, evaluation excluded: lap() adds the time since the last lap
-    (device synchronised) to `total` and `interval`; skip() drops it (evaluation)."""
+# ----------------------------------------------------------------------------- the run's state
 
-    def __init__(self, cuda):
-        self.cuda, self.total, self.interval = cuda, 0.0, 0.0
-        self.start = self.last = time.perf_counter()
-
-    def lap(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        self.total += now - self.last
-        self.interval += now - self.last
-        self.last = now
-
-    def skip(self):
-        self.last = time.perf_counter()
-
-
-def hms(seconds):
-    """Seconds -> 'H:MM:SS'."""
-    seconds = int(round(seconds))
-    return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+def restore(ckpt, model, optimizers, batch_gen, env):
+    """Load a checkpoint's model, optimiser and RNG states in place -> (step, best val loss).
+    Betas and weight decay stay those of the current settings, not the saved state's."""
+    model.load_state_dict(ckpt['model'])
+    for key, opt in optimizers:
+        fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+        try:
+            opt.load_state_dict(ckpt[key])
+        except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
+            fail(f"the checkpoint's optimizer state does not fit these settings: {e}")
+        for g, f in zip(opt.param_groups, fresh):
+            g.update(f)
+    if env.rank < len(ckpt['rng']):
+        rng = ckpt['rng'][env.rank]
+        torch.set_rng_state(rng['torch'])
+        batch_gen.set_state(rng['batch'])
+        if env.cuda and rng.get('cuda') is not None:
+            torch.cuda.set_rng_state(rng['cuda'], env.dev)
+    return ckpt['step'], ckpt['best_val_loss']
 
 
-def eta(clock, done, left):
-    """Time left at the mean wall time per step so far, 'H:MM:SS' ('?' before a step)."""
-    return hms((time.perf_counter() - clock.start) / done * left) if done else '?'
+def gather_rng(batch_gen, env):
+    """Every rank's RNG states (torch, window generator, CUDA) -> list, one dict a rank."""
+    mine = {'torch': torch.get_rng_state(), 'batch': batch_gen.get_state(),
+            'cuda': torch.cuda.get_rng_state(env.dev) if env.cuda else None}
+    if not env.ddp:
+        return [mine]
+    everyone = [None] * env.world
+    dist.all_gather_object(everyone, mine)
+    return everyone
 
 
-def write_log(log, rec):
-    """Append one JSON record to the open log (None on ranks > 0: nothing)."""
-    if log:
-        log.write(json.dumps(rec) + '\n')
-        log.flush()
-
-
-def main(argv):
-    """Train with the settings of `argv` (config files and --key=value). Writes out_dir/
-    ckpt.pt (checkpoint.py's format) and log.jsonl (events config, schedule, train,
-    eval, summary). Exits 2 on bad settings, data or checkpoint (one line), 1 on a
-    non-finite loss (the last checkpoint kept)."""
-    # settings
-    t_wall = time.perf_counter()
-    cfg, ckpt = resolve_settings(parse_overrides(argv))
-    check_settings(cfg)
-    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
-    log_path = os.path.join(cfg['out_dir'], 'log.jsonl')
-    if ckpt is None and not cfg['overwrite'] and any(map(os.path.exists, (ckpt_path, log_path))):
-        fail(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
-             f'pass --init_from=resume to continue it or --overwrite=True to replace it')
-    env = setup_device(cfg)
-    say = print if env.master else (lambda *a, **k: None)
-
-    # data
-    meta, train_data, val_data = load_data(cfg)
-    bytes_per_token = meta['val']['bytes_per_token']
-
-    # model and optimiser (a resumed run: their saved states)
-    os.makedirs(cfg['out_dir'], exist_ok=True)
+def build_run(cfg, ckpt, env, meta):
+    """The model (on env.dev, compiled and DDP-wrapped as asked), its optimisers, the
+    window generator, and the step and best validation loss to start from (a resumed
+    run's saved states) -> (model, raw model, model_cfg, optimizers, batch_gen, step,
+    best_val). A model config the settings make invalid: one line, exit 2."""
     try:
         model_cfg = mixer.ModelConfig(vocab_size=meta['vocab_size'], task=cfg['task'],
                                       **{k: cfg[k] for k in MODEL_KEYS})
@@ -545,44 +299,139 @@ def main(argv):
     step, best_val = 0, float('inf')
     if ckpt is not None:
         step, best_val = restore(ckpt, raw_model, optimizers, batch_gen, env)
-        say(f'resumed from {ckpt_path} at step {step}')
+        if env.master:
+            print(f'resumed from {os.path.join(cfg["out_dir"], "ckpt.pt")} at step {step}')
     model = torch.compile(raw_model) if cfg['compile'] else raw_model
     if env.ddp:
         model = DDP(model, device_ids=[env.local] if env.cuda else None)
+    return model, raw_model, model_cfg, optimizers, batch_gen, step, best_val
 
-    # the log: the run's settings, model and schedule
-    max_iters, decay_iters = cfg['max_iters'], cfg['lr_decay_iters'] or cfg['max_iters']
-    tokens_per_step = cfg['batch_size'] * cfg['n_ctx'] * cfg['grad_accum'] * env.world
-    flops_per_token = raw_model.flops_per_token(cfg['n_ctx'])
-    peak = measure_matmul_flops(env.dev, getattr(torch, env.dtype))
-    peak_nominal = nominal_peak(env.dev)
-    log = open(log_path, 'a' if ckpt is not None else 'w') if env.master else None   # scratch: a new log
+
+# ----------------------------------------------------------------------------- the log
+
+def write_log(log, rec):
+    """Append one JSON record to the open log (None on ranks > 0: nothing)."""
+    if log:
+        log.write(json.dumps(rec) + '\n')
+        log.flush()
+
+
+def log_start(log, cfg, ckpt, env, raw_model, model_cfg, step):
+    """The run's header: the 'config' and 'schedule' events, and the console lines
+    naming the model, the processes, the MFU peak and the schedule -> (FLOPs per token,
+    measured peak FLOP/s, nominal peak FLOP/s or None)."""
+    say = print if env.master else (lambda *a, **k: None)
+    flops = machine.flops_per_token(raw_model, cfg['n_ctx'])
+    peak = machine.measure_matmul_flops(env.dev, getattr(torch, env.dtype))
+    nominal = machine.nominal_peak(env.dev)
+    n_params = raw_model.num_params()
     write_log(log, {'event': 'config', 'config': cfg, 'model_config': asdict(model_cfg), 'world_size': env.world,
-                    'device': env.dev, 'dtype': env.dtype, 'params': raw_model.num_params(),
-                    'flops_per_token': flops_per_token, 'peak_flops_measured': peak,
-                    'peak_flops_nominal': peak_nominal})
+                    'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': flops,
+                    'peak_flops_measured': peak, 'peak_flops_nominal': nominal})
     say(f'{cfg["variant"]} ({model_cfg.kind}, mixing={model_cfg.mixing}, task={cfg["task"]}): '
-        f'{raw_model.num_params() / 1e6:.2f}M params, {flops_per_token / 1e6:.1f} MFLOP/token (fwd+bwd), '
-        f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step} tokens/step')
+        f'{n_params / 1e6:.2f}M params, {flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
+        f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env)} tokens/step')
     say(f'MFU is reported against the measured {env.dtype} matmul peak {peak / 1e9:.0f} GFLOP/s per process'
-        + (f', nominal {peak_nominal / 1e12:.0f} TFLOP/s' if peak_nominal else ''))
-    schedule = {'event': 'schedule', 'from_step': step, 'max_iters': max_iters, 'warmup_iters': cfg['warmup_iters'],
-                'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'], 'lr_decay_iters': decay_iters,
-                'lr_now': lr_at(step, cfg)}
+        + (f', nominal {nominal / 1e12:.0f} TFLOP/s' if nominal else ''))
+    decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
+    schedule = {'event': 'schedule', 'from_step': step, 'max_iters': cfg['max_iters'],
+                'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'],
+                'lr_decay_iters': decay_iters, 'lr_now': lr_at(step, cfg)}
     if ckpt is not None:
         schedule['lr_saved_schedule'] = lr_at(step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
             'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'max_iters')}})
     write_log(log, schedule)
-    say(f'schedule: steps {step} -> {max_iters}; lr warm-up {cfg["warmup_iters"]} steps to '
+    say(f'schedule: steps {step} -> {cfg["max_iters"]}; lr warm-up {cfg["warmup_iters"]} steps to '
         f'{cfg["learning_rate"]:.2e}, cosine to {cfg["min_lr"]:.2e} at step {decay_iters}; lr now '
         f'{schedule["lr_now"]:.2e}' + (f' (the saved run\'s schedule: {schedule["lr_saved_schedule"]:.2e})'
                                        if ckpt is not None else ''))
+    return flops, peak, nominal
+
+
+def tokens_per_step(cfg, env):
+    """Tokens of one optimiser step over all processes."""
+    return cfg['batch_size'] * cfg['n_ctx'] * cfg['grad_accum'] * env.world
+
+
+def log_eval(log, cfg, ev, step, clock, start_step):
+    """One evaluation: the console line (loss in nats/token, bits per byte, accuracy, ETA)
+    and the 'eval' event."""
+    print(f'step {step:5d}/{cfg["max_iters"]} | val loss {ev["val_loss"]:.4f} nats/token | '
+          f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
+          + (f'train windows {ev["train_windows_loss"]:.4f} | ' if cfg['eval_train'] else '') +
+          f'ETA {clock.eta(step - start_step, cfg["max_iters"] - step)}', flush=True)
+    write_log(log, {'event': 'eval', 'step': step, **ev})
+
+
+def log_train(log, cfg, env, loss, lr, step, steps, clock, start_step, flops, peak, nominal):
+    """Every log_interval steps: the loss (the mean over ranks under DDP), ms/step,
+    tokens/s and MFU since the last line -> the console line and a 'train' event."""
+    if env.ddp:                                        # the mean over ranks, not rank 0's alone
+        loss = loss.reshape(1).float()
+        dist.all_reduce(loss)
+        loss = loss / env.world
+    ms = 1000 * clock.interval / steps
+    tok_s = tokens_per_step(cfg, env) / (ms / 1000)
+    rec = {'event': 'train', 'step': step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
+           'tokens_per_s': tok_s, 'mfu': flops * tok_s / env.world / peak}
+    if nominal:
+        rec['mfu_nominal'] = flops * tok_s / env.world / nominal
+    if env.master:
+        print(f'step {step:5d}/{cfg["max_iters"]} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
+              f'{tok_s:,.0f} tok/s | MFU {100 * rec["mfu"]:.1f}%'
+              + (f' ({100 * rec["mfu_nominal"]:.1f}% of nominal)' if nominal else '')
+              + f' | ETA {clock.eta(step - start_step, cfg["max_iters"] - step)}', flush=True)
+    write_log(log, rec)
+
+
+def log_summary(log, cfg, env, last_ev, best_val, step, start_step, clock, t_wall, n_train, flops, peak, ckpt_path):
+    """The 'summary' event and line: final and best validation loss (nats/token, bits per
+    byte), steps, tokens and epochs, wall and training time, tokens/s, MFU."""
+    tokens_seen = step * tokens_per_step(cfg, env)
+    tok_s = (step - start_step) * tokens_per_step(cfg, env) / clock.total if clock.total > 0 else 0.0
+    summary = {'event': 'summary', 'final_val_loss': last_ev['val_loss'], 'final_val_bpb': last_ev['val_bpb'],
+               'final_val_acc': last_ev['val_acc'], 'best_val_loss': best_val, 'step': step,
+               'tokens_seen': tokens_seen, 'epochs': tokens_seen / n_train,
+               'train_seconds': clock.total, 'wall_seconds': time.perf_counter() - t_wall,
+               'tokens_per_s': tok_s, 'mfu': flops * tok_s / env.world / peak,
+               **({'final_train_windows_loss': last_ev['train_windows_loss']} if cfg['eval_train'] else {})}
+    write_log(log, summary)
+    print(f'summary: final val loss {summary["final_val_loss"]:.4f} nats/token '
+          f'({summary["final_val_bpb"]:.4f} bits/byte, acc {summary["final_val_acc"]:.3f}), '
+          f'best {best_val:.4f} | {step} steps, {tokens_seen:,} tokens = {summary["epochs"]:.2f} epochs | '
+          f'wall {machine.hms(summary["wall_seconds"])}, training {machine.hms(clock.total)}, {tok_s:,.0f} tok/s, '
+          f'MFU {100 * summary["mfu"]:.1f}% | checkpoint '
+          f'{ckpt_path if cfg["save_checkpoint"] and os.path.isfile(ckpt_path) else "none"}', flush=True)
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(argv):
+    """Train with the settings of `argv` (config files and --key=value). Writes out_dir/
+    ckpt.pt (checkpoint.py's format) and log.jsonl (events config, schedule, train,
+    eval, summary). Exits 2 on bad settings, data or checkpoint (one line), 1 on a
+    non-finite loss (the last checkpoint kept)."""
+    t_wall = time.perf_counter()
+    cfg, ckpt = configurator.resolve_settings(configurator.parse_overrides(argv, DEFAULTS, __doc__),
+                                              DEFAULTS, MODEL_KEYS)
+    configurator.check_settings(cfg)
+    ckpt_path, log_path = (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl'))
+    if ckpt is None and not cfg['overwrite'] and any(map(os.path.exists, (ckpt_path, log_path))):
+        fail(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
+             f'pass --init_from=resume to continue it or --overwrite=True to replace it')
+    env = machine.setup_device(cfg)
+    meta, train_data, val_data = load_data(cfg)
+    bytes_per_token = meta['val']['bytes_per_token']
+    os.makedirs(cfg['out_dir'], exist_ok=True)
+    model, raw_model, model_cfg, optimizers, batch_gen, step, best_val = build_run(cfg, ckpt, env, meta)
+    log = open(log_path, 'a' if ckpt is not None else 'w') if env.master else None   # scratch: a new log
+    flops, peak, nominal = log_start(log, cfg, ckpt, env, raw_model, model_cfg, step)
 
     # the loop: evaluate (and save) every eval_interval steps and at the end, log every log_interval
-    start_step, last_ev = step, None
+    max_iters, start_step, last_ev = cfg['max_iters'], step, None
     skip_eval = ckpt is not None and step < max_iters          # the saved step was evaluated
     pending, interval_steps = [], 0                            # losses not yet checked for finiteness
-    clock = Clock(env.cuda)
+    clock = machine.Clock(env.cuda)
     while True:
         if (step % cfg['eval_interval'] == 0 or step == max_iters) and not skip_eval:
             clock.lap()
@@ -592,13 +441,8 @@ def main(argv):
                 ev = evaluate_splits(raw_model, train_data, val_data, cfg, env.dev, env.autocast, bytes_per_token)
                 if not math.isfinite(ev['val_loss']):
                     stop(f'non-finite val loss {ev["val_loss"]} at step {step}', ckpt_path)
-                best_val = min(best_val, ev['val_loss'])
-                last_ev = {'step': step, **ev}
-                print(f'step {step:5d}/{max_iters} | val loss {ev["val_loss"]:.4f} nats/token | '
-                      f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
-                      + (f'train windows {ev["train_windows_loss"]:.4f} | ' if cfg['eval_train'] else '') +
-                      f'ETA {eta(clock, step - start_step, max_iters - step)}', flush=True)
-                write_log(log, {'event': 'eval', 'step': step, **ev})
+                best_val, last_ev = min(best_val, ev['val_loss']), {'step': step, **ev}
+                log_eval(log, cfg, ev, step, clock, start_step)
                 if cfg['save_checkpoint'] and step > 0:
                     checkpoint.save_checkpoint(
                         ckpt_path, raw_model, asdict(model_cfg), cfg, step, best_val, rng,
@@ -619,44 +463,16 @@ def main(argv):
         if step % cfg['log_interval'] == 0:
             clock.lap()
             stop_if_not_finite(pending, ckpt_path)
-            if env.ddp:                                        # the mean over ranks, not rank 0's alone
-                loss = loss.reshape(1).float()
-                dist.all_reduce(loss)
-                loss = loss / env.world
-            ms = 1000 * clock.interval / interval_steps
-            tok_s = tokens_per_step / (ms / 1000)
-            rec = {'event': 'train', 'step': step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
-                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak}
-            if peak_nominal:
-                rec['mfu_nominal'] = flops_per_token * tok_s / env.world / peak_nominal
-            say(f'step {step:5d}/{max_iters} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
-                f'{tok_s:,.0f} tok/s | MFU {100 * rec["mfu"]:.1f}%'
-                + (f' ({100 * rec["mfu_nominal"]:.1f}% of nominal)' if peak_nominal else '')
-                + f' | ETA {eta(clock, step - start_step, max_iters - step)}', flush=True)
-            write_log(log, rec)
+            log_train(log, cfg, env, loss, lr, step, interval_steps, clock, start_step, flops, peak, nominal)
             clock.interval, interval_steps = 0.0, 0
 
-    # the summary
     if env.master:
         if last_ev is None or last_ev['step'] != step:       # e.g. resumed past its max_iters
             last_ev = {'step': step, **evaluate_splits(raw_model, train_data, val_data, cfg, env.dev, env.autocast,
                                                        bytes_per_token)}
             best_val = min(best_val, last_ev['val_loss'])
-        tokens_seen = step * tokens_per_step
-        tok_s = (step - start_step) * tokens_per_step / clock.total if clock.total > 0 else 0.0
-        summary = {'event': 'summary', 'final_val_loss': last_ev['val_loss'], 'final_val_bpb': last_ev['val_bpb'],
-                   'final_val_acc': last_ev['val_acc'], 'best_val_loss': best_val, 'step': step,
-                   'tokens_seen': tokens_seen, 'epochs': tokens_seen / len(train_data),
-                   'train_seconds': clock.total, 'wall_seconds': time.perf_counter() - t_wall,
-                   'tokens_per_s': tok_s, 'mfu': flops_per_token * tok_s / env.world / peak,
-                   **({'final_train_windows_loss': last_ev['train_windows_loss']} if cfg['eval_train'] else {})}
-        write_log(log, summary)
-        print(f'summary: final val loss {summary["final_val_loss"]:.4f} nats/token '
-              f'({summary["final_val_bpb"]:.4f} bits/byte, acc {summary["final_val_acc"]:.3f}), '
-              f'best {best_val:.4f} | {step} steps, {tokens_seen:,} tokens = {summary["epochs"]:.2f} epochs | '
-              f'wall {hms(summary["wall_seconds"])}, training {hms(clock.total)}, {tok_s:,.0f} tok/s, '
-              f'MFU {100 * summary["mfu"]:.1f}% | checkpoint '
-              f'{ckpt_path if cfg["save_checkpoint"] and os.path.isfile(ckpt_path) else "none"}', flush=True)
+        log_summary(log, cfg, env, last_ev, best_val, step, start_step, clock, t_wall, len(train_data), flops, peak,
+                    ckpt_path)
         log.close()
     if env.ddp:
         dist.barrier()                 # rank 0 may still be evaluating and saving

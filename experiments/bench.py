@@ -23,7 +23,7 @@ Tables (stdout is clean markdown; progress lines go to stderr):
    transformer with its KV cache and linear attention.
 5. Token-mixing paths: the Toeplitz mixing as a matrix or an FFT, the recurrent
    mixing in one chunk or in chunks, per length (behind fft_threshold, chunk_size).
-6. Decode step: batch-1 ms/token of the eager decode (mixer.Cache), of decode.py's
+6. Decode step: batch-1 ms/token of the eager decode (decode.Cache), of decode.py's
    static-shape step, eager and under torch.compile, against the weight-read limit:
    parameter bytes / the measured copy bandwidth (STREAM's convention: bytes read +
    written per second of a large tensor copy), the time to read every weight once.
@@ -45,8 +45,8 @@ from contextlib import nullcontext
 import torch
 
 import decode
+import machine
 import mixer
-import train
 from experiments.runner import ROOT
 
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode')
@@ -97,7 +97,7 @@ def is_oom(err):
         s in str(err).lower() for s in ('out of memory', "can't allocate memory"))
 
 
-def machine(args):
+def machine_line(args):
     """One line naming the machine: GPU name or CPU model, torch version, threads."""
     if args.device.type == 'cuda':
         name = torch.cuda.get_device_name(args.device)
@@ -113,9 +113,9 @@ def machine(args):
 def bench_peak(args):
     """Measured (and nominal, on known GPUs) matmul peak, FLOP/s -> dict."""
     dtype = torch.bfloat16 if args.dtype == 'bf16' else torch.float32
-    measured = train.measure_matmul_flops(args.device, dtype, n=512 if args.quick else 1024,
+    measured = machine.measure_matmul_flops(args.device, dtype, n=512 if args.quick else 1024,
                                           seconds=0.1 if args.quick else 0.5)
-    peak = dict(measured=measured, nominal=train.nominal_peak(args.device))
+    peak = dict(measured=measured, nominal=machine.nominal_peak(args.device))
     rows = [[f'measured {args.dtype} matmul', f'{measured / 1e9:.1f}']]
     if peak['nominal']:
         rows.append(['nominal bf16 dense (datasheet)', f'{peak["nominal"] / 1e9:.1f}'])
@@ -159,7 +159,7 @@ def bench_train(args, peak):
         log(f'train: {name}')
         model, ms, warm = train_step_ms(name, args)
         tok_s = args.batch_size * args.n_ctx / (ms / 1e3)
-        results[name] = (model.num_params(), ms, tok_s, model.flops_per_token(args.n_ctx) * tok_s)
+        results[name] = (model.num_params(), ms, tok_s, machine.flops_per_token(model, args.n_ctx) * tok_s)
         if args.compile:
             log(f'train: {name}, torch.compile')
             _, c_ms, c_warm = train_step_ms(name, args, compile=True)
@@ -176,7 +176,7 @@ def bench_train(args, peak):
         rows.append(row)
     print(f'## Training throughput\n\n_Forward + backward + AdamW, batch {args.batch_size} x n_ctx {args.n_ctx}, '
           f'd_model {args.d_model}, n_layer {args.n_layer}, vocab {args.vocab_size}, {args.dtype}; median of '
-          f'{args.steps} steps after {args.warmup} warm-up. MFU = model.flops_per_token(n_ctx) x tokens/s / '
+          f'{args.steps} steps after {args.warmup} warm-up. MFU = machine.flops_per_token(model, n_ctx) x tokens/s / '
           f'measured peak; "vs transformer" is the tokens/s ratio'
           f'{COMPILED_NOTE if args.compile else ""}._\n')
     header = ['variant', 'params', 'ms/step', 'tokens/s', 'MFU'] + (['MFU (nominal)'] if peak['nominal'] else [])
@@ -287,10 +287,10 @@ def time_generation(model, prompt_len, n_new, recompute, args):
     """Greedy generation after a random prompt of prompt_len tokens, batch 1.
 
     recompute=True runs a full forward over the current window for each token;
-    otherwise model.decode() one token at a time through a mixer.Cache (what
+    otherwise model.decode() one token at a time through a decode.Cache (what
     model.generate() does). Returns (prefill ms, median ms per new token, cache bytes)."""
     idx = torch.randint(args.vocab_size, (1, prompt_len), device=args.device)
-    cache = None if recompute else mixer.Cache(len(model.blocks))
+    cache = None if recompute else decode.Cache(len(model.blocks))
     times = []
     with autocast(args):
         for i in range(n_new + 1):
@@ -302,7 +302,7 @@ def time_generation(model, prompt_len, n_new, recompute, args):
                 logits = model.decode(idx if i == 0 else idx[:, -1:], cache)[:, -1]
             sync(args.device)
             times.append(1e3 * (time.perf_counter() - t0))
-            idx = torch.cat([idx, mixer.sample_next(logits, temperature=0)], dim=1)
+            idx = torch.cat([idx, decode.sample_next(logits, temperature=0)], dim=1)
     return times[0], statistics.median(times[1:]), 0 if recompute else cache.nbytes()
 
 
@@ -330,7 +330,7 @@ def bench_generation(args):
           f'{args.dtype}. ms/token is the median over the new tokens timed ({args.new_tokens} per prompt; only '
           f'{args.recompute_tokens} for the window recompute, which runs a full forward per token); tokens/s = '
           f'1000 / ms/token. "vs recompute": speed-up over the window recompute at the same prompt; "vs prompt '
-          f'{prompts[0]}": ms/token relative to the same method at prompt {prompts[0]}; cache: mixer.Cache.nbytes() '
+          f'{prompts[0]}": ms/token relative to the same method at prompt {prompts[0]}; cache: decode.Cache.nbytes() '
           f'at the end._\n')
     print(md_table(['method', 'prompt', 'tokens timed', 'prefill ms', 'ms/token', 'tokens/s', 'vs recompute',
                     f'vs prompt {prompts[0]}', 'cache'], rows) + '\n')
@@ -418,7 +418,7 @@ def bench_decode(args):
             prompt = torch.randint(args.vocab_size, (1, args.decode_n_ctx // 4), device=args.device)
             wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
             limit = 1e3 * wbytes / bandwidth
-            cache = mixer.Cache(n_layer)
+            cache = decode.Cache(n_layer)
             with autocast(args):
                 eager = decode_ms(lambda idx: model.decode(idx, cache)[:, -1], prompt, args.decode_tokens)
                 static = decode_ms(decode.StaticDecoder(model).step, prompt, args.decode_tokens)
@@ -435,7 +435,7 @@ def bench_decode(args):
           f'{args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt. Weight-read limit = '
           f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
           f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: '
-          f'LanguageModel.decode with mixer.Cache; static: decode.StaticDecoder (caches at n_ctx, one graph '
+          f'LanguageModel.decode with decode.Cache; static: decode.StaticDecoder (caches at n_ctx, one graph '
           f'for every position), eager and torch.compile\'d (inductor); compiles: graphs compiled for all the '
           f'tokens._\n')
     print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms', 'static ms',
@@ -528,9 +528,9 @@ def main(argv=None):
     if args.mem_cells:
         return mem_child(args)
     if args.device.type == 'cpu':
-        train.keep_freed_memory()   # as train.py does (the memory table's children do not)
+        machine.keep_freed_memory()   # as train.py does (the memory table's children do not)
     start = time.perf_counter()
-    print(f'# bench.py\n\n{machine(args)}\n')
+    print(f'# bench.py\n\n{machine_line(args)}\n')
     peak = bench_peak(args)
     for name, bench in (('train', lambda: bench_train(args, peak)), ('memory', lambda: bench_memory(args)),
                         ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args)),

@@ -167,7 +167,7 @@ class TestBF16(unittest.TestCase):
             idx = torch.randint(0, 64, (2, TINY['n_ctx']))
             with torch.autocast('cpu', dtype=torch.bfloat16):
                 full = model(idx)[0].float()
-                cache = mixer.Cache(TINY['n_layer'])
+                cache = decode.Cache(TINY['n_layer'])
                 pieces = torch.cat([model.decode(idx[:, :5], cache)]
                                    + [model.decode(idx[:, t:t + 1], cache) for t in range(5, 24)], 1).float()
                 dec = decode.StaticDecoder(model)
@@ -210,7 +210,7 @@ class TestStaticDecode(unittest.TestCase):
 
     def test_every_kind_equals_the_eager_decode(self):
         """Per token, the full forward's logits; greedy generation past n_ctx (the
-        window slides) gives model.generate's tokens."""
+        window slides) gives decode.generate's tokens."""
         for name in mixer.VARIANTS:
             model = tiny_model(name)
             idx = torch.randint(0, 64, (2, TINY['n_ctx']))
@@ -218,8 +218,8 @@ class TestStaticDecode(unittest.TestCase):
             logits = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(24)], 1)
             with self.subTest(variant=name):
                 torch.testing.assert_close(logits, model(idx)[0], atol=1e-5, rtol=1e-5)
-                self.assertTrue(torch.equal(decode.generate(model, idx[:, :5], 40, temperature=0),
-                                            model.generate(idx[:, :5], 40, temperature=0)))
+                self.assertTrue(torch.equal(decode.generate_static(model, idx[:, :5], 40, temperature=0),
+                                            decode.generate(model, idx[:, :5], 40, temperature=0)))
 
     def test_one_compiled_graph_serves_every_position(self):
         """Through torch.compile (the trace-only 'eager' backend): 60 greedy tokens
@@ -230,10 +230,10 @@ class TestStaticDecode(unittest.TestCase):
             model = tiny_model(name)
             idx = torch.randint(0, 64, (1, 5))
             dec = decode.StaticDecoder(model, compile=True, backend='eager')
-            out = decode.generate(model, idx, 60, temperature=0, decoder=dec)
+            out = decode.generate_static(model, idx, 60, temperature=0, decoder=dec)
             with self.subTest(variant=name):
                 self.assertEqual(dec.compiles, 1)
-                self.assertTrue(torch.equal(out, model.generate(idx, 60, temperature=0)))
+                self.assertTrue(torch.equal(out, decode.generate(model, idx, 60, temperature=0)))
                 if name == 'recurrent':
                     self.assertEqual([{k: tuple(v.shape) for k, v in s.items()} for s in dec.layers],
                                      [{'h': (1, 4, TINY['d_model'] // 4)}] * TINY['n_layer'])
@@ -244,9 +244,9 @@ class TestStaticDecode(unittest.TestCase):
         model = tiny_model('flat', d_model=64)
         idx = torch.randint(0, 64, (1, 5))
         dec = decode.StaticDecoder(model, compile=True)
-        out = decode.generate(model, idx, 30, temperature=0, decoder=dec)
+        out = decode.generate_static(model, idx, 30, temperature=0, decoder=dec)
         self.assertEqual(dec.compiles, 1)
-        self.assertTrue(torch.equal(out, model.generate(idx, 30, temperature=0)))
+        self.assertTrue(torch.equal(out, decode.generate(model, idx, 30, temperature=0)))
 
     def test_past_n_ctx_is_an_error(self):
         dec = decode.StaticDecoder(tiny_model('flat'))
@@ -254,7 +254,7 @@ class TestStaticDecode(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, 'past n_ctx'):
             dec.step(torch.zeros(1, 1, dtype=torch.long))
         with self.assertRaisesRegex(ValueError, 'longer than n_ctx'):
-            decode.generate(dec.model, torch.zeros(1, 25, dtype=torch.long), 1)
+            decode.generate_static(dec.model, torch.zeros(1, 25, dtype=torch.long), 1)
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ import unittest
 import numpy as np
 import torch
 
+import decode
 import mixer
 from tests.common import TINY, prepared_data, tiny_model
 
@@ -92,7 +93,7 @@ class TestIncremental(unittest.TestCase):
             idx = torch.randint(0, 64, (2, TINY['n_ctx']))
             full, _ = model(idx)
             for cuts in ((1,) * 24, (5, 1, 1, 10, 7), (24,)):
-                cache, outs, pos = mixer.Cache(TINY['n_layer']), [], 0
+                cache, outs, pos = decode.Cache(TINY['n_layer']), [], 0
                 for n in cuts:
                     outs.append(model.decode(idx[:, pos:pos + n], cache))
                     pos += n
@@ -103,7 +104,7 @@ class TestIncremental(unittest.TestCase):
         for name in mixer.VARIANTS:
             model = tiny_model(name)
             prompt = torch.randint(0, 64, (1, 5))
-            out = model.generate(prompt, 12, temperature=0)
+            out = decode.generate(model, prompt, 12, temperature=0)
             seq = prompt
             for _ in range(12):   # the slow reference: a full forward per token
                 seq = torch.cat([seq, model(seq)[0][:, -1].argmax(-1, keepdim=True)], 1)
@@ -117,15 +118,15 @@ class TestIncremental(unittest.TestCase):
         half = TINY['n_ctx'] // 2
         for name in ('flat', 'transformer', 'recurrent', 'linear_attention'):
             model = tiny_model(name)
-            calls, decode = [], model.decode
+            calls, model_decode = [], model.decode
 
             def spy(idx, cache):
                 pos = cache.pos
-                logits = decode(idx, cache)
+                logits = model_decode(idx, cache)
                 calls.append((pos, idx, logits))
                 return logits
             model.decode = spy
-            out = model.generate(torch.randint(0, 64, (2, 20)), 40, temperature=0)
+            out = decode.generate(model, torch.randint(0, 64, (2, 20)), 40, temperature=0)
             del model.decode
             window, n_out, slides = None, 20, 0
             for pos, idx, logits in calls:
@@ -144,7 +145,7 @@ class TestIncremental(unittest.TestCase):
                 self.assertEqual(out.shape, (2, 60))
                 self.assertEqual(slides, 0 if name == 'linear_attention' else 3)   # at 24, 36 and 48 tokens
         with self.assertRaises(ValueError):
-            tiny_model('flat').generate(torch.zeros(1, 25, dtype=torch.long), 1)
+            decode.generate(tiny_model('flat'), torch.zeros(1, 25, dtype=torch.long), 1)
 
 
 # ----------------------------------------------------------------------------- variants
@@ -332,7 +333,7 @@ class TestRecurrent(unittest.TestCase):
 
     def test_state_size_does_not_grow(self):
         model = tiny_model('recurrent', n_ctx=4096)
-        cache = mixer.Cache(TINY['n_layer'])
+        cache = decode.Cache(TINY['n_layer'])
         model.decode(torch.randint(0, 64, (1, 8)), cache)
         shapes = [tuple(s['h'].shape) for s in cache.layers]
         nbytes = cache.nbytes()
@@ -347,7 +348,7 @@ class TestRecurrent(unittest.TestCase):
         """Linear attention decodes with S [B, H, e, e] and s [B, H, e] per layer: the
         same bytes after 8 tokens and after 208 (no cache of past tokens)."""
         model = tiny_model('linear_attention')
-        cache = mixer.Cache(TINY['n_layer'])
+        cache = decode.Cache(TINY['n_layer'])
         model.decode(torch.randint(0, 64, (1, 8)), cache)
         shapes = [{k: tuple(v.shape) for k, v in s.items()} for s in cache.layers]
         nbytes = cache.nbytes()

@@ -422,13 +422,13 @@ class TestMachine(unittest.TestCase):
         """A 48 MiB tensor made and freed 5 times page-faults its memory in every time
         under glibc's defaults, and (once the heap has settled) about never after
         keep_freed_memory() is applied."""
-        code = ("import resource, torch, train\n"
+        code = ("import resource, torch, machine\n"
                 "def faults():\n"
                 "    torch.zeros(12 << 20)\n"
                 "    f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
                 "    for _ in range(5): torch.zeros(12 << 20)\n"
                 "    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f\n"
-                "before = faults(); applied = train.keep_freed_memory()\n"
+                "before = faults(); applied = machine.keep_freed_memory()\n"
                 "print(before, applied, min(faults() for _ in range(3)))\n")     # once the heap has settled
         r = run('-c', code)
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -1,0 +1,174 @@
+"""train.py's settings: its module-level defaults, overridden by config files and then by
+--key=value arguments, type- and range-checked, and on --init_from=resume restored
+from the checkpoint (nanoGPT's configurator.py, made strict).
+
+    python train.py config/tinystories_cpu.py --variant=toeplitz --max_iters=500
+
+A config file holds plain Python assignments (`n_layer = 4`). Values given as
+--key=value are Python literals (`--lr_decay_iters=None`, `--compile=True`) or bare
+strings (`--variant=toeplitz`). Unknown keys, wrong types, values out of range,
+non-finite numbers and config files that do not run are a one-line error and exit
+status 2, wherever the value came from: the merged settings are checked, not the
+argument strings.
+"""
+
+import ast
+import math
+import os
+import sys
+
+import checkpoint
+import mixer
+
+# Settings with a fixed set of values, and the numeric settings' lower bounds.
+CHOICES = {'init_from': ('scratch', 'resume'), 'task': ('lm', 'autoencode'), 'optimizer': ('adamw', 'muon'),
+           'dtype': ('auto', 'float32', 'bfloat16')}
+AT_LEAST = {'batch_size': 1, 'grad_accum': 1, 'max_iters': 0, 'warmup_iters': 0, 'eval_interval': 1,
+            'eval_windows': 1, 'log_interval': 1, 'weight_decay': 0, 'grad_clip': 0, 'mixing_lr_mult': 0,
+            'min_lr': 0}
+
+
+def fail(msg):
+    """Print a one-line error 'train.py: error: msg' and exit with status 2."""
+    print(f'train.py: error: {msg}', file=sys.stderr)
+    sys.exit(2)
+
+
+def collect_defaults(namespace, skip=()):
+    """The settings of a module namespace (train.py's globals()): every public name
+    bound to an int, float, bool, str or None, in order, except those in `skip`."""
+    return {k: v for k, v in namespace.items() if not k.startswith('_') and k not in skip
+            and isinstance(v, (int, float, bool, str, type(None)))}
+
+
+def coerce(defaults, key, value):
+    """`value` checked against the type of defaults[key] (None is free; an int is taken
+    for a float) -> the value; a wrong type: one-line error, exit 2."""
+    default = defaults[key]
+    if default is None or value is None or isinstance(value, type(default)) and not (
+            isinstance(value, bool) and not isinstance(default, bool)):
+        return value
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    fail(f'{key} must be {type(default).__name__}, got {value!r}')
+
+
+def read_config_file(path):
+    """The public assignments of a config file -> list of (key, value). A missing file or
+    one that does not run (a syntax error, a name error) is a one-line error naming
+    the file and line."""
+    if not os.path.isfile(path):
+        fail(f'config file {path!r} not found')
+    ns = {}
+    try:
+        with open(path, encoding='utf-8') as f:
+            code = compile(f.read(), path, 'exec')
+        exec(code, {}, ns)
+    except SyntaxError as e:
+        fail(f'config file {path}, line {e.lineno}: {e.msg}')
+    except Exception as e:                          # the file's own code failed
+        line = next((t.tb_lineno for t in _frames(e.__traceback__) if t.tb_frame.f_code.co_filename == path), '?')
+        fail(f'config file {path}, line {line}: {type(e).__name__}: {e}')
+    return [(k, v) for k, v in ns.items() if not k.startswith('_')]
+
+
+def _frames(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+def parse_overrides(argv, defaults, usage):
+    """Config files and --key=value arguments -> dict of the keys they set, each coerced to
+    its default's type. --help prints `usage` and every setting with its default, exit 0."""
+    out = {}
+    for arg in argv:
+        if arg in ('-h', '--help'):
+            print(usage)
+            for k, v in defaults.items():
+                print(f'  --{k}={v!r}')
+            sys.exit(0)
+        if not arg.startswith('--'):
+            items = read_config_file(arg)
+        else:
+            key, eq, text = arg[2:].partition('=')
+            if not eq:
+                fail(f'expected --key=value, got {arg!r}')
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                value = text                       # a bare string such as --variant=toeplitz
+            items = [(key, value)]
+        for key, value in items:
+            if key not in defaults:
+                fail(f'unknown setting {key!r} (see --help)')
+            out[key] = coerce(defaults, key, value)
+    return out
+
+
+def check_settings(cfg):
+    """Range-check the merged non-model settings (the model's are mixer.ModelConfig's): the
+    first violation is a one-line error, exit 2. Non-finite numbers are refused."""
+    for key, value in cfg.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f'{key} must be a finite number, got {value!r}')
+    for key, choices in CHOICES.items():
+        if cfg[key] not in choices:
+            fail(f'{key} must be one of {", ".join(map(repr, choices))}, got {cfg[key]!r}')
+    for key, low in AT_LEAST.items():
+        if key in cfg and cfg[key] < low:
+            fail(f'{key} must be >= {low}, got {cfg[key]!r}')
+    if cfg['mixing_weight_decay'] is not None and not (
+            isinstance(cfg['mixing_weight_decay'], (int, float)) and cfg['mixing_weight_decay'] >= 0):
+        fail(f'mixing_weight_decay must be a number >= 0 or None, got {cfg["mixing_weight_decay"]!r}')
+    if not cfg['learning_rate'] > 0:
+        fail(f'learning_rate must be > 0, got {cfg["learning_rate"]!r}')
+    if cfg['lr_decay_iters'] is not None and (not isinstance(cfg['lr_decay_iters'], int) or cfg['lr_decay_iters'] < 1):
+        fail(f'lr_decay_iters must be None or an int >= 1, got {cfg["lr_decay_iters"]!r}')
+    for key in ('beta1', 'beta2'):
+        if not 0 <= cfg[key] < 1:
+            fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
+    for key in ('out_dir', 'data_dir'):
+        if not cfg[key].strip():
+            fail(f'{key} must name a folder, got {cfg[key]!r}')
+
+
+def resolve_settings(overrides, defaults, model_keys):
+    """The run's settings: defaults < the variant's (mixer.VARIANTS) < config files and
+    --key=value for a fresh run; for init_from='resume', the saved run's settings
+    (ckpt['config'], and its architecture ckpt['model_config']) < the explicit
+    overrides, each change printed. -> (settings dict, checkpoint dict or None). Model
+    settings cannot change on resume; that and an unreadable checkpoint are one-line
+    errors, exit 2."""
+    cfg = dict(defaults)
+    var = overrides.get('variant', cfg['variant'])
+    if var not in mixer.VARIANTS:
+        fail(f'unknown variant {var!r}; choose from {", ".join(mixer.VARIANTS)}')
+    cfg.update(mixer.VARIANTS[var])
+    cfg.update(overrides)
+    if cfg['init_from'] != 'resume':
+        return cfg, None
+    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
+    if not os.path.isfile(ckpt_path):
+        fail(f'--init_from=resume but {ckpt_path} does not exist')
+    try:
+        ckpt = checkpoint.read_checkpoint(ckpt_path)
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
+    saved = {k: v for k, v in ckpt.get('config', {}).items() if k in defaults}
+    saved.update({k: ckpt['model_config'][k] for k in model_keys + ['task']})   # the architecture
+    cfg = {**defaults, **saved, 'init_from': 'resume', 'out_dir': cfg['out_dir']}
+    master = int(os.environ.get('RANK', 0)) == 0
+    if master:
+        print(f'resuming {ckpt_path} with its saved settings')
+    for k, v in overrides.items():
+        if k in ('init_from', 'out_dir') or v == cfg[k]:
+            continue
+        if k in model_keys or k in ('task', 'variant'):
+            fail(f'{k} cannot change on resume (saved {cfg[k]!r}, asked {v!r})')
+        if master:
+            print(f'  changed on resume: {k} = {v!r} (saved run: {cfg[k]!r})')
+        cfg[k] = v
+    if cfg['max_iters'] < ckpt['step']:
+        fail(f'max_iters={cfg["max_iters"]} is below the checkpoint\'s step {ckpt["step"]}')
+    return cfg, ckpt

@@ -1,0 +1,169 @@
+"""The machine under train.py and bench.py: the device, the processes and the precision;
+FLOPs per token and the peak they are measured against (MFU); the training clock.
+
+    env = setup_device(cfg)                # cfg: train.py's settings; starts DDP under torchrun
+    mfu = flops_per_token(model) * tokens_per_s / peak_flops(env.dev, dtype)
+"""
+
+import ctypes
+import math
+import os
+import time
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import mixer
+from configurator import fail
+
+
+def keep_freed_memory():
+    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep
+    freed memory, instead of mmap-ing each block over its threshold (32 MiB at most)
+    afresh and unmapping it on free. Such blocks come and go on every CPU training
+    step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the softmax and
+    its gradient), and each new mapping is page-faulted in again at a few GB/s.
+    Measured on 2 cores: cross entropy forward+backward on those logits 67 -> 23-28
+    ms; a CPU-config training step about 250 -> 170 ms. The cost: memory freed by
+    tensors stays with the process. Returns True if applied, False without glibc
+    (macOS, Windows, musl); never raises."""
+    try:
+        libc = ctypes.CDLL('libc.so.6')
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+# ----------------------------------------------------------------------------- FLOPs and peaks
+
+def mixing_flops(m, T):
+    """Forward FLOPs per token of one sequence mixing's own products at length T
+    (projections excluded: they are nn.Linear), 0 for any other module. Counted as
+    computed: the dense mixer's full T x T product, zeros included; attention's QK^T
+    and AV in full; the Toeplitz FFT as ~2.5 n log2 n a transform of length n = 2T."""
+    if isinstance(m, mixer.MaskedMixing):
+        return 2 * T * m.d_model * m.e * (m.k + (m.e > 1))
+    if isinstance(m, mixer.ToeplitzMixing):
+        if T >= m.fft_threshold:        # rfft(z) + irfft of length 2T + the product
+            return int(m.d_model * (10 * math.log2(2 * T) + 6))
+        return 2 * T * m.d_model
+    if isinstance(m, mixer.RecurrentMixing):
+        return 2 * min(T, m.chunk_size) * m.d_model
+    if isinstance(m, mixer.Attention):
+        return 4 * T * m.qkv.in_features
+    if isinstance(m, mixer.LinearAttention):
+        d = m.qkv.in_features
+        return 4 * min(T, m.chunk_size) * d + 4 * d * d // m.n_head
+    return 0
+
+
+def flops_per_token(model, T=None):
+    """Training FLOPs per token (forward + backward = 3 x forward) of a mixer model at
+    length T (default n_ctx): 2 per weight of every nn.Linear (the LM head included)
+    plus each sequence mixing's (mixing_flops). Norms, activations and the embedding
+    lookup are not counted."""
+    T = T or model.cfg.n_ctx
+    fwd = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
+    fwd += sum(mixing_flops(m, T) for m in model.modules())
+    return 3 * fwd
+
+
+# Nominal dense bf16 peak (FLOP/s, no sparsity) of GPUs we know; others get a measured peak only.
+NOMINAL_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, 'A10': 125e12}
+
+
+def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=1.0):
+    """Measured dense matmul throughput of this machine, FLOP/s (float): the best of
+    repeated n x n x n products of `dtype` on `device` over about `seconds`."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    sync = (lambda: torch.cuda.synchronize(device)) if str(device).startswith('cuda') else (lambda: None)
+    for _ in range(2):
+        a @ b
+    best = 0.0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        sync()
+        t = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        sync()
+        best = max(best, 4 * 2 * n ** 3 / (time.perf_counter() - t))
+    return best
+
+
+def nominal_peak(device):
+    """Nominal bf16 dense FLOP/s of the CUDA device's model, or None if unknown / CPU."""
+    if not str(device).startswith('cuda'):
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in NOMINAL_PEAK.items() if k in name), None)
+
+
+# ----------------------------------------------------------------------------- device and processes
+
+def setup_device(cfg):
+    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is
+    started here, NCCL on CUDA, gloo on CPU) and the precision of train.py's settings
+    cfg -> SimpleNamespace(dev, cuda, ddp, rank, world, local, master, dtype ('float32' |
+    'bfloat16'), autocast context). An unavailable device: one-line error, exit 2."""
+    ddp = int(os.environ.get('RANK', -1)) != -1
+    dev = cfg['device']
+    if dev == 'auto':
+        dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if dev.startswith('cuda') and not torch.cuda.is_available():
+        fail('device cuda requested but CUDA is not available')
+    if dev == 'cpu':                   # before any thread starts (gloo's included)
+        keep_freed_memory()            # large per-step tensors: no page faults each step
+    rank, world, local = 0, 1, 0
+    if ddp:
+        rank, world, local = (int(os.environ[k]) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'))
+        if dev.startswith('cuda'):
+            dev = f'cuda:{local}'
+            torch.cuda.set_device(dev)
+        dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo')
+    cuda = dev.startswith('cuda')
+    dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
+    autocast = torch.autocast(device_type=dev.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' \
+        else nullcontext()
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return SimpleNamespace(dev=dev, cuda=cuda, ddp=ddp, rank=rank, world=world, local=local, master=rank == 0,
+                           dtype=dtype, autocast=autocast)
+
+
+# ----------------------------------------------------------------------------- time
+
+class Clock:
+    """Training seconds, evaluation excluded: lap() adds the time since the last lap
+    (device synchronised) to `total` and `interval`; skip() drops it (evaluation)."""
+
+    def __init__(self, cuda):
+        self.cuda, self.total, self.interval = cuda, 0.0, 0.0
+        self.start = self.last = time.perf_counter()
+
+    def lap(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self.total += now - self.last
+        self.interval += now - self.last
+        self.last = now
+
+    def skip(self):
+        self.last = time.perf_counter()
+
+    def eta(self, done, left):
+        """Time left at the mean wall time per step so far, 'H:MM:SS' ('?' before a step)."""
+        return hms((time.perf_counter() - self.start) / done * left) if done else '?'
+
+
+def hms(seconds):
+    """Seconds -> 'H:MM:SS'."""
+    seconds = int(round(seconds))
+    return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
