@@ -5,20 +5,12 @@ Language Generation and Retrieval").
     python retrieval.py --ckpt out/mixer/ckpt.pt --ckpt out/transformer/ckpt.pt
     python retrieval.py --ckpt out/ckpt.pt --pairs summaries.jsonl --n_candidates 2 8 32
 
-Pairs. Each item is a (query, target) pair of texts. By default they are made
-from stories with the inverse cloze task (Lee et al. 2019): the query is one
-sentence taken out of a story, the target is the story with that sentence
-removed. The stories are those of --data_dir's val.bin (--split), decoded with
-the data dir's tokenizer (byte-level BPE, so decoding gives the exact text), or
-the stories of a raw --text file (split on <|endoftext|>). Sentences are split
-by a simple rule: a sentence ends at a run of . ! or ? (plus any closing quotes
-or brackets) followed by whitespace or the end of the story; abbreviations such
-as "Mr." therefore end a sentence too. Stories with fewer than 3 sentences are
-skipped; the query is drawn (fixed seed) among the sentences of >= 4 words
-(any sentence if none) whose text does not occur again in the rest of the
-story, so the query never appears in its target. --pairs FILE.jsonl instead
-reads {"query": ..., "target": ...} objects, one per line (each line its own
-story). The train / test split is by story (--test_frac of the stories).
+Pairs (data/pairs.py: the sentence rule and how the query is drawn). Each item
+is a (query, target) pair of texts: by default, with the inverse cloze task
+(Lee et al. 2019), one sentence taken out of a story of --data_dir's val.bin
+(--split) or of a raw --text file, and the story without it; --pairs FILE.jsonl
+instead reads {"query": ..., "target": ...} objects, one per line. The train /
+test split is by story (--test_frac of the stories).
 
 Embeddings. Each checkpoint embeds a text with its own tokenizer as
 <|endoftext|> + text (stories follow an <|endoftext|> in training;
@@ -36,19 +28,12 @@ hidden vector at a position does not depend on later (padding) tokens, so each
 text's vector is read at its own last real token. Embeddings are cached in
 --cache_dir/<key>.pt, key = sha256 of the checkpoint file + pairs + options.
 
-Retrieval model (mixer.RetrievalMixer). A bidirectional (unmasked) mixer over the
-N + 1 rows [query, candidate_1 .. candidate_N], each row an embedding
-projected to width d_r, a head d_r -> 1 scoring each candidate, and softmax
-cross-entropy over the N candidates (candidates in random order; negatives are
-other stories' targets). A learned dense (N+1) x (N+1) mixing matrix would tie
-the model to one N and to the candidates' order; the token mixing is instead
-the unmasked mixing matrix restricted to the permutation-equivariant family,
-with per-channel coefficients (vectors in R^d_r):
-    y_q  = a * z_q  + b * mean_j z_cj                + bias_q
-    y_ci = c * z_ci + d * mean_j z_cj + e * z_q      + bias_c
-So the scores permute with the candidates and any N works (train at one N,
-evaluate at others). Each layer is a pre-norm mixer block:
-x += Mix(LN(x)); x += FF(LN(x)), FF = Linear(d_r, 4 d_r) -> GELU -> Linear.
+Retrieval model (RetrievalMixer, below): a bidirectional (unmasked) mixer over the N + 1
+rows [query, candidate_1 .. candidate_N], each an embedding projected to width d_r; a
+head d_r -> 1 scores each candidate; softmax cross-entropy over the N candidates (in
+random order; negatives are other stories' targets). Its token mixing is restricted
+to the permutation-equivariant family, so any N works (train at one N, evaluate at
+others) and the scores permute with the candidates.
 
 Baselines without training: cosine similarity of query and candidate
 embeddings, raw and centred (the mean embedding of the training pairs
@@ -74,26 +59,22 @@ import hashlib
 import json
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import asdict
 
 import numpy as np
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 import mixer
-from data.prepare import file_sha256, load_tokenizer, read_stories
+from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
+                        plan_splits)
+from data.prepare import file_sha256
 
 PROG = 'retrieval.py'
-DEFAULT_NS = (2, 8, 32, 128)
-EOT = '<|endoftext|>'
 CACHE_VERSION = 1
-
-
-class UsageError(Exception):
-    """Bad input: reported as a one-line 'retrieval.py: error: ...' and exit code 2."""
 
 
 def fail(msg):
@@ -102,190 +83,7 @@ def fail(msg):
     sys.exit(2)
 
 
-# ----------------------------------------------------------------------------- pairs
-
-# End of a sentence: a run of . ! ? and any closing quotes or brackets, then whitespace or the end.
-SENTENCE_END = re.compile(r'[.!?]+[\"\'\u201d\u2019)\]]*(?=\s|$)')
-
-
-def split_sentences(text):
-    """Sentences of `text` as (start, end) character spans, whitespace excluded.
-
-    A sentence ends at a run of '.', '!' or '?' (with any closing quotes or
-    brackets) followed by whitespace or the end of the text; trailing text
-    without such an ending is a last sentence."""
-    spans, start = [], 0
-    for m in SENTENCE_END.finditer(text):
-        s = start + len(text[start:m.end()]) - len(text[start:m.end()].lstrip())
-        if s < m.end():
-            spans.append((s, m.end()))
-        start = m.end()
-    rest = text[start:]
-    if rest.strip():
-        s = start + len(rest) - len(rest.lstrip())
-        spans.append((s, start + len(rest.rstrip())))
-    return spans
-
-
-def remove_span(text, start, end):
-    """`text` without text[start:end], the whitespace around the cut merged into one
-    (a newline if there was one). Returns (new text, offset of the cut in it)."""
-    left, right = text[:start].rstrip(), text[end:].lstrip()
-    gap = text[len(left):start] + text[end:len(text) - len(right)]
-    sep = ('\n' if '\n' in gap else ' ') if left and right else ''
-    return left + sep + right, len(left)
-
-
-def ict_pairs(stories, seed=1337, max_pairs=None, per_story=1, min_sentences=3, min_words=4):
-    """Inverse cloze pairs from a list of story strings.
-
-    Stories are visited in a seeded random order; each story with >= min_sentences
-    sentences gives up to per_story pairs with distinct query sentences. Returns a
-    list of dicts {'query', 'target', 'cut', 'story'}: `cut` is the character offset
-    in the target where the sentence was removed, `story` the story's index in
-    `stories`. The query is chosen among sentences of >= min_words words (all
-    sentences if none has that many) that do not occur in the target."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for si in rng.permutation(len(stories)).tolist():
-        if max_pairs is not None and len(out) >= max_pairs:
-            break
-        story = stories[si]
-        spans = split_sentences(story)
-        if len(spans) < min_sentences:
-            continue
-        long_ = [sp for sp in spans if len(story[sp[0]:sp[1]].split()) >= min_words]
-        options = []
-        for sp in (long_ or spans):
-            target, cut = remove_span(story, *sp)
-            if story[sp[0]:sp[1]] not in target:
-                options.append((story[sp[0]:sp[1]], target, cut))
-        for k in rng.permutation(len(options))[:per_story].tolist():
-            q, target, cut = options[k]
-            out.append({'query': q, 'target': target, 'cut': cut, 'story': si})
-            if max_pairs is not None and len(out) >= max_pairs:
-                break
-    return out
-
-
-def read_pairs_file(path, max_pairs=None, seed=1337):
-    """Pairs from a JSONL file of {"query": str, "target": str} objects (blank lines
-    skipped); each line is its own story. With max_pairs, a seeded random subset.
-    Raises UsageError naming the line of the first malformed line."""
-    if not os.path.isfile(path):
-        raise UsageError(f'pairs file {path!r} not found')
-    out = []
-    try:
-        with open(path, encoding='utf-8') as f:
-            lines = f.read().splitlines()
-    except UnicodeDecodeError as e:
-        raise UsageError(f'pairs file {path!r} is not valid UTF-8 (byte offset {e.start})')
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UsageError(f'{path} line {n}: not valid JSON ({e.msg})')
-        if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) and obj[k].strip()
-                                                for k in ('query', 'target')):
-            raise UsageError(f'{path} line {n}: expected an object with non-empty string fields '
-                             f'"query" and "target"')
-        out.append({'query': obj['query'], 'target': obj['target'], 'cut': None, 'story': n})
-    if not out:
-        raise UsageError(f'pairs file {path!r} has no pairs')
-    if max_pairs is not None and len(out) > max_pairs:
-        keep = np.sort(np.random.default_rng(seed).permutation(len(out))[:max_pairs])
-        out = [out[i] for i in keep.tolist()]
-    return out
-
-
-class TokenStories:
-    """The non-empty stories of a token file as a read-only sequence of str, each
-    decoded when indexed: ids is the file's uint16 memmap, spans [N, 2] int64 the
-    token range of each story (the eot separators excluded). Only the stories that
-    ict_pairs visits are ever decoded, so a split of any size costs its memmap."""
-
-    def __init__(self, ids, spans, enc):
-        self.ids, self.spans, self.enc = ids, spans, enc
-
-    def __len__(self):
-        return len(self.spans)
-
-    def __getitem__(self, i):
-        a, b = self.spans[i]
-        return self.enc.decode(self.ids[a:b].tolist()).strip()
-
-
-def read_data_dir_stories(data_dir, split):
-    """Stories of data_dir's {split}.bin (uint16 tokens, stories separated by the eot
-    id of meta.json), decoded with the data dir's tokenizer: a TokenStories."""
-    meta_path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(meta_path):
-        raise UsageError(f'{meta_path} not found: run data/prepare.py, or pass --text or --pairs')
-    with open(meta_path) as f:
-        meta = json.load(f)
-    path = os.path.join(data_dir, f'{split}.bin')
-    if not os.path.isfile(path):
-        raise UsageError(f'{path} not found')
-    try:
-        enc = load_tokenizer(os.path.join(data_dir, meta['tokenizer']))
-    except (OSError, ValueError, KeyError) as e:
-        raise UsageError(f'cannot load the tokenizer of {data_dir}: {e}')
-    ids = np.memmap(path, dtype=np.uint16, mode='r')
-    ends = np.flatnonzero(ids == meta['eot_id'])
-    starts = np.concatenate([[0], ends + 1])
-    stops = np.concatenate([ends, [len(ids)]])
-    keep = stops > starts
-    return TokenStories(ids, np.stack([starts[keep], stops[keep]], 1), enc)
-
-
-def read_text_stories(path):
-    """Stories of a raw text file separated by <|endoftext|> (data/prepare.py's rule)."""
-    try:
-        return read_stories(path)
-    except (OSError, ValueError) as e:
-        raise UsageError(str(e))
-
-
-def split_by_story(pairs, test_frac=0.2, seed=1337):
-    """Indices (train, test) of `pairs`: a seeded random test_frac of the distinct
-    stories (at least one, and at least one left for training) go to test, with
-    all their pairs; no story is on both sides."""
-    stories = sorted({p['story'] for p in pairs})
-    if len(stories) < 2:
-        raise UsageError(f'need pairs from at least 2 stories, got {len(stories)}')
-    perm = np.random.default_rng(seed + 1).permutation(len(stories))
-    n_test = min(len(stories) - 1, max(1, round(test_frac * len(stories))))
-    test_stories = {stories[i] for i in perm[:n_test].tolist()}
-    train = [i for i, p in enumerate(pairs) if p['story'] not in test_stories]
-    test = [i for i, p in enumerate(pairs) if p['story'] in test_stories]
-    return train, test
-
-
 # ----------------------------------------------------------------------------- embeddings
-
-def encode_pairs(pairs, enc, n_ctx, prefix_eot=True):
-    """Token id lists (queries, targets) of `pairs` for a model of context n_ctx.
-
-    Each text is [eot] + tokens (without the eot if prefix_eot is False), at most
-    n_ctx ids. A query, or a target without a 'cut', keeps its first tokens; a
-    target with a 'cut' (inverse cloze) keeps a window centred on the cut."""
-    pre = [enc.eot_token] if prefix_eot else []
-    room = n_ctx - len(pre)
-    if room < 1:
-        raise UsageError(f'n_ctx={n_ctx} leaves no room for text')
-    queries = [pre + enc.encode_ordinary(p['query'])[:room] for p in pairs]
-    targets = []
-    for p in pairs:
-        toks = enc.encode_ordinary(p['target'])
-        start = 0
-        if len(toks) > room and p.get('cut') is not None:
-            at = len(enc.encode_ordinary(p['target'][:p['cut']]))
-            start = min(max(0, at - room // 2), len(toks) - room)
-        targets.append(pre + toks[start:start + room])
-    return queries, targets
-
 
 @torch.no_grad()
 def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=None, pool='last'):
@@ -331,11 +129,6 @@ def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=
         if progress:
             progress(min(b0 + batch_size, len(order)), len(order))
     return torch.stack(out)
-
-
-def pairs_sha256(pairs):
-    blob = json.dumps([[p['query'], p['target'], p['cut']] for p in pairs], ensure_ascii=False)
-    return hashlib.sha256(blob.encode('utf-8')).hexdigest()
 
 
 def progress_printer(label):
@@ -417,29 +210,61 @@ def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=F
 
 # ----------------------------------------------------------------------------- retrieval model
 
-def draw_candidates(rng, stories, pos, n):
-    """Candidates for the queries of pairs `pos` (int array [B]): each query's own
-    target and n - 1 targets of pairs from other stories (stories: int array, one
-    per pair), drawn uniformly without replacement, in random order.
-    Returns (indices int [B, n], labels int [B] = the position of the own target)."""
-    pos = np.asarray(pos)
-    if n > 1:
-        keys = rng.random((len(pos), len(stories)))
-        keys[stories[None, :] == stories[pos][:, None]] = np.inf      # never the query's own story
-        neg = np.argpartition(keys, n - 2, axis=1)[:, :n - 1]
-        cands = np.concatenate([neg, pos[:, None]], 1)
-    else:
-        cands = pos[:, None]
-    perm = np.argsort(rng.random((len(pos), n)), axis=1)
-    return np.take_along_axis(cands, perm, 1), np.argmax(perm == n - 1, axis=1)
+class EquivariantMixerBlock(nn.Module):
+    """Pre-norm mixer block over rows [query, c_1 .. c_N], x float [B, 1 + N, d]. A learned dense
+    (N+1) x (N+1) mixing matrix would tie the model to one N and to the candidates' order; this
+    token mixing is the unmasked matrix restricted to the permutation-equivariant family, with
+    per-channel vectors a..e (z = LN(x), m = the mean of the candidate rows):
+        y_q = a z_q + b m + bias_q,   y_ci = c z_ci + d m + e z_q + bias_c;
+    then x += FF(LN(x)), FF = Linear(d, ff d) -> GELU -> Linear(ff d, d)."""
+
+    def __init__(self, d, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.a, self.c, self.e = (nn.Parameter(torch.ones(d)) for _ in range(3))
+        self.b, self.d = (nn.Parameter(torch.zeros(d)) for _ in range(2))
+        self.bias_q, self.bias_c = nn.Parameter(torch.zeros(d)), nn.Parameter(torch.zeros(d))
+        self.ff = nn.Sequential(nn.Linear(d, ff_mult * d), nn.GELU(), nn.Linear(ff_mult * d, d))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        z = self.norm1(x)
+        zq, zc = z[:, :1], z[:, 1:]
+        m = zc.mean(1, keepdim=True)
+        yq = self.a * zq + self.b * m + self.bias_q
+        yc = self.c * zc + self.d * m + self.e * zq + self.bias_c
+        x = x + self.drop(torch.cat([yq, yc], 1))
+        return x + self.drop(self.ff(self.norm2(x)))
 
 
-def candidate_draws(stories, n, rounds, seed):
-    """Fixed evaluation draws: every query `rounds` times -> (queries [K], cands [K, n], labels [K])."""
-    rng = np.random.default_rng([seed, n])
-    qs = np.tile(np.arange(len(stories)), rounds)
-    cs, ls = zip(*(draw_candidates(rng, stories, qs[i:i + 256], n) for i in range(0, len(qs), 256)))
-    return qs, np.concatenate(cs), np.concatenate(ls)
+class RetrievalMixer(nn.Module):
+    """The retrieval model (Badger 2024): forward(query float [B, d_in], cands float [B, N, d_in]) ->
+    scores float [B, N], permutation-equivariant in the candidates, any N >= 1. Inputs are
+    standardised per channel (set_input_stats), projected to d_r (one projection for the query,
+    one for candidates), mixed by n_layer EquivariantMixerBlocks, scored by LN -> Linear(d_r, 1)."""
+
+    def __init__(self, d_in, d_r=128, n_layer=2, ff_mult=4, dropout=0.0):
+        super().__init__()
+        self.register_buffer('mu', torch.zeros(d_in))
+        self.register_buffer('sd', torch.ones(d_in))
+        self.in_q, self.in_c = nn.Linear(d_in, d_r), nn.Linear(d_in, d_r)
+        self.blocks = nn.ModuleList(EquivariantMixerBlock(d_r, ff_mult, dropout) for _ in range(n_layer))
+        self.norm_f = nn.LayerNorm(d_r)
+        self.head = nn.Linear(d_r, 1)
+
+    @torch.no_grad()
+    def set_input_stats(self, emb):
+        """Per-channel mean and std of emb float [M, d_in] (the training embeddings)."""
+        self.mu.copy_(emb.mean(0))
+        self.sd.copy_(emb.std(0).clamp(min=1e-6))
+
+    def forward(self, query, cands):
+        q = self.in_q((query - self.mu) / self.sd)[:, None]
+        c = self.in_c((cands - self.mu) / self.sd)
+        x = torch.cat([q, c], 1)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm_f(x[:, 1:])).squeeze(-1)
 
 
 def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, weight_decay=0.05,
@@ -511,6 +336,8 @@ def accuracy(score_fn, q, t, draws):
 
 
 def cosine_scores(center=None):
+    """A score_fn(query [B, d], cands [B, n, d]) -> [B, n]: cosine similarity, of the
+    vectors less `center` (float [d]) when given."""
     def score(query, cands):
         if center is not None:
             query, cands = query - center, cands - center
@@ -552,6 +379,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 
 
 def build_parser():
+    """The command line parser (argparse.ArgumentParser); the module docstring is its help."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=_HelpFormatter)
     g = p.add_argument_group('models')
     g.add_argument('--ckpt', action='append', required=True, metavar='PATH',
@@ -604,6 +432,8 @@ def build_parser():
 
 
 def check_args(args):
+    """Raise UsageError for an out-of-range option, both --pairs and --text, or a
+    missing checkpoint file."""
     for name in ('max_pairs', 'per_story', 'd_r', 'r_layers', 'train_n', 'steps', 'batch_size',
                  'eval_rounds', 'embed_batch', 'threads'):
         if getattr(args, name) < 1:
@@ -625,95 +455,69 @@ def check_args(args):
             raise UsageError(f'checkpoint {path!r} not found')
 
 
-def load_pairs(args):
-    """The pairs the options ask for, and a one-line description of their source."""
-    if args.pairs:
-        return read_pairs_file(args.pairs, args.max_pairs, args.seed), f'pairs file {args.pairs}'
-    if args.text:
-        stories, src = read_text_stories(args.text), args.text
-    else:
-        stories, src = read_data_dir_stories(args.data_dir, args.split), f'{args.data_dir}/{args.split}.bin'
-    pairs = ict_pairs(stories, args.seed, args.max_pairs, args.per_story)
-    if not pairs:
-        raise UsageError(f'no story in {src} has 3 or more sentences')
-    return pairs, f'inverse cloze on {src} ({len(stories)} stories)'
+def fit_retrieval_model(args, name, q, t, sp):
+    """(model, train_retrieval's dict): a RetrievalMixer (torch seed --seed) trained
+    on the embeddings q, t float [P, d] of plan_splits' `sp`.fit pairs, early-stopped on
+    its val pairs, logged to stderr as `name`."""
+    tr, va, te = torch.tensor(sp.fit), torch.tensor(sp.val, dtype=torch.long), torch.tensor(sp.test)
+    torch.manual_seed(args.seed)            # same init whether or not embeddings were cached
+    model = RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)
+    t0 = time.time()
+    fit = train_retrieval(
+        model, q[tr], t[tr], sp.stories[sp.fit], sp.train_n, args.steps, args.batch_size, args.lr,
+        args.weight_decay, args.seed,
+        val_loss=(lambda: retrieval_loss(model, q[va], t[va], sp.val_draws)) if sp.val_draws else None,
+        test_loss=lambda: retrieval_loss(model, q[te], t[te], sp.test_draws),
+        log=lambda s, a, v, b: print(f'{name}: retrieval mixer step {s}/{args.steps} train loss {a:.3f} '
+                                     f'val loss {v if v is None else round(v, 3)} test loss {b:.3f}',
+                                     file=sys.stderr))
+    print(f'{name}: trained the retrieval mixer in {time.time() - t0:.1f}s, kept step '
+          f'{fit["kept_step"]}', file=sys.stderr)
+    return model, fit
+
+
+def evaluate(model, fit, q, t, sp):
+    """Scores of embeddings q, t float [P, d] on plan `sp`: {'accuracy': {method: {str(N):
+    top-1}}, 'loss': {str(N): {'train': nats or None, 'test': nats}}, and from `fit`
+    (train_retrieval's dict) 'final_train_loss', 'curve', 'kept_step', 'best_test_step'}."""
+    tr, te = torch.tensor(sp.fit), torch.tensor(sp.test)
+    center = torch.cat([q[tr], t[tr]]).mean(0)
+    methods = {'mixer (trained)': lambda a, b: model(a, b), 'cosine': cosine_scores(),
+               'cosine (centred)': cosine_scores(center)}
+    acc = {m: {str(n): accuracy(fn, q[te], t[te], sp.draws[n]) for n in sp.ns} for m, fn in methods.items()}
+    loss = {str(n): {'train': retrieval_loss(model, q[tr], t[tr], sp.train_draws[n]) if n in sp.train_draws
+                     else None, 'test': retrieval_loss(model, q[te], t[te], sp.draws[n])} for n in sp.ns}
+    return {'accuracy': acc, 'loss': loss, 'final_train_loss': fit['train_loss'], 'curve': fit['curve'],
+            'kept_step': fit['kept_step'], 'best_test_step': min(fit['curve'], key=lambda c: c[3])[0]}
 
 
 def run(args):
+    """The experiment on parsed `args` (progress on stderr): for each checkpoint, control and
+    pool, embeddings, a retrieval mixer and scores. Returns the results dict (--json's
+    content). Raises UsageError for bad options or input."""
     check_args(args)
     pairs, source = load_pairs(args)
-    train_idx, test_idx = split_by_story(pairs, args.test_frac, args.seed)
-    stories = np.array([p['story'] for p in pairs])
-    tr_st, te_st = stories[train_idx], stories[test_idx]
-    n_test_stories, n_train_stories = len(set(te_st.tolist())), len(set(tr_st.tolist()))
-    notes = []
-    if args.n_candidates:
-        ns = sorted(set(args.n_candidates))
-        if ns[-1] > n_test_stories:
-            raise UsageError(f'--n_candidates {ns[-1]} is larger than the test set ({n_test_stories} stories); '
-                             f'raise --max_pairs or --test_frac')
-    else:
-        ns = [n for n in DEFAULT_NS if n <= n_test_stories]
-        skipped = [n for n in DEFAULT_NS if n > n_test_stories]
-        if skipped:
-            notes.append(f'N={", ".join(map(str, skipped))} skipped: the test set has only {n_test_stories} stories')
-        if not ns:
-            raise UsageError(f'the test set has only {n_test_stories} stories, too few for N=2')
-    train_n = min(args.train_n, n_train_stories)
-    if train_n < args.train_n:
-        notes.append(f'training used N={train_n} (only {n_train_stories} training stories)')
-    if train_n < 2:
-        raise UsageError(f'only {n_train_stories} training stories; need at least 2')
+    sp = plan_splits(args, pairs)
     pairs_key = pairs_sha256(pairs)
-    print(f'{source}: {len(pairs)} pairs, {len(train_idx)} train / {len(test_idx)} test '
-          f'({n_train_stories} / {n_test_stories} stories)', file=sys.stderr)
-    draws = {n: candidate_draws(te_st, n, args.eval_rounds, args.seed) for n in ns}
-    fit_idx, val_idx = list(train_idx), []
-    if args.val_frac > 0 and n_train_stories >= 4:     # early stopping on stories held out of training
-        fit, val = split_by_story([pairs[i] for i in train_idx], args.val_frac, args.seed + 1)
-        fit_idx, val_idx = [train_idx[i] for i in fit], [train_idx[i] for i in val]
-    fit_st, val_st = stories[fit_idx], stories[val_idx]
-    n_fit, n_val = len(set(fit_st.tolist())), len(set(val_st.tolist()))
-    train_n = min(train_n, n_fit)
-    train_draws = {n: candidate_draws(fit_st, n, 1, args.seed) for n in ns if n <= n_fit}
-    val_draws = candidate_draws(val_st, min(train_n, n_val), 1, args.seed) if n_val >= 2 else None
-    test_draws = candidate_draws(te_st, min(train_n, n_test_stories), 1, args.seed)
-    tr, va, te = torch.tensor(fit_idx), torch.tensor(val_idx, dtype=torch.long), torch.tensor(test_idx)
+    print(f'{source}: {len(pairs)} pairs, {len(sp.train)} train / {len(sp.test)} test '
+          f'({sp.n_train_stories} / {sp.n_test_stories} stories)', file=sys.stderr)
     results = []
     for path in args.ckpt:
         for untrained in (False, True) if args.untrained else (False,):
             for pool in args.pool:
                 name = path + (' (untrained)' if untrained else '') + (f' [{pool} pool]' if pool != 'last' else '')
                 q, t, desc = checkpoint_embeddings(path, pairs, pairs_key, args, pool, untrained)
-                torch.manual_seed(args.seed)            # same init whether or not embeddings were cached
-                model = mixer.RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)
-                t0 = time.time()
-                fit = train_retrieval(
-                    model, q[tr], t[tr], fit_st, train_n, args.steps, args.batch_size, args.lr, args.weight_decay,
-                    args.seed, val_loss=(lambda: retrieval_loss(model, q[va], t[va], val_draws)) if val_draws else None,
-                    test_loss=lambda: retrieval_loss(model, q[te], t[te], test_draws),
-                    log=lambda s, a, v, b: print(f'{name}: retrieval mixer step {s}/{args.steps} train loss {a:.3f} '
-                                                 f'val loss {v if v is None else round(v, 3)} test loss {b:.3f}',
-                                                 file=sys.stderr))
-                print(f'{name}: trained the retrieval mixer in {time.time() - t0:.1f}s, kept step '
-                      f'{fit["kept_step"]}', file=sys.stderr)
-                center = torch.cat([q[tr], t[tr]]).mean(0)
-                methods = {'mixer (trained)': lambda a, b: model(a, b), 'cosine': cosine_scores(),
-                           'cosine (centred)': cosine_scores(center)}
-                acc = {m: {str(n): accuracy(fn, q[te], t[te], draws[n]) for n in ns} for m, fn in methods.items()}
-                loss = {str(n): {'train': retrieval_loss(model, q[tr], t[tr], train_draws[n]) if n in train_draws
-                                 else None, 'test': retrieval_loss(model, q[te], t[te], draws[n])} for n in ns}
+                model, fit = fit_retrieval_model(args, name, q, t, sp)
                 results.append({'ckpt': path, 'name': name, 'model': desc, 'untrained': untrained, 'pool': pool,
-                                'accuracy': acc, 'loss': loss, 'final_train_loss': fit['train_loss'],
-                                'curve': fit['curve'], 'kept_step': fit['kept_step'],
-                                'best_test_step': min(fit['curve'], key=lambda c: c[3])[0]})
-    return {'source': source, 'pairs': len(pairs), 'train_pairs': len(fit_idx), 'val_pairs': len(val_idx),
-            'test_pairs': len(test_idx),
-            'test_stories': n_test_stories, 'ns': ns, 'train_n': train_n, 'eval_trials': args.eval_rounds,
-            'notes': notes, 'results': results, 'args': vars(args)}
+                                **evaluate(model, fit, q, t, sp)})
+    return {'source': source, 'pairs': len(pairs), 'train_pairs': len(sp.fit), 'val_pairs': len(sp.val),
+            'test_pairs': len(sp.test), 'test_stories': sp.n_test_stories, 'ns': sp.ns, 'train_n': sp.train_n,
+            'eval_trials': args.eval_rounds, 'notes': sp.notes, 'results': results, 'args': vars(args)}
 
 
 def main(argv=None):
+    """Command line entry point (argv: list of str; None: sys.argv): prints the tables
+    to stdout and writes --json. Exits with code 2 and a one-line error on bad input."""
     args = build_parser().parse_args(argv)
     try:
         if args.threads >= 1:

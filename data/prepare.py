@@ -88,48 +88,58 @@ def train_bpe(text_or_stories, vocab_size, verbose=False):
         else:
             raise ValueError(f"training text too small: only {len(vocab)} tokens "
                              f"could be made, vocab_size {vocab_size} asked for")
-        a, b = pair
-        merged = vocab[a] + vocab[b]
+        merged = vocab[pair[0]] + vocab[pair[1]]
         new_id = ranks.get(merged)  # same bytes made by another pair: reuse that token
         if new_id is None:
             new_id = len(vocab)
             vocab.append(merged)
             ranks[merged] = new_id
         n_merges += 1
-        changed = set()
-        for i in where.pop(pair):
-            w, f = words[i], freqs[i]
-            out, j = [], 0
-            while j < len(w):
-                if j + 1 < len(w) and w[j] == a and w[j + 1] == b:
-                    out.append(new_id)
-                    j += 2
-                else:
-                    out.append(w[j])
-                    j += 1
-            old_pairs, new_pairs = Counter(zip(w, w[1:])), Counter(zip(out, out[1:]))
-            for p, n in old_pairs.items():
-                pair_counts[p] -= n * f
-                changed.add(p)
-                if p not in new_pairs and p != pair:
-                    where[p].discard(i)
-            for p, n in new_pairs.items():
-                pair_counts[p] += n * f
-                changed.add(p)
-                where.setdefault(p, set()).add(i)
-            words[i] = out
-        for p in changed:
-            c = pair_counts[p]
-            if c > 0:
-                heapq.heappush(heap, (-c, p))
-            else:
-                del pair_counts[p]
-                where.pop(p, None)
+        merge_pair(pair, new_id, words, freqs, pair_counts, where, heap)
         n_new = len(vocab) - 256
         if verbose and new_id == len(vocab) - 1 and (n_new % 500 == 0 or n_new == vocab_size - 257):
             print(f"bpe: {n_new}/{vocab_size - 257} merges ({n_merges} pairs merged, "
                   f"{len(words)} unique words), {time.time() - t0:.1f}s")
     return ranks
+
+
+def merge_pair(pair, new_id, words, freqs, pair_counts, where, heap):
+    """Apply one BPE merge in place: `pair` (two token ids) becomes new_id (int) at each
+    non-overlapping occurrence, left to right, in every word holding it. words: lists
+    of ids (the unique pre-tokens), freqs: their counts (int); pair_counts: Counter
+    {pair: count weighted by freqs}; where: {pair: set of indices of words holding it};
+    heap: heapq list of (-count, pair). Changed counts are updated and pushed (older
+    entries go stale), pairs left at 0 dropped. Raises KeyError if `pair` not in where."""
+    a, b = pair
+    changed = set()
+    for i in where.pop(pair):
+        w, f = words[i], freqs[i]
+        out, j = [], 0
+        while j < len(w):
+            if j + 1 < len(w) and w[j] == a and w[j + 1] == b:
+                out.append(new_id)
+                j += 2
+            else:
+                out.append(w[j])
+                j += 1
+        old_pairs, new_pairs = Counter(zip(w, w[1:])), Counter(zip(out, out[1:]))
+        for p, n in old_pairs.items():
+            pair_counts[p] -= n * f
+            changed.add(p)
+            if p not in new_pairs and p != pair:
+                where[p].discard(i)
+        for p, n in new_pairs.items():
+            pair_counts[p] += n * f
+            changed.add(p)
+            where.setdefault(p, set()).add(i)
+        words[i] = out
+    for p in changed:
+        c = pair_counts[p]
+        if c > 0:
+            heapq.heappush(heap, (-c, p))
+        else:
+            del pair_counts[p]
+            where.pop(p, None)
 
 
 def save_tokenizer(ranks, path):
@@ -397,8 +407,12 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
     return {"tokens": n_tok, "bytes": n_bytes, "stories": n_stories}
 
 
-def main(argv=None):
-    """Command line entry point. Returns 0 on success, 2 on bad input (one-line error)."""
+def parse_args(argv=None):
+    """prepare.py's checked options (argparse.Namespace) from argv (list of str; None:
+    sys.argv). argparse exits with code 2 on an unknown option or a bad value type.
+    Raises ValueError for --vocab_size outside [257, 65536], --chunk_bytes < 1, only
+    one of --train and --valid, or a --tokenizer that is malformed, has over 65536
+    tokens or disagrees with --vocab_size; FileNotFoundError for a missing one."""
     p = argparse.ArgumentParser(prog="prepare.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", help="local training text (default: download TinyStories-train.txt)")
@@ -415,30 +429,83 @@ def main(argv=None):
     p.add_argument("--skip_bad_utf8", action="store_true",
                    help="skip a story that is not valid UTF-8 (counted in meta.json) instead of stopping")
     args = p.parse_args(argv)
+    if args.vocab_size is not None and not 257 <= args.vocab_size <= 65536:
+        raise ValueError(f"--vocab_size must be in [257, 65536], got {args.vocab_size}")
+    if args.chunk_bytes < 1:
+        raise ValueError(f"--chunk_bytes must be >= 1, got {args.chunk_bytes}")
+    if (args.train is None) != (args.valid is None):
+        raise ValueError("pass both --train and --valid, or neither (to download)")
+    if args.tokenizer is not None:
+        enc = load_tokenizer(args.tokenizer)
+        if enc.n_vocab > 65536:
+            raise ValueError(f"tokenizer {args.tokenizer} has {enc.n_vocab} tokens; uint16 files hold 65536")
+        if args.vocab_size is not None and args.vocab_size != enc.n_vocab:
+            raise ValueError(f"--vocab_size {args.vocab_size} but tokenizer {args.tokenizer} "
+                             f"has {enc.n_vocab} tokens")
+    return args
+
+
+def text_paths(args):
+    """[train path, valid path] (str): --train and --valid, or else the TinyStories files
+    downloaded into --out/raw. Raises ValueError if the download fails."""
+    if args.train is not None:
+        return [args.train, args.valid]
+    try:
+        raw = os.path.join(args.out, "raw")
+        return [download(f"TinyStories-{s}.txt", raw) for s in ("train", "valid")]
+    except OSError as e:
+        raise ValueError(f"download failed ({e}); pass --train/--valid to use local files")
+
+
+def write_tokenizer(args, train, path):
+    """Write the tokenizer file to `path`: a copy of --tokenizer, or else a BPE of
+    --vocab_size (default 4096) trained on the first --bpe_max_bytes of the stories of
+    `train` (a StoryStream). Raises ValueError if the training text is empty or too
+    small for the vocabulary, OSError if reading or writing fails."""
+    if args.tokenizer is not None:
+        shutil.copyfile(args.tokenizer, path)
+        return
+    sample = bpe_sample(train, args.bpe_max_bytes)
+    if not sample:
+        raise ValueError(f"{train.path} has no text (empty file or only separators)")
+    print(f"training the BPE on the first {len(sample)} stories "
+          f"({sum(map(len, sample)) / 1e6:.1f} MB) of {train.path}", flush=True)
+    ranks = train_bpe(sample, args.vocab_size or 4096, verbose=True)
+    del sample
+    save_tokenizer(ranks, path)
+
+
+def encode_splits(enc, streams, tmp):
+    """Encode each split's stories (streams: {split: StoryStream}, in order) with `enc`
+    into the file tmp(f"{split}.bin") (tmp: name -> temporary path), printing a summary
+    line per split. Returns {split: encode_stream's counts + "bytes_per_token",
+    "skipped_bad_utf8"}. Raises ValueError if a split has no story or a token id does
+    not fit in uint16, OSError if writing fails."""
+    out = {}
+    for split, stream in streams.items():   # val first: a bad file is found early
+        with open(tmp(f"{split}.bin"), "wb") as f:
+            st = encode_stream(enc, stream, f, label=split)
+        if not st["stories"]:
+            raise ValueError(f"{stream.path} has no text (empty file or only separators)")
+        if not stream.saw_separator:
+            print(f"prepare.py: warning: no <|endoftext|> separator found in {stream.path}, "
+                  "treating the whole text as one story", file=sys.stderr)
+        st["bytes_per_token"] = st["bytes"] / st["tokens"]
+        st["skipped_bad_utf8"] = len(stream.skipped)
+        out[split] = st
+        print(f"{split}: {st['stories']} stories, {st['bytes']} bytes, {st['tokens']} tokens, "
+              f"{st['bytes_per_token']:.3f} bytes/token, {stream.chunks} chunks"
+              + (f", {len(stream.skipped)} stories skipped (bad UTF-8)" if stream.skipped else ""))
+    return out
+
+
+def main(argv=None):
+    """Command line entry point. Returns 0 on success, 2 on bad input (one-line error)."""
     t0 = time.time()
     tmps = []
     try:
-        if args.vocab_size is not None and not 257 <= args.vocab_size <= 65536:
-            raise ValueError(f"--vocab_size must be in [257, 65536], got {args.vocab_size}")
-        if args.chunk_bytes < 1:
-            raise ValueError(f"--chunk_bytes must be >= 1, got {args.chunk_bytes}")
-        if (args.train is None) != (args.valid is None):
-            raise ValueError("pass both --train and --valid, or neither (to download)")
-        enc = None
-        if args.tokenizer is not None:
-            enc = load_tokenizer(args.tokenizer)
-            if enc.n_vocab > 65536:
-                raise ValueError(f"tokenizer {args.tokenizer} has {enc.n_vocab} tokens; uint16 files hold 65536")
-            if args.vocab_size is not None and args.vocab_size != enc.n_vocab:
-                raise ValueError(f"--vocab_size {args.vocab_size} but tokenizer {args.tokenizer} "
-                                 f"has {enc.n_vocab} tokens")
-        paths = [args.train, args.valid]
-        if args.train is None:
-            try:
-                raw = os.path.join(args.out, "raw")
-                paths = [download(f"TinyStories-{s}.txt", raw) for s in ("train", "valid")]
-            except OSError as e:
-                raise ValueError(f"download failed ({e}); pass --train/--valid to use local files")
+        args = parse_args(argv)
+        paths = text_paths(args)
         streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
                    "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
 
@@ -451,34 +518,11 @@ def main(argv=None):
         if not sum(len(stories) for stories in streams["val"]):   # a bad valid file fails before the BPE
             raise ValueError(f"{paths[1]} has no text (empty file or only separators)")
         tok_tmp = tmp("tokenizer.tiktoken")
-        if enc is None:
-            sample = bpe_sample(streams["train"], args.bpe_max_bytes)
-            if not sample:
-                raise ValueError(f"{paths[0]} has no text (empty file or only separators)")
-            print(f"training the BPE on the first {len(sample)} stories "
-                  f"({sum(map(len, sample)) / 1e6:.1f} MB) of {paths[0]}", flush=True)
-            ranks = train_bpe(sample, args.vocab_size or 4096, verbose=True)
-            del sample
-            save_tokenizer(ranks, tok_tmp)
-        else:
-            shutil.copyfile(args.tokenizer, tok_tmp)
+        write_tokenizer(args, streams["train"], tok_tmp)
         enc = load_tokenizer(tok_tmp)
         meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token,
                 "tokenizer": "tokenizer.tiktoken", "tokenizer_sha256": tokenizer_sha256(tok_tmp)}
-        for split, stream in streams.items():   # val first: a bad file is found early
-            with open(tmp(f"{split}.bin"), "wb") as f:
-                st = encode_stream(enc, stream, f, label=split)
-            if not st["stories"]:
-                raise ValueError(f"{stream.path} has no text (empty file or only separators)")
-            if not stream.saw_separator:
-                print(f"prepare.py: warning: no <|endoftext|> separator found in {stream.path}, "
-                      "treating the whole text as one story", file=sys.stderr)
-            st["bytes_per_token"] = st["bytes"] / st["tokens"]
-            st["skipped_bad_utf8"] = len(stream.skipped)
-            meta[split] = st
-            print(f"{split}: {st['stories']} stories, {st['bytes']} bytes, {st['tokens']} tokens, "
-                  f"{st['bytes_per_token']:.3f} bytes/token, {stream.chunks} chunks"
-                  + (f", {len(stream.skipped)} stories skipped (bad UTF-8)" if stream.skipped else ""))
+        meta.update(encode_splits(enc, streams, tmp))
         meta = {k: meta[k] for k in ("vocab_size", "eot_id", "tokenizer", "tokenizer_sha256", "train", "val")}
         with open(tmp("meta.json"), "w") as f:
             json.dump(meta, f, indent=2)

@@ -288,7 +288,7 @@ def time_generation(model, prompt_len, n_new, recompute, args):
 
     recompute=True runs a full forward over the current window for each token;
     otherwise model.decode() one token at a time through a decode.Cache (what
-    model.generate() does). Returns (prefill ms, median ms per new token, cache bytes)."""
+    decode.generate() does). Returns (prefill ms, median ms per new token, cache bytes)."""
     idx = torch.randint(args.vocab_size, (1, prompt_len), device=args.device)
     cache = None if recompute else decode.Cache(len(model.blocks))
     times = []

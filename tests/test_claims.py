@@ -1,5 +1,5 @@
-"""Tests for claims.py and the model options it compares (GPT-style transformer, naive
-attention, the extra linear layer after the embedding).
+"""Tests for claims.py, its report (claims_report.py) and the model options it compares
+(GPT-style transformer, naive attention, the extra linear layer after the embedding).
 
 Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_claims).
 """
@@ -12,8 +12,9 @@ import unittest
 
 import torch
 
-from experiments import claims
+import decode
 import mixer
+from experiments import claims_report
 from tests.common import HAVE_TEXT, NO_TEXT, prepared_data, run, tiny_model
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -29,7 +30,7 @@ class TestClaimModels(unittest.TestCase):
             idx = torch.randint(0, 64, (2, 20))
             with self.subTest(variant=name):
                 torch.testing.assert_close(naive(idx)[0], sdpa(idx)[0], atol=1e-5, rtol=0)
-                cache = mixer.Cache(len(naive.blocks))
+                cache = decode.Cache(len(naive.blocks))
                 pieces = [naive.decode(idx[:, :7], cache), naive.decode(idx[:, 7:12], cache),
                           naive.decode(idx[:, 12:], cache)]
                 torch.testing.assert_close(torch.cat(pieces, 1), sdpa(idx)[0], atol=1e-5, rtol=0)
@@ -66,21 +67,21 @@ class TestClaimModels(unittest.TestCase):
 class TestVerdict(unittest.TestCase):
 
     def test_difference_counts_only_beyond_the_spreads(self):
-        self.assertEqual(claims.verdict([3.0, 3.2], [3.05, 3.15], 'better'), 'within noise')
-        self.assertEqual(claims.verdict([3.0, 3.2], [3.05, 3.15], 'equal'), 'yes (within noise)')
-        self.assertEqual(claims.verdict([2.0, 2.1], [3.0, 3.1], 'better'), 'yes (better)')
-        self.assertEqual(claims.verdict([2.0, 2.1], [3.0, 3.1], 'worse'), 'no (better)')
-        self.assertEqual(claims.verdict([2.0, 2.1], [3.0, 3.1], 'equal'), 'no (better)')
-        self.assertEqual(claims.verdict([0.9, 0.8], [0.1, 0.2], 'better', higher_is_better=True), 'yes (better)')
-        self.assertEqual(claims.verdict([float('inf'), 3.0], [3.0, 3.1], 'better'), 'undecided (a run failed)')
+        self.assertEqual(claims_report.verdict([3.0, 3.2], [3.05, 3.15], 'better'), 'within noise')
+        self.assertEqual(claims_report.verdict([3.0, 3.2], [3.05, 3.15], 'equal'), 'yes (within noise)')
+        self.assertEqual(claims_report.verdict([2.0, 2.1], [3.0, 3.1], 'better'), 'yes (better)')
+        self.assertEqual(claims_report.verdict([2.0, 2.1], [3.0, 3.1], 'worse'), 'no (better)')
+        self.assertEqual(claims_report.verdict([2.0, 2.1], [3.0, 3.1], 'equal'), 'no (better)')
+        self.assertEqual(claims_report.verdict([0.9, 0.8], [0.1, 0.2], 'better', higher_is_better=True), 'yes (better)')
+        self.assertEqual(claims_report.verdict([float('inf'), 3.0], [3.0, 3.1], 'better'), 'undecided (a run failed)')
 
     def test_a_failed_run_is_named_not_averaged(self):
-        self.assertEqual(claims.fmt([3.0, float('inf')], unit='nats'), 'failed in 1 of 2 runs')
-        self.assertEqual(claims.fmt([3.0, 3.2], unit='nats'), '3.100 +- 0.100 nats')
+        self.assertEqual(claims_report.fmt([3.0, float('inf')], unit='nats'), 'failed in 1 of 2 runs')
+        self.assertEqual(claims_report.fmt([3.0, 3.2], unit='nats'), '3.100 +- 0.100 nats')
         diverged = {'rc': 1, 'evals': [[0, 8.3, 2.99, 0.0]]}       # stopped at a non-finite loss after step 0's eval
         plan = {'m': {'runs': [{'rc': 0, 'evals': [[9, 3.0, 1.1, 0.3]]}, diverged], 'lr': 3e-3, 'sweep': {},
                       'steps': 9, 'command': 'c'}}
-        row = claims.run_rows(plan, 1000, 10)[0]
+        row = claims_report.run_rows(plan, 1000, 10)[0]
         self.assertEqual(row[6:8], ['failed in 1 of 2 runs'] * 2)
 
 
@@ -129,7 +130,7 @@ class TestClaimsQuick(unittest.TestCase):
         self.assertNotIn('nan', table)
         with open(os.path.join(self.out, 'runs.jsonl')) as f:
             runs = [json.loads(l) for l in f]
-        self.assertEqual({r['model'] for r in runs}, set(claims.MODELS))
+        self.assertEqual({r['model'] for r in runs}, set(claims_report.MODELS))
         for r in runs:
             self.assertEqual(r['rc'], 0)
             self.assertTrue(math.isfinite(r['evals'][-1][1]), r['model'])
@@ -157,7 +158,8 @@ class TestClaimsQuick(unittest.TestCase):
                 diffs.append(abs(w['train_loss'] - w['val_loss']))
                 found += 1
         self.assertGreater(max(diffs), 0.01)
-        runs = 2 * 2 * len(claims.BUDGET_MODELS) + len(claims.REGULARISE)   # --quick: budgets 1 and 2, 2 seeds
+        # --quick: budgets 1 and 2, 2 seeds
+        runs = 2 * 2 * len(claims_report.BUDGET_MODELS) + len(claims_report.REGULARISE)
         self.assertEqual(found, runs)
 
     def test_second_call_reuses_every_run(self):

@@ -1,5 +1,6 @@
-"""Tests for retrieval.py: inverse cloze pairs, the equivariant retrieval mixer,
-batched embeddings, an end-to-end run on real text, and bad inputs.
+"""Tests for retrieval.py and its pairs (data/pairs.py): inverse cloze pairs, the
+equivariant retrieval mixer, batched embeddings, an end-to-end run on real text,
+and bad inputs.
 
     python test_mixer.py test_retrieval
 
@@ -22,6 +23,7 @@ import torch
 
 import mixer
 import retrieval
+from data import pairs as data_pairs
 
 from tests.common import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, prepared_data
 from tests.common import tiny_checkpoint as shared_checkpoint
@@ -57,24 +59,24 @@ class TestPairs(unittest.TestCase):
 
     def test_sentence_splitter(self):
         text = 'Tom said, "Hi!" Then he ran home.\nWhy? Because it rained'
-        got = [text[a:b] for a, b in retrieval.split_sentences(text)]
+        got = [text[a:b] for a, b in data_pairs.split_sentences(text)]
         self.assertEqual(got, ['Tom said, "Hi!"', 'Then he ran home.', 'Why?', 'Because it rained'])
 
     def test_inverse_cloze_pairs_on_real_text(self):
         need_text()
-        stories = retrieval.read_text_stories(os.path.join(TEXT_DIR, 'valid.txt'))[:300]
-        pairs = retrieval.ict_pairs(stories, seed=0, per_story=2)
+        stories = data_pairs.read_text_stories(os.path.join(TEXT_DIR, 'valid.txt'))[:300]
+        pairs = data_pairs.ict_pairs(stories, seed=0, per_story=2)
         self.assertGreater(len(pairs), 400)
         for p in pairs:
             story = stories[p['story']]
             self.assertIn(p['query'], story)                    # taken out of the original story
             self.assertNotIn(p['query'], p['target'])           # and really absent from the target
-            self.assertGreaterEqual(len(retrieval.split_sentences(story)), 3)
+            self.assertGreaterEqual(len(data_pairs.split_sentences(story)), 3)
             # the target is the story minus that sentence (up to whitespace at the cut)
             self.assertEqual(''.join(p['target'].split()), ''.join(story.replace(p['query'], '', 1).split()))
             self.assertTrue(story.startswith(p['target'][:p['cut']]))   # cut = end of the text before
-        self.assertEqual(pairs, retrieval.ict_pairs(stories, seed=0, per_story=2))   # fixed seed
-        train, test = retrieval.split_by_story(pairs, 0.2, seed=0)
+        self.assertEqual(pairs, data_pairs.ict_pairs(stories, seed=0, per_story=2))   # fixed seed
+        train, test = data_pairs.split_by_story(pairs, 0.2, seed=0)
         self.assertEqual(sorted(train + test), list(range(len(pairs))))
         tr, te = {pairs[i]['story'] for i in train}, {pairs[i]['story'] for i in test}
         self.assertFalse(tr & te, 'a story is on both sides of the split')
@@ -93,13 +95,13 @@ class TestPairs(unittest.TestCase):
                 return [int(w[1:]) for w in text.split()]
         words = ' '.join(f'w{i}' for i in range(200))
         pair = {'query': 'w1 w2', 'target': words, 'cut': words.index('w120')}
-        q, t = retrieval.encode_pairs([pair], WordEncoder(), 33)
+        q, t = data_pairs.encode_pairs([pair], WordEncoder(), 33)
         self.assertEqual(q[0], [-1, 1, 2])
         self.assertEqual(t[0], [-1] + list(range(104, 136)))     # 32 words around word 120
         pair['cut'] = words.index('w190')
-        self.assertEqual(retrieval.encode_pairs([pair], WordEncoder(), 33)[1][0], [-1] + list(range(168, 200)))
+        self.assertEqual(data_pairs.encode_pairs([pair], WordEncoder(), 33)[1][0], [-1] + list(range(168, 200)))
         pair['cut'] = None                       # a --pairs target keeps its beginning
-        self.assertEqual(retrieval.encode_pairs([pair], WordEncoder(), 33, prefix_eot=False)[1][0],
+        self.assertEqual(data_pairs.encode_pairs([pair], WordEncoder(), 33, prefix_eot=False)[1][0],
                          list(range(33)))
 
 
@@ -107,7 +109,7 @@ class TestRetrievalMixer(unittest.TestCase):
 
     def test_permutation_equivariant_in_the_candidates_for_any_n(self):
         torch.manual_seed(0)
-        model = mixer.RetrievalMixer(d_in=12, d_r=16, n_layer=2).eval()
+        model = retrieval.RetrievalMixer(d_in=12, d_r=16, n_layer=2).eval()
         with torch.no_grad():                   # move every parameter off its init (b = d = 0 ...)
             for p in model.parameters():
                 p.add_(0.3 * torch.randn_like(p))
@@ -132,11 +134,11 @@ class TestRetrievalMixer(unittest.TestCase):
         q = t + 0.5 * torch.randn(600, 24, generator=g)
         stories = np.arange(600)
         torch.manual_seed(0)
-        model = mixer.RetrievalMixer(24, d_r=32, n_layer=1)
+        model = retrieval.RetrievalMixer(24, d_r=32, n_layer=1)
         retrieval.train_retrieval(model, q[:500], t[:500], stories[:500], n=8, steps=150, batch_size=32,
                                   lr=3e-3, seed=0)
         for n in (8, 32):
-            draws = retrieval.candidate_draws(stories[500:], n, rounds=2, seed=0)
+            draws = data_pairs.candidate_draws(stories[500:], n, rounds=2, seed=0)
             acc = retrieval.accuracy(lambda a, b: model(a, b), q[500:], t[500:], draws)
             with self.subTest(n=n):
                 self.assertGreater(acc, 0.9, f'N={n}: top-1 accuracy {acc:.3f}')
@@ -146,7 +148,7 @@ class TestRetrievalMixer(unittest.TestCase):
         t = torch.randn(200, 8, generator=g)
         q = t + 0.5 * torch.randn(200, 8, generator=g)
         torch.manual_seed(0)
-        model = mixer.RetrievalMixer(8, d_r=16, n_layer=1)
+        model = retrieval.RetrievalMixer(8, d_r=16, n_layer=1)
         scripted, seen = iter([3.0, 1.0, 2.0, 1.5, 2.5]), []      # lowest at the 2nd check: step 20
 
         def val_loss():
@@ -162,8 +164,8 @@ class TestRetrievalMixer(unittest.TestCase):
 
     def test_candidate_draws_are_fixed_and_exclude_the_querys_story(self):
         stories = np.array([0, 0, 1, 2, 3, 3, 4, 5, 6, 7])
-        a = retrieval.candidate_draws(stories, 4, rounds=2, seed=3)
-        b = retrieval.candidate_draws(stories, 4, rounds=2, seed=3)
+        a = data_pairs.candidate_draws(stories, 4, rounds=2, seed=3)
+        b = data_pairs.candidate_draws(stories, 4, rounds=2, seed=3)
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
         qs, cs, ls = a

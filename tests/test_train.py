@@ -73,7 +73,7 @@ class Base(unittest.TestCase):
         a, b = params(out_a), params(out_b)
         cfg = torch.load(os.path.join(out_a, 'ckpt.pt'), weights_only=True)['model_config']
         torch.manual_seed(1337)                    # train.py's seed (rank 0, whose init DDP broadcasts)
-        init = mixer.build_model(mixer.ModelConfig.from_dict(cfg)).state_dict()
+        init = mixer.build_model(mixer.ModelConfig(**cfg)).state_dict()
         for k in a:
             update = (b[k] - init[k]).norm().item()
             self.assertGreater(update, 0, k)
@@ -384,7 +384,7 @@ class TestMuon(unittest.TestCase):
         ckpt = torch.load(os.path.join(full, 'ckpt.pt'), weights_only=True)
         self.assertEqual(len(ckpt['optimizer_muon']['state']), 4)      # proj_in, proj_out, fc, ff proj_out
         self.assertTrue(all('momentum_buffer' in s for s in ckpt['optimizer_muon']['state'].values()))
-        n_tensors = len(mixer.build_model(mixer.ModelConfig.from_dict(ckpt['model_config'])).state_dict()) - 1
+        n_tensors = len(mixer.build_model(mixer.ModelConfig(**ckpt["model_config"])).state_dict()) - 1
         self.assertEqual(len(ckpt['optimizer']['state']), n_tensors - 4)   # AdamW: the rest (lm_head is wte)
         self.assertEqual(train(*common, '--max_iters=6', f'--out_dir={part}').returncode, 0)
         r = run('train.py', '--init_from=resume', f'--out_dir={part}', '--max_iters=12')
