@@ -1,4 +1,5 @@
-"""The checkpoint format: one save_checkpoint, one load_checkpoint, for every script.
+"""A run folder: the checkpoint format (one save_checkpoint, one load_checkpoint, for every
+script), the run's JSON-lines log, and the lock that keeps one run to a folder.
 
 train.py saves; sample.py, retrieval.py, claims.py and train.py's
 --init_from=resume load. A checkpoint is a torch.save'd dict:
@@ -18,13 +19,20 @@ train.py saves; sample.py, retrieval.py, claims.py and train.py's
                       checkpoint alone is enough to sample from it
 
 Writes are atomic (a temporary file, then os.replace): a crash never leaves half a
-checkpoint.
+checkpoint, and a failed write (a full disk) removes its temporary file and keeps the
+previous checkpoint. log.jsonl gets one complete line a record (one write, or none);
+a line torn by a crash is dropped, with a warning, wherever a log is read or resumed.
 """
 
+import errno
 import hashlib
+import json
 import os
+import shutil
+import sys
 
 import torch
+import torch.distributed as dist
 
 import mixer
 from data.prepare import load_tokenizer, tokenizer_from_text, tokenizer_sha256
@@ -51,8 +59,105 @@ def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng,
              'rng': rng, 'tokenizer': {'file': os.path.abspath(tokenizer_path), 'sha256': tokenizer_sha,
                                        'text': text}}
     tmp = path + '.tmp'
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:    # torch reports a full disk as 'unexpected pos ...'
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise CheckpointError(f'could not write {path} ({write_error(e, path)}); the previous checkpoint, '
+                              'if any, is kept') from None
+
+
+def write_error(e, path, need=1 << 20):
+    """The cause of a failed write to `path`, one line: the exception's, or 'no space left on device'
+    when the disk has less than `need` bytes free (torch.save does not say so itself)."""
+    try:
+        full = getattr(e, 'errno', None) == errno.ENOSPC or \
+            shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < need
+    except OSError:
+        full = False
+    return 'no space left on device' if full else _reason(e)
+
+
+# ----------------------------------------------------------------------------- the log and the lock
+
+def append_log(f, rec):
+    """Append the JSON record `rec` to the log file f (opened in binary append mode) as one complete
+    line, in one write: a failed or short write is cut back off, so the log never holds half a line.
+    Raises OSError (the disk full, say) with the log as it was."""
+    data = (json.dumps(rec) + '\n').encode('utf-8')
+    end = f.seek(0, os.SEEK_END)
+    try:
+        if os.write(f.fileno(), data) != len(data):
+            raise OSError(errno.ENOSPC, 'short write')
+    except OSError:
+        os.ftruncate(f.fileno(), end)
+        raise
+
+
+def read_log(path, warn=True):
+    """The records of a JSON-lines log (list of dicts; [] if there is no file). A last line cut short
+    by a crash is dropped, with a warning on stderr; a damaged line before it raises CheckpointError."""
+    if not os.path.isfile(path):
+        return []
+    with open(path, 'rb') as f:
+        lines = f.read().split(b'\n')
+    records = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if i < len(lines) - 1 and any(l.strip() for l in lines[i + 1:]):
+                raise CheckpointError(f'{path}, line {i + 1}: not a JSON record (a damaged log)') from None
+            if warn:
+                print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
+    return records
+
+
+def resume_log(path, step):
+    """Prepare a log for a run resumed from a checkpoint of `step`: drop a torn last line and the
+    records of steps after `step` (written after the checkpoint by a run that was then killed, they
+    would appear twice), rewriting the file atomically, with a warning naming what was dropped."""
+    records = read_log(path)
+    keep = [r for r in records if not isinstance(r.get('step'), int) or r['step'] <= step]
+    if len(keep) < len(records):
+        print(f'warning: {path}: dropped {len(records) - len(keep)} records after step {step}, the checkpoint\'s '
+              '(the run that wrote them stopped before its next checkpoint)', file=sys.stderr)
+    with open(path + '.tmp', 'w') as f:
+        f.writelines(json.dumps(r) + '\n' for r in keep)
+    os.replace(path + '.tmp', path)
+
+
+def lock_run(out_dir):
+    """Hold an exclusive lock on the run folder for this process's life -> the open lock file (keep
+    it). The OS releases the lock when the process dies, however it dies, so a killed run never
+    blocks the next. Raises CheckpointError naming the run (its pid) that holds it, or when the
+    folder cannot be written."""
+    try:
+        import fcntl
+    except ImportError:                         # not POSIX: no lock
+        return None
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        f = open(os.path.join(out_dir, '.lock'), 'a+')
+    except OSError as e:
+        raise CheckpointError(f'cannot write to the run folder {out_dir!r} ({_reason(e)})') from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        pid = f.read().strip() or '?'
+        f.close()
+        raise CheckpointError(f'{out_dir} is in use by another run (pid {pid}); wait for it, or choose '
+                              'another --out_dir') from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
 
 
 def read_checkpoint(path, device='cpu'):
@@ -128,3 +233,63 @@ def checkpoint_tokenizer(ckpt, path='checkpoint'):
         return load_tokenizer(tok['file'])
     except ValueError as e:
         raise CheckpointError(str(e)) from None
+
+
+# ----------------------------------------------------------------------------- a run and its folder
+
+def open_run_folder(cfg, ckpt, rank=0):
+    """Lock out_dir (train.py's settings cfg) for this run on rank 0, and make it hold this run alone:
+    refuse a fresh run on an old one unless overwrite, which first removes the old run's files; a
+    resumed run's log loses the records after its checkpoint's step -> (ckpt path, log file open for
+    appending or None on other ranks, lock). Raises CheckpointError (one line)."""
+    ckpt_path, log_path = (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl'))
+    if rank != 0:
+        return ckpt_path, None, None
+    lock = lock_run(cfg['out_dir'])
+    old = [p for p in (ckpt_path, log_path) if os.path.exists(p)]
+    if ckpt is None and old and not cfg['overwrite']:
+        raise CheckpointError(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
+             f'pass --init_from=resume to continue it or --overwrite=True to replace it')
+    try:
+        if ckpt is None:
+            for p in old + [ckpt_path + '.tmp']:
+                if os.path.exists(p):
+                    os.remove(p)
+        else:
+            resume_log(log_path, ckpt['step'])
+        return ckpt_path, open(log_path, 'ab'), lock
+    except OSError as e:
+        raise CheckpointError(f'cannot prepare {cfg["out_dir"]} ({_reason(e)})') from None
+
+
+def restore(ckpt, model, optimizers, batch_gen, env):
+    """Load a checkpoint's model, optimiser and RNG states (this rank's: env.rank) in place -> (step,
+    best val loss). Betas and weight decay stay those of the current settings, not the saved state's.
+    Raises CheckpointError when the optimiser state does not fit (other parameter groups)."""
+    model.load_state_dict(ckpt['model'])
+    for key, opt in optimizers:
+        fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+        try:
+            opt.load_state_dict(ckpt[key])
+        except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
+            raise CheckpointError(f"the checkpoint's optimizer state does not fit these settings: {e}") from None
+        for g, f in zip(opt.param_groups, fresh):
+            g.update(f)
+    if env.rank < len(ckpt['rng']):
+        rng = ckpt['rng'][env.rank]
+        torch.set_rng_state(rng['torch'])
+        batch_gen.set_state(rng['batch'])
+        if env.cuda and rng.get('cuda') is not None:
+            torch.cuda.set_rng_state(rng['cuda'], env.dev)
+    return ckpt['step'], ckpt['best_val_loss']
+
+
+def gather_rng(batch_gen, env):
+    """Every rank's RNG states (torch, window generator, CUDA) -> list, one dict a rank."""
+    mine = {'torch': torch.get_rng_state(), 'batch': batch_gen.get_state(),
+            'cuda': torch.cuda.get_rng_state(env.dev) if env.cuda else None}
+    if not env.ddp:
+        return [mine]
+    everyone = [None] * env.world
+    dist.all_gather_object(everyone, mine)
+    return everyone

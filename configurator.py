@@ -25,7 +25,7 @@ CHOICES = {'init_from': ('scratch', 'resume'), 'task': ('lm', 'autoencode'), 'op
            'dtype': ('auto', 'float32', 'bfloat16')}
 AT_LEAST = {'batch_size': 1, 'grad_accum': 1, 'max_iters': 0, 'warmup_iters': 0, 'eval_interval': 1,
             'eval_windows': 1, 'log_interval': 1, 'weight_decay': 0, 'grad_clip': 0, 'mixing_lr_mult': 0,
-            'min_lr': 0}
+            'min_lr': 0, 'ddp_timeout': 1}
 
 
 def fail(msg):
@@ -128,6 +128,9 @@ def check_settings(cfg):
     for key in ('beta1', 'beta2'):
         if not 0 <= cfg[key] < 1:
             fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
+    for key in ('fft_threshold', 'chunk_size'):
+        if key in cfg and cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
+            fail(f'{key} must be None (the device\'s own) or an int >= 1, got {cfg[key]!r}')
     for key in ('out_dir', 'data_dir'):
         if not cfg[key].strip():
             fail(f'{key} must name a folder, got {cfg[key]!r}')

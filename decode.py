@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from mixer import (Attention, HeadMixing, HybridMixing, LinearAttention, MaskedMixing, RecurrentMixing,
-                   ToeplitzMixing, apply_rope)
+                   ToeplitzMixing, apply_rope, mix_tokens)
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -117,13 +117,13 @@ def _masked(m, z, state, pos):
     zs = _write(state, 'z', z, pos[None], n_ctx)                          # [B, H, n_ctx, e]
     rows = m.e * pos + torch.arange(m.e, device=z.device)                 # hidden rows of this position
     W1 = m.W1[..., rows, :] * m.mask1[rows]                               # [H, k, e, n_ctx]
-    h = W1[:, 0] @ zs if m.k == 1 else (W1 @ m._taps(zs)).sum(2)
+    h = mix_tokens(W1[:, 0], zs) if m.k == 1 else torch.einsum('hkts,bhkse->bhte', W1, m._taps(zs))
     h = h + m.c1[:, rows]
     if m.e == 1:
         return h
     hs = _write(state, 'h', F.gelu(h), rows, m.e * n_ctx)                 # [B, H, e n_ctx, e]
     W2 = m.W2[:, pos[None]] * m.mask2[pos[None]]                          # [H, 1, e n_ctx]
-    return W2 @ hs + m.c2[:, pos[None]]
+    return mix_tokens(W2, hs) + m.c2[:, pos[None]]
 
 
 def _toeplitz(m, z, state, pos):
@@ -132,7 +132,7 @@ def _toeplitz(m, z, state, pos):
     zs = _write(state, 'z', z, pos[None], n_ctx)
     lag = pos - torch.arange(n_ctx, device=z.device)
     row = m.w[:, lag.clamp(min=0)] * (lag >= 0)                           # [H, n_ctx]
-    return row[:, None] @ zs + m.c[:, pos[None]]
+    return mix_tokens(row[:, None], zs) + m.c[:, pos[None]]
 
 
 def _recurrent(m, z, state, pos):

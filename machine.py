@@ -6,6 +6,7 @@ FLOPs per token and the peak they are measured against (MFU); the training clock
 """
 
 import ctypes
+import datetime
 import math
 import os
 import time
@@ -72,8 +73,15 @@ def flops_per_token(model, T=None):
     return 3 * fwd
 
 
-# Nominal dense bf16 peak (FLOP/s, no sparsity) of GPUs we know; others get a measured peak only.
-NOMINAL_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, 'A10': 125e12}
+# Nominal dense bf16 peak (FLOP/s, datasheet, no sparsity) by torch.cuda.get_device_name(), matched exactly:
+# a substring would give an H100 PCIe (756) or NVL (835) the SXM's 989, and an L40S the L4's 121.
+NOMINAL_PEAK = {
+    'NVIDIA H100 80GB HBM3': 989e12, 'NVIDIA H100 PCIe': 756e12, 'NVIDIA H100 NVL': 835e12,
+    'NVIDIA H200': 989e12, 'NVIDIA H200 NVL': 835e12,
+    'NVIDIA A100-SXM4-80GB': 312e12, 'NVIDIA A100-SXM4-40GB': 312e12, 'NVIDIA A100-PCIE-40GB': 312e12,
+    'NVIDIA A100 80GB PCIe': 312e12, 'NVIDIA A10': 125e12, 'NVIDIA L4': 121e12, 'NVIDIA L40': 181e12,
+    'NVIDIA L40S': 362e12,
+}
 
 
 def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=1.0):
@@ -97,11 +105,30 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=1.0)
 
 
 def nominal_peak(device):
-    """Nominal bf16 dense FLOP/s of the CUDA device's model, or None if unknown / CPU."""
+    """Nominal bf16 dense FLOP/s of the CUDA device's model (NOMINAL_PEAK, exact name), or None if
+    unknown or not CUDA."""
     if not str(device).startswith('cuda'):
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in NOMINAL_PEAK.items() if k in name), None)
+    return NOMINAL_PEAK.get(torch.cuda.get_device_name(device).strip())
+
+
+def peak_flops(device, dtype):
+    """The peak MFU is reported against -> (FLOP/s, what it is): a GPU's nominal dense bf16 peak where
+    NOMINAL_PEAK knows it (a measured one would be low: 1024-sized matmuls do not fill an H100, and the
+    MFU too high), else this machine's measured `dtype` matmul peak (measure_matmul_flops)."""
+    nominal = nominal_peak(device)
+    if nominal:
+        name = torch.cuda.get_device_name(device)
+        return nominal, f'the nominal bf16 dense peak of {name}, {nominal / 1e12:.0f} TFLOP/s'
+    measured = measure_matmul_flops(device, dtype)
+    return measured, f'the measured {str(dtype).split(".")[-1]} matmul peak, {measured / 1e9:.0f} GFLOP/s per process'
+
+
+# Settings that change speed, never results, tuned per device type (bench.py's "Token-mixing paths"
+# table measures them): the Toeplitz mixing's FFT threshold and the recurrent mixing's and linear
+# attention's chunk. Measured on the CPU (2 cores); the CUDA values are the CPU's until a GPU run
+# measures them (python -m experiments.gpu_check).
+DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=256, chunk_size=256)}
 
 
 # ----------------------------------------------------------------------------- device and processes
@@ -115,8 +142,14 @@ def setup_device(cfg):
     dev = cfg['device']
     if dev == 'auto':
         dev = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if dev.startswith('cuda') and not torch.cuda.is_available():
-        fail('device cuda requested but CUDA is not available')
+    try:
+        kind = torch.device(dev).type
+    except RuntimeError:
+        fail(f"unknown device {dev!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if kind not in ('cpu', 'cuda'):
+        fail(f"device {dev!r} is not supported: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if kind == 'cuda' and not torch.cuda.is_available():
+        fail(f'device {dev} requested but CUDA is not available')
     if dev == 'cpu':                   # before any thread starts (gloo's included)
         keep_freed_memory()            # large per-step tensors: no page faults each step
     rank, world, local = 0, 1, 0
@@ -125,7 +158,13 @@ def setup_device(cfg):
         if dev.startswith('cuda'):
             dev = f'cuda:{local}'
             torch.cuda.set_device(dev)
-        dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo')
+        dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo',
+                                timeout=datetime.timedelta(seconds=cfg.get('ddp_timeout', 300)))
+    elif kind == 'cuda':               # cuda:N without torchrun: make N the current device, or every
+        try:                           # argument-less call (synchronize, the caches) would use GPU 0
+            torch.cuda.set_device(dev)
+        except (RuntimeError, ValueError) as e:
+            fail(f'device {dev}: {str(e).splitlines()[0]}')
     cuda = dev.startswith('cuda')
     dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
     autocast = torch.autocast(device_type=dev.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' \

@@ -25,8 +25,7 @@ CHOICES = dict(kind=KINDS, mixing=MIXINGS, activation=('gelu', 'none'), recurren
 
 @dataclass
 class ModelConfig:
-    """Every model's hyper-parameters (a kind ignores the fields it does not use).
-    Raises ValueError on a bad value or an inconsistent combination."""
+    """Every model's hyper-parameters (a kind ignores fields it does not use); ValueError on a bad combination."""
     vocab_size: int = 4096
     n_ctx: int = 256                # the longest input; position-indexed weights have n_ctx rows
     d_model: int = 256
@@ -133,6 +132,12 @@ class HeadMixing(nn.Module):
         return self.proj_out(y) if self.proj_out is not None else y
 
 
+def mix_tokens(M, z):
+    """M z per head: M float [H, T, S], z float [B, H, S, e] -> [B, H, T, e]. An einsum, not M @ z: matmul
+    broadcasts M to a [B, H, T, S] copy, saves it for backward and sums a [B, H, T, S] gradient of it."""
+    return torch.einsum('hts,bhse->bhte', M, z)
+
+
 def prefix_mean(mask):
     """Rows of `mask` (bool [..., R, C]) normalised to sum to 1: a causal running mean."""
     m = mask.float()
@@ -182,13 +187,13 @@ class MaskedMixing(HeadMixing):
         z = _append(state, 'z', z)                                        # [B, H, end, e]
         W1 = (self.W1[..., self.e * pos:self.e * end, :end]
               * self.mask1[self.e * pos:self.e * end, :end])              # rows of the new positions
-        h = W1[:, 0] @ z if self.k == 1 else (W1 @ self._taps(z)).sum(2)
+        h = mix_tokens(W1[:, 0], z) if self.k == 1 else torch.einsum('hkts,bhkse->bhte', W1, self._taps(z))
         h = h + self.c1[:, self.e * pos:self.e * end]
         if self.e == 1:
             return h
         h = _append(state, 'h', F.gelu(h))                                # [B, H, e end, e]
         W2 = self.W2[:, pos:end, :self.e * end] * self.mask2[pos:end, :self.e * end]
-        return W2 @ h + self.c2[:, pos:end]
+        return mix_tokens(W2, h) + self.c2[:, pos:end]
 
 
 class ToeplitzMixing(HeadMixing):
@@ -221,7 +226,7 @@ class ToeplitzMixing(HeadMixing):
             wf = torch.fft.rfft(self.w[:, :T].float(), n=n, dim=1)        # [H, n/2+1]
             y = torch.fft.irfft(zf * wf[:, :, None], n=n, dim=2)[:, :, :T].to(z.dtype)
         else:
-            y = self.matrix(slice(pos, pos + T), pos + T) @ z
+            y = mix_tokens(self.matrix(slice(pos, pos + T), pos + T), z)
         return y + self.c[:, pos:pos + T]
 
 
@@ -278,7 +283,7 @@ class RecurrentMixing(HeadMixing):
         C = z.shape[2]
         v = self.v[:, pos:pos + C, None]                                          # [H, C, 1]
         u = torch.where(self.column, z, v * z)
-        hs = self.powers(C).to(z.dtype) @ u                                       # [B, H, C, e]
+        hs = mix_tokens(self.powers(C).to(z.dtype), u)                            # [B, H, C, e]
         if h0 is not None:
             log_a = F.logsigmoid(self.decay_logit.float())[:, None]
             carry = torch.exp(torch.arange(1, C + 1, device=z.device) * log_a)   # a^(t+1): [H, C]
@@ -367,11 +372,10 @@ class LinearAttention(nn.Module):
 
 
 class HybridMixing(nn.Module):
-    """Transformer-mixer hybrids (Badger 2024): attention and a masked mixing in one branch,
-    x float [B, T, d] -> [B, T, d]. serial (the paper's best): Mix(Attn(z)), the mixing
-    started at the identity, so a fresh hybrid is the transformer (a prefix-mean start
-    averages attention's selectivity away: docs/claims.md). parallel: Attn(z) + Mix(z),
-    Mix with n_head heads and a small-init output projection, as attention has."""
+    """Transformer-mixer hybrids (Badger 2024): attention and a masked mixing in one branch, x float [B, T, d]
+    -> [B, T, d]. serial (the paper's best): Mix(Attn(z)), the mixing started at the identity, so a fresh
+    hybrid is the transformer (a prefix-mean start averages attention's selectivity away: docs/claims.md).
+    parallel: Attn(z) + Mix(z), Mix with n_head heads and a small-init output projection, as attention."""
     def __init__(self, cfg):
         super().__init__()
         self.parallel = cfg.hybrid == 'parallel'
@@ -449,17 +453,15 @@ class Block(nn.Module):
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         if cfg.kind == 'mixer':
             self.mixing = make_token_mixing(cfg, cfg.n_head, MIX_INIT_SCALE if cfg.n_head == 1 else 1.0)
-            self.ff = MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation)
-        elif cfg.kind == 'gpt':
-            self.mixing = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, rope=False, naive=cfg.attention == 'naive')
-            self.ff = MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation)
+        elif cfg.kind in ('transformer', 'gpt'):
+            self.mixing = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, rope=cfg.kind == 'transformer',
+                                    naive=cfg.attention == 'naive')
+        elif cfg.kind == 'hybrid':
+            self.mixing = HybridMixing(cfg)
         else:
-            self.mixing = {'transformer': lambda: Attention(cfg.n_ctx, cfg.d_model, cfg.n_head,
-                                                            naive=cfg.attention == 'naive'),
-                           'hybrid': lambda: HybridMixing(cfg),
-                           'linear_attention': lambda: LinearAttention(cfg.d_model, cfg.n_head, cfg.chunk_size),
-                           }[cfg.kind]()
-            self.ff = SwiGLU(cfg.d_model, cfg.ff_mult)
+            self.mixing = LinearAttention(cfg.d_model, cfg.n_head, cfg.chunk_size)
+        self.ff = (MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation) if cfg.kind in ('mixer', 'gpt')
+                   else SwiGLU(cfg.d_model, cfg.ff_mult))
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, state=None, pos=0):

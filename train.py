@@ -19,6 +19,7 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, fields
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -65,11 +66,15 @@ save_checkpoint = True
 device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
 dtype = 'auto'                  # 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16'
 compile = False                 # torch.compile the model
+ddp_timeout = 300               # seconds a DDP rank waits for the others in a collective before the run stops
 # model: every field of mixer.ModelConfig (vocab_size comes from meta.json)
 globals().update({f.name: f.default for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')})
+fft_threshold = None            # speed only, never results: None takes machine.DEVICE_TUNING's for the device,
+chunk_size = None               # and both may change on resume
 # -----------------------------------------------------------------------------
 MODEL_KEYS = [f.name for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')]
-DEFAULTS = configurator.collect_defaults(globals(), skip=('MODEL_KEYS',))
+TUNING_KEYS = ('fft_threshold', 'chunk_size')
+DEFAULTS = configurator.collect_defaults(globals(), skip=('MODEL_KEYS', 'TUNING_KEYS'))
 
 
 # ----------------------------------------------------------------------------- optimisation
@@ -131,23 +136,36 @@ def lr_at(it, cfg):
 
 # ----------------------------------------------------------------------------- data and evaluation
 
-def load_tokens(path):
-    """uint16 token ids of one split, memory-mapped (numpy [N])."""
+def load_tokens(path, vocab_size=None):
+    """uint16 token ids of one split, memory-mapped (numpy [N]). A missing, empty or odd-sized file,
+    or ids at or above vocab_size (the data's tokenizer is not the one meta.json names): one line,
+    exit 2."""
     if not os.path.isfile(path):
         fail(f'{path} not found: run data/prepare.py first (or set --data_dir)')
-    return np.memmap(path, dtype=np.uint16, mode='r')
+    size = os.path.getsize(path)
+    if size == 0 or size % 2:
+        fail(f'{path} holds {size} bytes: not a token file of uint16 ids (run data/prepare.py again)')
+    data = np.memmap(path, dtype=np.uint16, mode='r')
+    if vocab_size is not None and int(data.max()) >= vocab_size:
+        fail(f'{path} holds token id {int(data.max())}, but the vocabulary has {vocab_size} tokens '
+             '(meta.json and the token files are from different runs of data/prepare.py)')
+    return data
 
 
 def load_data(cfg):
-    """meta.json and the two token files of cfg['data_dir'] -> (meta dict, train uint16
-    [N], val uint16 [M]); a missing file or too short a split: one line, exit 2."""
+    """meta.json and the two token files of cfg['data_dir'] -> (meta dict, train uint16 [N], val
+    uint16 [M]); a missing or damaged file, or too short a split: one line, exit 2."""
     meta_path = os.path.join(cfg['data_dir'], 'meta.json')
     if not os.path.isfile(meta_path):
         fail(f'{meta_path} not found: run data/prepare.py first (or set --data_dir)')
-    with open(meta_path) as f:
-        meta = json.load(f)
-    train_data = load_tokens(os.path.join(cfg['data_dir'], 'train.bin'))
-    val_data = load_tokens(os.path.join(cfg['data_dir'], 'val.bin'))
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+        meta['vocab_size'], meta['val']['bytes_per_token'], meta['tokenizer_sha256']
+    except (ValueError, KeyError, TypeError) as e:
+        fail(f'{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
+    train_data, val_data = (load_tokens(os.path.join(cfg['data_dir'], f'{s}.bin'), meta['vocab_size'])
+                            for s in ('train', 'val'))
     if min(len(train_data), len(val_data)) < cfg['n_ctx'] + 2:
         fail(f'token files are shorter than n_ctx + 2 = {cfg["n_ctx"] + 2} tokens')
     return meta, train_data, val_data
@@ -203,7 +221,7 @@ def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, bytes_per_t
     return ev
 
 
-# ----------------------------------------------------------------------------- one step, and stopping
+# ----------------------------------------------------------------------------- one step
 
 def train_step(model, optimizers, data, starts, lr, cfg, env):
     """One optimiser step over the windows at starts long [grad_accum, batch_size]
@@ -229,123 +247,106 @@ def train_step(model, optimizers, data, starts, lr, cfg, env):
     return loss_sum / len(starts)
 
 
-def stop_if_not_finite(pending, ckpt_path):
-    """Check the pending (step, loss tensor) pairs with one device sync, then clear them.
-    A non-finite loss: one line naming the step, exit 1; the last checkpoint (all
-    finite) stays."""
-    if not pending:
-        return
-    losses = torch.stack([l for _, l in pending]).float().cpu()
-    bad = (~torch.isfinite(losses)).nonzero()
-    if len(bad):
-        stop(f'non-finite train loss {losses[bad[0, 0]].item()} at step {pending[bad[0, 0]][0]}', ckpt_path)
-    pending.clear()
+# ----------------------------------------------------------------------------- the run: its state, stopping, the log
+
+class Stop(Exception):
+    """Ends a run early with a one-line message and an exit status (train.main prints and exits)."""
+
+    def __init__(self, msg, code=1):
+        super().__init__(msg)
+        self.code = code
 
 
-def stop(msg, ckpt_path):
-    """A non-finite loss: print one line, exit 1 (ckpt_path keeps the last good state)."""
-    print(f'train.py: error: {msg}; stopping, {ckpt_path} keeps the last good state', file=sys.stderr)
-    sys.exit(1)
+def agree_to_stop(run, reason=None):
+    """Stop every rank together: each rank's reason to stop (None: none) is shared, so a NaN on one
+    rank never leaves the others waiting in a collective. Raises Stop naming each reason."""
+    if run.env.ddp:
+        flag = torch.tensor([float(reason is not None)], device=run.env.dev)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            reasons = [None] * run.env.world
+            dist.all_gather_object(reasons, reason)
+            reason = '; '.join(f'rank {r}: {m}' for r, m in enumerate(reasons) if m)
+    if reason is not None:
+        raise Stop(reason)
 
 
-# ----------------------------------------------------------------------------- the run's state
-
-def restore(ckpt, model, optimizers, batch_gen, env):
-    """Load a checkpoint's model, optimiser and RNG states in place -> (step, best val loss).
-    Betas and weight decay stay those of the current settings, not the saved state's."""
-    model.load_state_dict(ckpt['model'])
-    for key, opt in optimizers:
-        fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
-        try:
-            opt.load_state_dict(ckpt[key])
-        except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
-            fail(f"the checkpoint's optimizer state does not fit these settings: {e}")
-        for g, f in zip(opt.param_groups, fresh):
-            g.update(f)
-    if env.rank < len(ckpt['rng']):
-        rng = ckpt['rng'][env.rank]
-        torch.set_rng_state(rng['torch'])
-        batch_gen.set_state(rng['batch'])
-        if env.cuda and rng.get('cuda') is not None:
-            torch.cuda.set_rng_state(rng['cuda'], env.dev)
-    return ckpt['step'], ckpt['best_val_loss']
+def check_finite(run, pending):
+    """Check the pending (step, loss tensor) pairs with one device sync, then clear them; a
+    non-finite loss on any rank stops every rank (agree_to_stop)."""
+    reason = None
+    if pending:
+        losses = torch.stack([l for _, l in pending]).float().cpu()
+        bad = (~torch.isfinite(losses)).nonzero()
+        if len(bad):
+            reason = f'non-finite train loss {losses[bad[0, 0]].item()} at step {pending[bad[0, 0]][0]}'
+        pending.clear()
+    agree_to_stop(run, reason)
 
 
-def gather_rng(batch_gen, env):
-    """Every rank's RNG states (torch, window generator, CUDA) -> list, one dict a rank."""
-    mine = {'torch': torch.get_rng_state(), 'batch': batch_gen.get_state(),
-            'cuda': torch.cuda.get_rng_state(env.dev) if env.cuda else None}
-    if not env.ddp:
-        return [mine]
-    everyone = [None] * env.world
-    dist.all_gather_object(everyone, mine)
-    return everyone
+def wrap_model(raw_model, cfg, env):
+    """The model the loop steps: DDP first, then torch.compile, so that the compiled graph is split
+    at DDP's buckets and gradient all-reduces overlap the backward pass (compile before DDP would run
+    them all after it). broadcast_buffers=False: the models' buffers are constants (masks, RoPE
+    tables), identical on every rank, so re-sending them from rank 0 every step is wasted."""
+    model = raw_model
+    if env.ddp:
+        model = DDP(model, device_ids=[env.local] if env.cuda else None, broadcast_buffers=False)
+    return torch.compile(model) if cfg['compile'] else model
 
 
 def build_run(cfg, ckpt, env, meta):
-    """The model (on env.dev, compiled and DDP-wrapped as asked), its optimisers, the
-    window generator, and the step and best validation loss to start from (a resumed
-    run's saved states) -> (model, raw model, model_cfg, optimizers, batch_gen, step,
-    best_val). A model config the settings make invalid: one line, exit 2."""
+    """Everything a run holds -> SimpleNamespace(cfg, env, meta, model (wrap_model's), raw_model,
+    model_cfg, optimizers, batch_gen, step, best_val, saved_step (the step ckpt.pt holds, None
+    before the first save)). A resumed run gets its saved states; a model config the settings
+    make invalid, or a tokenizer other than the checkpoint's: one line, exit 2."""
+    tuned = {k: cfg[k] if cfg[k] is not None else machine.DEVICE_TUNING[env.dev.split(':')[0]][k]
+             for k in TUNING_KEYS}
     try:
         model_cfg = mixer.ModelConfig(vocab_size=meta['vocab_size'], task=cfg['task'],
-                                      **{k: cfg[k] for k in MODEL_KEYS})
+                                      **{**{k: cfg[k] for k in MODEL_KEYS}, **tuned})
     except (ValueError, TypeError) as e:
         fail(str(e))
+    if ckpt is not None and ckpt.get('tokenizer', {}).get('sha256') != meta['tokenizer_sha256']:
+        fail(f'the data in {cfg["data_dir"]} was encoded with another tokenizer (sha256 '
+             f'{meta["tokenizer_sha256"][:12]}...) than the checkpoint\'s ({ckpt.get("tokenizer", {}).get("sha256", "?")[:12]}'
+             '...): its token ids mean other text; prepare the data with the checkpoint\'s tokenizer')
     torch.manual_seed(cfg['seed'] + env.rank)
     raw_model = mixer.build_model(model_cfg).to(env.dev)
     optimizers = build_optimizers(raw_model, cfg, env.cuda)
     batch_gen = torch.Generator().manual_seed(cfg['seed'])      # the same on every rank: see draw_windows
     step, best_val = 0, float('inf')
     if ckpt is not None:
-        step, best_val = restore(ckpt, raw_model, optimizers, batch_gen, env)
+        try:
+            step, best_val = checkpoint.restore(ckpt, raw_model, optimizers, batch_gen, env)
+        except checkpoint.CheckpointError as e:
+            fail(str(e))
         if env.master:
             print(f'resumed from {os.path.join(cfg["out_dir"], "ckpt.pt")} at step {step}')
-    model = torch.compile(raw_model) if cfg['compile'] else raw_model
-    if env.ddp:
-        model = DDP(model, device_ids=[env.local] if env.cuda else None)
-    return model, raw_model, model_cfg, optimizers, batch_gen, step, best_val
+    return SimpleNamespace(cfg=cfg, env=env, meta=meta, model=wrap_model(raw_model, cfg, env), raw_model=raw_model,
+                           model_cfg=model_cfg, optimizers=optimizers, batch_gen=batch_gen, step=step,
+                           best_val=best_val, saved_step=step if ckpt is not None else None, log=None)
 
 
-# ----------------------------------------------------------------------------- the log
+def save(run, rng):
+    """Write the run's checkpoint (rank 0). A failed write: Stop naming the cause, the previous
+    checkpoint kept."""
+    try:
+        checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), run.cfg, run.step,
+                                   run.best_val, rng, os.path.join(run.cfg['data_dir'], run.meta['tokenizer']),
+                                   run.meta['tokenizer_sha256'], run.optimizers)
+        run.saved_step = run.step
+    except checkpoint.CheckpointError as e:
+        raise Stop(str(e)) from None
 
-def write_log(log, rec):
-    """Append one JSON record to the open log (None on ranks > 0: nothing)."""
-    if log:
-        log.write(json.dumps(rec) + '\n')
-        log.flush()
 
-
-def log_start(log, cfg, ckpt, env, raw_model, model_cfg, step):
-    """The run's header: the 'config' and 'schedule' events, and the console lines
-    naming the model, the processes, the MFU peak and the schedule -> (FLOPs per token,
-    measured peak FLOP/s, nominal peak FLOP/s or None)."""
-    say = print if env.master else (lambda *a, **k: None)
-    flops = machine.flops_per_token(raw_model, cfg['n_ctx'])
-    peak = machine.measure_matmul_flops(env.dev, getattr(torch, env.dtype))
-    nominal = machine.nominal_peak(env.dev)
-    n_params = raw_model.num_params()
-    write_log(log, {'event': 'config', 'config': cfg, 'model_config': asdict(model_cfg), 'world_size': env.world,
-                    'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': flops,
-                    'peak_flops_measured': peak, 'peak_flops_nominal': nominal})
-    say(f'{cfg["variant"]} ({model_cfg.kind}, mixing={model_cfg.mixing}, task={cfg["task"]}): '
-        f'{n_params / 1e6:.2f}M params, {flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
-        f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env)} tokens/step')
-    say(f'MFU is reported against the measured {env.dtype} matmul peak {peak / 1e9:.0f} GFLOP/s per process'
-        + (f', nominal {nominal / 1e12:.0f} TFLOP/s' if nominal else ''))
-    decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
-    schedule = {'event': 'schedule', 'from_step': step, 'max_iters': cfg['max_iters'],
-                'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'],
-                'lr_decay_iters': decay_iters, 'lr_now': lr_at(step, cfg)}
-    if ckpt is not None:
-        schedule['lr_saved_schedule'] = lr_at(step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
-            'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'max_iters')}})
-    write_log(log, schedule)
-    say(f'schedule: steps {step} -> {cfg["max_iters"]}; lr warm-up {cfg["warmup_iters"]} steps to '
-        f'{cfg["learning_rate"]:.2e}, cosine to {cfg["min_lr"]:.2e} at step {decay_iters}; lr now '
-        f'{schedule["lr_now"]:.2e}' + (f' (the saved run\'s schedule: {schedule["lr_saved_schedule"]:.2e})'
-                                       if ckpt is not None else ''))
-    return flops, peak, nominal
+def write_log(run, rec):
+    """Append one record to the log (rank 0; others have none). A failed write: Stop naming it."""
+    if run.log:
+        try:
+            checkpoint.append_log(run.log, rec)
+        except OSError as e:
+            raise Stop(f'could not write {run.log.name} ({checkpoint.write_error(e, run.log.name)})') from None
 
 
 def tokens_per_step(cfg, env):
@@ -353,132 +354,204 @@ def tokens_per_step(cfg, env):
     return cfg['batch_size'] * cfg['n_ctx'] * cfg['grad_accum'] * env.world
 
 
-def log_eval(log, cfg, ev, step, clock, start_step):
-    """One evaluation: the console line (loss in nats/token, bits per byte, accuracy, ETA)
-    and the 'eval' event."""
-    print(f'step {step:5d}/{cfg["max_iters"]} | val loss {ev["val_loss"]:.4f} nats/token | '
-          f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
-          + (f'train windows {ev["train_windows_loss"]:.4f} | ' if cfg['eval_train'] else '') +
-          f'ETA {clock.eta(step - start_step, cfg["max_iters"] - step)}', flush=True)
-    write_log(log, {'event': 'eval', 'step': step, **ev})
+def log_start(run, ckpt):
+    """The run's header: the 'config' and 'schedule' events and the console lines naming the
+    model, the processes, the peak MFU is measured against and the schedule. Sets run.flops
+    (training FLOPs per token) and run.peak (FLOP/s)."""
+    cfg, env, raw_model = run.cfg, run.env, run.raw_model
+    say = print if env.master else (lambda *a, **k: None)
+    run.flops = machine.flops_per_token(raw_model, cfg['n_ctx'])
+    run.peak, peak_name = machine.peak_flops(env.dev, getattr(torch, env.dtype))
+    n_params = raw_model.num_params()
+    write_log(run, {'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg), 'world_size': env.world,
+                    'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': run.flops,
+                    'peak_flops': run.peak, 'peak': peak_name})
+    say(f'{cfg["variant"]} ({run.model_cfg.kind}, mixing={run.model_cfg.mixing}, task={cfg["task"]}): '
+        f'{n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
+        f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env)} tokens/step')
+    say(f'MFU is reported against {peak_name}')
+    decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
+    schedule = {'event': 'schedule', 'from_step': run.step, 'max_iters': cfg['max_iters'],
+                'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'],
+                'lr_decay_iters': decay_iters, 'lr_now': lr_at(run.step, cfg)}
+    if ckpt is not None:
+        schedule['lr_saved_schedule'] = lr_at(run.step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
+            'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'max_iters')}})
+    write_log(run, schedule)
+    say(f'schedule: steps {run.step} -> {cfg["max_iters"]}; lr warm-up {cfg["warmup_iters"]} steps to '
+        f'{cfg["learning_rate"]:.2e}, cosine to {cfg["min_lr"]:.2e} at step {decay_iters}; lr now '
+        f'{schedule["lr_now"]:.2e}' + (f' (the saved run\'s schedule: {schedule["lr_saved_schedule"]:.2e})'
+                                       if ckpt is not None else ''))
 
 
-def log_train(log, cfg, env, loss, lr, step, steps, clock, start_step, flops, peak, nominal):
+def evaluate_and_save(run, clock):
+    """At an evaluation step: rank 0 evaluates (loss in nats/token, bits per byte, accuracy), prints
+    and logs it, and saves the checkpoint; every rank agrees to stop on a non-finite loss."""
+    cfg, env = run.cfg, run.env
+    rng, reason = checkpoint.gather_rng(run.batch_gen, env), None
+    if env.master:
+        ev = evaluate_splits(run.raw_model, run.train_data, run.val_data, cfg, env.dev, env.autocast,
+                             run.meta['val']['bytes_per_token'])
+        if math.isfinite(ev['val_loss']):
+            run.best_val, run.last_ev = min(run.best_val, ev['val_loss']), {'step': run.step, **ev}
+            print(f'step {run.step:5d}/{cfg["max_iters"]} | val loss {ev["val_loss"]:.4f} nats/token | '
+                  f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
+                  + (f'train windows {ev["train_windows_loss"]:.4f} | ' if cfg['eval_train'] else '') +
+                  f'ETA {clock.eta(run.step - run.start_step, cfg["max_iters"] - run.step)}', flush=True)
+            write_log(run, {'event': 'eval', 'step': run.step, **ev})
+            if cfg['save_checkpoint'] and run.step > 0:
+                save(run, rng)
+        else:
+            reason = f'non-finite val loss {ev["val_loss"]} at step {run.step}'
+    agree_to_stop(run, reason)
+
+
+def log_train(run, loss, lr, steps, clock):
     """Every log_interval steps: the loss (the mean over ranks under DDP), ms/step,
     tokens/s and MFU since the last line -> the console line and a 'train' event."""
+    cfg, env = run.cfg, run.env
     if env.ddp:                                        # the mean over ranks, not rank 0's alone
         loss = loss.reshape(1).float()
         dist.all_reduce(loss)
         loss = loss / env.world
     ms = 1000 * clock.interval / steps
     tok_s = tokens_per_step(cfg, env) / (ms / 1000)
-    rec = {'event': 'train', 'step': step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
-           'tokens_per_s': tok_s, 'mfu': flops * tok_s / env.world / peak}
-    if nominal:
-        rec['mfu_nominal'] = flops * tok_s / env.world / nominal
+    rec = {'event': 'train', 'step': run.step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
+           'tokens_per_s': tok_s, 'mfu': run.flops * tok_s / env.world / run.peak}
     if env.master:
-        print(f'step {step:5d}/{cfg["max_iters"]} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
-              f'{tok_s:,.0f} tok/s | MFU {100 * rec["mfu"]:.1f}%'
-              + (f' ({100 * rec["mfu_nominal"]:.1f}% of nominal)' if nominal else '')
-              + f' | ETA {clock.eta(step - start_step, cfg["max_iters"] - step)}', flush=True)
-    write_log(log, rec)
+        print(f'step {run.step:5d}/{cfg["max_iters"]} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
+              f'{tok_s:,.0f} tok/s | MFU {100 * rec["mfu"]:.1f}% | '
+              f'ETA {clock.eta(run.step - run.start_step, cfg["max_iters"] - run.step)}', flush=True)
+    write_log(run, rec)
 
 
-def log_summary(log, cfg, env, last_ev, best_val, step, start_step, clock, t_wall, n_train, flops, peak, ckpt_path):
+def log_summary(run, clock, t_wall):
     """The 'summary' event and line: final and best validation loss (nats/token, bits per
     byte), steps, tokens and epochs, wall and training time, tokens/s, MFU."""
-    tokens_seen = step * tokens_per_step(cfg, env)
-    tok_s = (step - start_step) * tokens_per_step(cfg, env) / clock.total if clock.total > 0 else 0.0
-    summary = {'event': 'summary', 'final_val_loss': last_ev['val_loss'], 'final_val_bpb': last_ev['val_bpb'],
-               'final_val_acc': last_ev['val_acc'], 'best_val_loss': best_val, 'step': step,
-               'tokens_seen': tokens_seen, 'epochs': tokens_seen / n_train,
+    cfg, env, step = run.cfg, run.env, run.step
+    if run.last_ev is None or run.last_ev['step'] != step:       # e.g. resumed past its max_iters
+        run.last_ev = {'step': step, **evaluate_splits(run.raw_model, run.train_data, run.val_data, cfg, env.dev,
+                                                       env.autocast, run.meta['val']['bytes_per_token'])}
+        run.best_val = min(run.best_val, run.last_ev['val_loss'])
+    ev, tokens_seen = run.last_ev, step * tokens_per_step(cfg, env)
+    tok_s = (step - run.start_step) * tokens_per_step(cfg, env) / clock.total if clock.total > 0 else 0.0
+    summary = {'event': 'summary', 'final_val_loss': ev['val_loss'], 'final_val_bpb': ev['val_bpb'],
+               'final_val_acc': ev['val_acc'], 'best_val_loss': run.best_val, 'step': step,
+               'tokens_seen': tokens_seen, 'epochs': tokens_seen / len(run.train_data),
                'train_seconds': clock.total, 'wall_seconds': time.perf_counter() - t_wall,
-               'tokens_per_s': tok_s, 'mfu': flops * tok_s / env.world / peak,
-               **({'final_train_windows_loss': last_ev['train_windows_loss']} if cfg['eval_train'] else {})}
-    write_log(log, summary)
+               'tokens_per_s': tok_s, 'mfu': run.flops * tok_s / env.world / run.peak,
+               **({'final_train_windows_loss': ev['train_windows_loss']} if cfg['eval_train'] else {})}
+    write_log(run, summary)
     print(f'summary: final val loss {summary["final_val_loss"]:.4f} nats/token '
           f'({summary["final_val_bpb"]:.4f} bits/byte, acc {summary["final_val_acc"]:.3f}), '
-          f'best {best_val:.4f} | {step} steps, {tokens_seen:,} tokens = {summary["epochs"]:.2f} epochs | '
+          f'best {run.best_val:.4f} | {step} steps, {tokens_seen:,} tokens = {summary["epochs"]:.2f} epochs | '
           f'wall {machine.hms(summary["wall_seconds"])}, training {machine.hms(clock.total)}, {tok_s:,.0f} tok/s, '
           f'MFU {100 * summary["mfu"]:.1f}% | checkpoint '
-          f'{ckpt_path if cfg["save_checkpoint"] and os.path.isfile(ckpt_path) else "none"}', flush=True)
+          f'{run.ckpt_path if run.saved_step is not None else "none"}', flush=True)
 
 
 # ----------------------------------------------------------------------------- main
 
-def main(argv):
-    """Train with the settings of `argv` (config files and --key=value). Writes out_dir/
-    ckpt.pt (checkpoint.py's format) and log.jsonl (events config, schedule, train,
-    eval, summary). Exits 2 on bad settings, data or checkpoint (one line), 1 on a
-    non-finite loss (the last checkpoint kept)."""
-    t_wall = time.perf_counter()
-    cfg, ckpt = configurator.resolve_settings(configurator.parse_overrides(argv, DEFAULTS, __doc__),
-                                              DEFAULTS, MODEL_KEYS)
-    configurator.check_settings(cfg)
-    ckpt_path, log_path = (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl'))
-    if ckpt is None and not cfg['overwrite'] and any(map(os.path.exists, (ckpt_path, log_path))):
-        fail(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
-             f'pass --init_from=resume to continue it or --overwrite=True to replace it')
-    env = machine.setup_device(cfg)
-    meta, train_data, val_data = load_data(cfg)
-    bytes_per_token = meta['val']['bytes_per_token']
-    os.makedirs(cfg['out_dir'], exist_ok=True)
-    model, raw_model, model_cfg, optimizers, batch_gen, step, best_val = build_run(cfg, ckpt, env, meta)
-    log = open(log_path, 'a' if ckpt is not None else 'w') if env.master else None   # scratch: a new log
-    flops, peak, nominal = log_start(log, cfg, ckpt, env, raw_model, model_cfg, step)
-
-    # the loop: evaluate (and save) every eval_interval steps and at the end, log every log_interval
-    max_iters, start_step, last_ev = cfg['max_iters'], step, None
-    skip_eval = ckpt is not None and step < max_iters          # the saved step was evaluated
-    pending, interval_steps = [], 0                            # losses not yet checked for finiteness
-    clock = machine.Clock(env.cuda)
+def train(run, clock):
+    """The loop: evaluate (and save) every eval_interval steps and at max_iters, log every
+    log_interval steps; run.step advances."""
+    cfg, env, max_iters = run.cfg, run.env, run.cfg['max_iters']
+    skip_eval = run.saved_step is not None and run.step < max_iters     # the saved step was evaluated
+    pending, interval_steps = [], 0                                      # losses not yet checked
     while True:
-        if (step % cfg['eval_interval'] == 0 or step == max_iters) and not skip_eval:
+        if (run.step % cfg['eval_interval'] == 0 or run.step == max_iters) and not skip_eval:
             clock.lap()
-            stop_if_not_finite(pending, ckpt_path)
-            rng = gather_rng(batch_gen, env)
-            if env.master:
-                ev = evaluate_splits(raw_model, train_data, val_data, cfg, env.dev, env.autocast, bytes_per_token)
-                if not math.isfinite(ev['val_loss']):
-                    stop(f'non-finite val loss {ev["val_loss"]} at step {step}', ckpt_path)
-                best_val, last_ev = min(best_val, ev['val_loss']), {'step': step, **ev}
-                log_eval(log, cfg, ev, step, clock, start_step)
-                if cfg['save_checkpoint'] and step > 0:
-                    checkpoint.save_checkpoint(
-                        ckpt_path, raw_model, asdict(model_cfg), cfg, step, best_val, rng,
-                        os.path.join(cfg['data_dir'], meta['tokenizer']), meta['tokenizer_sha256'], optimizers)
+            check_finite(run, pending)
+            evaluate_and_save(run, clock)
             clock.skip()                                       # evaluation time is not training time
         skip_eval = False
-        if step >= max_iters:
-            break
-        lr = lr_at(step, cfg)
-        starts = draw_windows(batch_gen, len(train_data), cfg['n_ctx'], cfg['batch_size'], cfg['grad_accum'],
-                              env.world)[env.rank]
-        loss = train_step(model, optimizers, train_data, starts, lr, cfg, env)
-        step += 1
+        if run.step >= max_iters:
+            return
+        lr = lr_at(run.step, cfg)
+        starts = draw_windows(run.batch_gen, len(run.train_data), cfg['n_ctx'], cfg['batch_size'],
+                              cfg['grad_accum'], env.world)[env.rank]
+        loss = train_step(run.model, run.optimizers, run.train_data, starts, lr, cfg, env)
+        run.step += 1
         interval_steps += 1
-        pending.append((step, loss))
+        pending.append((run.step, loss))
         if not env.cuda:
-            stop_if_not_finite(pending, ckpt_path)             # cheap on the CPU: every step
-        if step % cfg['log_interval'] == 0:
+            check_finite(run, pending)                         # cheap on the CPU: every step
+        if run.step % cfg['log_interval'] == 0:
             clock.lap()
-            stop_if_not_finite(pending, ckpt_path)
-            log_train(log, cfg, env, loss, lr, step, interval_steps, clock, start_step, flops, peak, nominal)
+            check_finite(run, pending)
+            log_train(run, loss, lr, interval_steps, clock)
             clock.interval, interval_steps = 0.0, 0
 
-    if env.master:
-        if last_ev is None or last_ev['step'] != step:       # e.g. resumed past its max_iters
-            last_ev = {'step': step, **evaluate_splits(raw_model, train_data, val_data, cfg, env.dev, env.autocast,
-                                                       bytes_per_token)}
-            best_val = min(best_val, last_ev['val_loss'])
-        log_summary(log, cfg, env, last_ev, best_val, step, start_step, clock, t_wall, len(train_data), flops, peak,
-                    ckpt_path)
-        log.close()
+
+def stop_line(run, what):
+    """The line a stopped run ends with: what happened, the step reached, what the checkpoint holds
+    and how to go on."""
+    held = (f'{run.ckpt_path} holds step {run.saved_step}' if run.saved_step is not None
+            else 'no checkpoint was written')
+    resume = (f'; resume: python train.py --init_from=resume --out_dir={run.cfg["out_dir"]}'
+              if run.saved_step is not None else '')
+    return f'train.py: {what} at step {run.step}; {held}{resume}'
+
+
+def collective_failure(e, cfg, env):
+    """A DDP collective that failed because another rank stalled or died -> one line, else None."""
+    text = str(e)
+    if 'timed out' in text.lower() or 'timeout' in text.lower():
+        return f'rank {env.rank}: a collective waited ddp_timeout={cfg["ddp_timeout"]} s for the other ranks'
+    if any(s in text for s in ('Connection closed by peer', 'Connection reset', 'Broken pipe', 'NCCL')):
+        return f'rank {env.rank}: another rank left the run ({text.splitlines()[0][:80]})'
+    return None
+
+
+def main(argv):
+    """Train with the settings of `argv` (config files and --key=value). Writes out_dir/ckpt.pt
+    (checkpoint.py's format) and log.jsonl (events config, schedule, train, eval, summary), under a
+    lock on out_dir. Exits 2 on bad settings, data, checkpoint or folder (one line); 1 when the run
+    stops early (a non-finite loss on any rank, a failed write, a stalled rank), 130 on Ctrl-C, each
+    with one line saying what the checkpoint holds."""
+    t_wall = time.perf_counter()
+    cfg, ckpt = configurator.resolve_settings(configurator.parse_overrides(argv, DEFAULTS, __doc__),
+                                              DEFAULTS, [k for k in MODEL_KEYS if k not in TUNING_KEYS])
+    configurator.check_settings(cfg)
+    try:
+        ckpt_path, log, lock = checkpoint.open_run_folder(cfg, ckpt, int(os.environ.get('RANK', 0)))
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
+    env = machine.setup_device(cfg)
+    meta, train_data, val_data = load_data(cfg)
+    run = build_run(cfg, ckpt, env, meta)
+    run.__dict__.update(ckpt_path=ckpt_path, log=log, train_data=train_data, val_data=val_data, last_ev=None,
+                        start_step=run.step)
+    clock = machine.Clock(env.cuda)
+    code = 0
+    try:
+        log_start(run, ckpt)
+        train(run, clock)
+        if env.master:
+            log_summary(run, clock, t_wall)
+    except Stop as e:
+        print(stop_line(run, f'error: {e}; stopping'), file=sys.stderr)
+        code = e.code
+    except KeyboardInterrupt:
+        print(stop_line(run, 'interrupted (Ctrl-C)'), file=sys.stderr)
+        code = 130
+    except RuntimeError as e:
+        what = collective_failure(e, cfg, env) if env.ddp else None
+        if what is None:
+            raise
+        print(stop_line(run, f'error: {what}; stopping'), file=sys.stderr)
+        code = 1
+    finally:
+        if log:
+            log.close()
     if env.ddp:
-        dist.barrier()                 # rank 0 may still be evaluating and saving
-        del model                      # DDP sits in reference cycles: freed at interpreter exit, after
+        if code == 0:
+            dist.barrier()             # rank 0 may still be evaluating and saving
+        del run                        # DDP sits in reference cycles: freed at interpreter exit, after
         gc.collect()                   # gloo's threads, it aborted about one run in 20 (SIGABRT)
         dist.destroy_process_group()
+    if code:
+        sys.exit(code)
 
 
 if __name__ == '__main__':
