@@ -2,9 +2,12 @@
 
 The project stands on its own: no file points to the team's private design notes
 (their path or their section numbers), and the README explains every model kind,
-how to read the code, and where the ideas come from.
+how to read the code, and where the ideas come from. The README and the results
+pages under docs/ name only scripts, flags, configs, variants, models, files and
+code that exist, the README stays short (400 lines) and links every results page.
 """
 
+import ast
 import os
 import re
 import shlex
@@ -87,11 +90,27 @@ class TestReadme(unittest.TestCase):
         self.assertEqual(missing, [], 'README names code that mixer.py does not have')
 
 
+def doc_pages():
+    """The pages the staleness checks read: README.md and every docs/*.md (relative to ROOT)."""
+    docs = os.path.join(ROOT, 'docs')
+    pages = sorted(f'docs/{f}' for f in os.listdir(docs) if f.endswith('.md')) if os.path.isdir(docs) else []
+    return ['README.md'] + pages
+
+
+def read_page(page):
+    with open(os.path.join(ROOT, page), encoding='utf-8') as f:
+        return f.read()
+
+
+def line_of(text, pos):
+    return text.count('\n', 0, pos) + 1
+
+
 def readme_commands(text):
-    """Every command the README shows, in code spans and code blocks -> list of
-    (script path, [arguments]): `python X.py ...`, `python -m experiments.X ...` (as
-    experiments/X.py) and `torchrun ... X.py ...`, cut at
-    a comment, a pipe of a table or the end of the span."""
+    """Every command a page shows, in code spans and code blocks -> list of
+    (line, script path, [arguments]): `python X.py ...`, `python -m experiments.X ...` (as
+    experiments/X.py) and `torchrun ... X.py ...`, cut at a comment, a pipe of a table or
+    the end of the span."""
     out = []
     for m in re.finditer(r'(?:python|torchrun)\s[^`\n|]*', text):
         line = m.group(0).split('  #')[0].split(' && ')[0]
@@ -102,7 +121,7 @@ def readme_commands(text):
         words = [f'{w.replace(".", "/")}.py' if i and words[i - 1] == '-m' else w for i, w in enumerate(words)]
         scripts = [i for i, w in enumerate(words) if w.endswith('.py')]
         if scripts:
-            out.append((words[scripts[0]], words[scripts[0] + 1:]))
+            out.append((line_of(text, m.start()), words[scripts[0]], words[scripts[0] + 1:]))
     return out
 
 
@@ -116,47 +135,165 @@ def flags_of(script):
         return set(re.findall(r"""['"]--([A-Za-z_]+)['"]""", f.read())) | {'help'}
 
 
+def bad_commands(page, text):
+    """'page:line: problem' for every command of the page that names a script, flag,
+    config file, variant or claims model the code does not have."""
+    from experiments import claims
+    bad = []
+
+    def unknown(values, names):     # '' (a command wrapped in the text) and NAME placeholders pass
+        return [v for v in values.split(',') if v and not v.isupper() and v not in names]
+    for n, script, args in readme_commands(text):
+        where = f'{page}:{n}: {script}'
+        if not os.path.isfile(os.path.join(ROOT, script)):
+            bad.append(f'{where}: no such script')
+            continue
+        flags = flags_of(script)
+        for i, a in enumerate(args):
+            value = a.split('=', 1)[1] if '=' in a else (args[i + 1] if i + 1 < len(args) else '')
+            if a.startswith('--') and a[2:].split('=')[0] not in flags:
+                bad.append(f'{where}: no flag {a.split("=")[0]}')
+            elif a.endswith('.py') and not os.path.isfile(os.path.join(ROOT, a)):
+                bad.append(f'{where}: no config file {a}')
+            if a.split('=')[0] in ('--variant', '--variants'):
+                bad += [f'{where}: no variant {v}' for v in unknown(value, mixer.VARIANTS)]
+            if a.split('=')[0] == '--models':
+                bad += [f'{where}: no claims model {v}' for v in unknown(value, claims.MODELS)]
+    return bad
+
+
+CODE_PATH = re.compile(r'`((?:assets|config|data|docs|experiments|tests)/[\w./-]+\.(?:png|py|md)|[a-z_]+\.py)`')
+LINK = re.compile(r'\]\(([^)\s]+)\)')
+
+
+def links(page, text):
+    """(line, target, path relative to ROOT) of every markdown link of a page to a file
+    of the repository: resolved relative to the page, without its #anchor."""
+    out = []
+    for m in LINK.finditer(text):
+        target = m.group(1)
+        if re.match(r'[a-z]+:', target) or target.startswith('#'):     # a web address, or this page
+            continue
+        path = os.path.normpath(os.path.join(os.path.dirname(page), target.split('#')[0]))
+        out.append((line_of(text, m.start()), target, path))
+    return out
+
+
+def missing_files(page, text):
+    """'page:line: ...' for every file the page points to that does not exist: code spans
+    naming repository paths (`config/x.py`, `experiments/bench.py`, `train.py`: from the
+    root) and markdown links (`docs/claims.md`, `../assets/x.png`: from the page)."""
+    missing = [f'{page}:{line_of(text, m.start())}: no file {m.group(1)}' for m in CODE_PATH.finditer(text)
+               if not os.path.isfile(os.path.join(ROOT, m.group(1)))]
+    missing += [f'{page}:{n}: link to {target}: no file {path}' for n, target, path in links(page, text)
+                if not os.path.exists(os.path.join(ROOT, path))]
+    return missing
+
+
+def python_names(rel):
+    """(top-level names, {class: its attributes}) that a Python file of the project defines."""
+    with open(os.path.join(ROOT, rel), encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+    top, classes = set(), {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            top.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                top |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        if isinstance(node, ast.ClassDef):
+            attrs = classes.setdefault(node.name, set())
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    attrs.add(sub.name)
+                elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store) \
+                        and isinstance(sub.value, ast.Name) and sub.value.id == 'self':
+                    attrs.add(sub.attr)
+                elif isinstance(sub, (ast.Assign, ast.AnnAssign)):
+                    for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]):
+                        attrs |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return top, classes
+
+
+def project_modules():
+    """{module name: path} of the project's Python files that the README names by module:
+    the top level, data/ and experiments/."""
+    mods = {}
+    for folder in ('.', 'data', 'experiments'):
+        for f in sorted(os.listdir(os.path.join(ROOT, folder))):
+            if f.endswith('.py') and not f.startswith('_'):
+                mods.setdefault(f[:-3], os.path.normpath(os.path.join(folder, f)))
+    return mods
+
+
+FILE_EXTENSIONS = ('py', 'md', 'bin', 'json', 'jsonl', 'txt', 'png', 'pt', 'tiktoken')
+
+
+class TestReadingOrder(unittest.TestCase):
+    def test_dotted_names_exist(self):
+        """Every `module.name` (`machine.setup_device`, `decode.Cache`) and `Class.attr`
+        (`StaticDecoder.step`) that "How the models work" and "Reading the code" name is
+        defined in the project's code, wherever it lives."""
+        text = read_page('README.md')
+        sections = readme_section(text, 'How the models work') + readme_section(text, 'Reading the code')
+        modules = project_modules()
+        names = {rel: python_names(rel) for rel in modules.values()}
+        classes = {}
+        for _, cls in names.values():
+            for c, attrs in cls.items():
+                classes.setdefault(c, set()).update(attrs)
+        dotted = set(re.findall(r'`([A-Za-z_]\w*)\.([A-Za-z_]\w*)`', sections))
+        self.assertIn(('machine', 'setup_device'), dotted)
+        missing = []
+        for first, second in sorted(dotted):
+            if second in FILE_EXTENSIONS:            # `train.py`, `train.bin`: files, checked above
+                continue
+            if first in modules:
+                ok = second in names[modules[first]][0]
+            elif first.lstrip('_')[:1].isupper():
+                ok = second in classes.get(first, ())
+            else:                                   # enc.decode, tiktoken.Encoding: not the project's
+                continue
+            if not ok:
+                missing.append(f'{first}.{second}')
+        self.assertEqual(missing, [], 'the README names code that does not exist where it says')
+
+
 class TestReadmeCommands(unittest.TestCase):
-    """The README names only what the code has: every command's script, config file,
-    flags, variants and claims models, and every file it points to (a cheap guard
-    against results tables that no longer match the code)."""
+    """The README and the results pages under docs/ name only what the code has: every
+    command's script, config file, flags, variants and claims models, and every file they
+    point to (a cheap guard against results tables that no longer match the code)."""
 
     @classmethod
     def setUpClass(cls):
-        with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
-            cls.text = f.read()
-        cls.commands = readme_commands(cls.text)
+        cls.pages = {page: read_page(page) for page in doc_pages()}
 
-    def test_commands_name_what_the_code_has(self):
-        from experiments import claims
-        self.assertGreater(len(self.commands), 30)
+    def test_every_page_names_what_the_code_has(self):
+        self.assertIn('docs/claims.md', self.pages)
+        n_commands = sum(len(readme_commands(text)) for text in self.pages.values())
+        self.assertGreater(n_commands, 30)
+        self.assertGreater(len(readme_commands(self.pages['README.md'])), 20)
         bad = []
+        for page, text in self.pages.items():
+            bad += bad_commands(page, text) + missing_files(page, text)
+        self.assertEqual(bad, [], 'commands or files on these pages that the code does not have')
 
-        def unknown(values, names):     # '' (a command wrapped in the text) and NAME placeholders pass
-            return [v for v in values.split(',') if v and not v.isupper() and v not in names]
-        for script, args in self.commands:
-            if not os.path.isfile(os.path.join(ROOT, script)):
-                bad.append(f'{script}: no such script')
-                continue
-            flags = flags_of(script)
-            for i, a in enumerate(args):
-                value = a.split('=', 1)[1] if '=' in a else (args[i + 1] if i + 1 < len(args) else '')
-                if a.startswith('--') and a[2:].split('=')[0] not in flags:
-                    bad.append(f'{script}: no flag {a.split("=")[0]}')
-                elif a.endswith('.py') and not os.path.isfile(os.path.join(ROOT, a)):
-                    bad.append(f'{script}: no config file {a}')
-                if a.split('=')[0] in ('--variant', '--variants'):
-                    bad += [f'{script}: no variant {v}' for v in unknown(value, mixer.VARIANTS)]
-                if a.split('=')[0] == '--models':
-                    bad += [f'{script}: no claims model {v}' for v in unknown(value, claims.MODELS)]
-        self.assertEqual(bad, [], 'README commands name what the code does not have')
+    def test_figures_are_shown(self):
+        """Every figure in assets/ is on some page, linked from where that page lives."""
+        shown = {path for page, text in self.pages.items() for _, _, path in links(page, text)}
+        figures = {f'assets/{f}' for f in os.listdir(os.path.join(ROOT, 'assets')) if f.endswith('.png')}
+        self.assertIn('assets/claims_curves.png', figures)
+        self.assertEqual(sorted(figures - shown), [], 'figures no page shows')
 
-    def test_files_it_points_to_exist(self):
-        paths = set(re.findall(r'[(`]((?:assets|config|data)/[\w./-]+\.(?:png|py|md))[)`]', self.text))
-        paths |= set(re.findall(r'`((?:experiments/|tests/)?[a-z_]+\.py)`', self.text))
-        self.assertIn('assets/claims_curves.png', paths)
-        missing = sorted(p for p in paths if not os.path.isfile(os.path.join(ROOT, p)))
-        self.assertEqual(missing, [], 'README points to files that do not exist')
+    def test_readme_is_short_and_links_every_page(self):
+        text = self.pages['README.md']
+        self.assertLessEqual(text.count('\n'), 400, 'README.md is over 400 lines: move results to docs/')
+        linked = {path for _, _, path in links('README.md', text)}
+        unlinked = [p for p in self.pages if p != 'README.md' and p not in linked]
+        self.assertEqual(unlinked, [], 'docs pages the README does not link')
+        for page in self.pages:        # the results pages say what they measure, how, and on what
+            if page != 'README.md':
+                self.assertIn('Machine:', self.pages[page], f'{page} does not name its machine')
 
 
 if __name__ == '__main__':
