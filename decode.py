@@ -23,6 +23,7 @@ decoding.
 import torch
 import torch.nn.functional as F
 from einops import rearrange
+from torch._inductor.compile_fx import compile_fx
 
 from mixer import (Attention, HeadMixing, HybridMixing, LinearAttention, MaskedMixing, RecurrentMixing,
                    ToeplitzMixing, apply_rope, mix_tokens)
@@ -215,28 +216,34 @@ class StaticDecoder:
     compile=True the step runs through torch.compile(dynamic=False): the first
     token runs eagerly and allocates the caches, every later token reuses one
     graph (`compiles` counts the compilations; `backend` names torch.compile's
-    backend: 'inductor', or 'eager' for a fast trace-only check).
+    backend: 'inductor', or 'eager' for a fast trace-only check). On CUDA the
+    compiled step is captured as a CUDA graph (mode 'reduce-overhead': one launch a
+    token), which needs the caches at fixed addresses: they are marked static once
+    allocated, and written only in place. The position lives on the device and
+    advances in place: no host-to-device copy a token.
     reset() zeroes the caches in place (no reallocation, so no recompile).
     Raises ValueError past n_ctx for position-indexed kinds (model.max_len)."""
 
-    def __init__(self, model, compile=False, backend='inductor'):
+    def __init__(self, model, compile=False, backend='inductor', cuda_graphs=None):
         self.model, self.max_len, self.compiles = model, model.max_len, 0
         self.layers = [dict() for _ in model.blocks]
-        self.pos = 0
+        self.pos, self._pos = 0, None
+        self.cuda_graphs = next(model.parameters()).is_cuda if cuda_graphs is None else cuda_graphs
 
         def counted(gm, example_inputs):
             self.compiles += 1
+            if backend == 'inductor':        # torch.compile's mode='reduce-overhead' is this config patch
+                return compile_fx(gm, example_inputs, config_patches={'triton.cudagraphs': self.cuda_graphs})
             return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
         self._eager = lambda idx, pos, layers: model_step(model, idx, pos, layers)    # noqa: E731
         self._fn = torch.compile(self._eager, backend=counted, dynamic=False) if compile else self._eager
 
     def reset(self):
         """Back to position 0: every buffer zeroed in place."""
-        def zero(d):
-            for v in d.values():
-                zero(v) if isinstance(v, dict) else v.zero_()
-        for layer in self.layers:
-            zero(layer)
+        for buf in self.buffers():
+            buf.zero_()
+        if self._pos is not None:
+            self._pos.zero_()
         self.pos = 0
 
     @torch.no_grad()
@@ -244,14 +251,24 @@ class StaticDecoder:
         """idx long [B, 1] at the current position -> logits float [B, vocab]."""
         if self.max_len is not None and self.pos >= self.max_len:
             raise ValueError(f'position {self.pos} is past n_ctx={self.max_len}')
-        pos = torch.tensor(self.pos, device=idx.device)
         if self.layers[0]:                           # one [B, 1] input tensor, so that strides never vary
-            logits = self._fn(self._token.copy_(idx), pos, self.layers)
+            logits = self._fn(self._token.copy_(idx), self._pos, self.layers)
         else:                                        # the first token allocates the caches, eagerly
             self._token = idx.new_empty(idx.shape[0], 1)
-            logits = self._eager(idx, pos, self.layers)
+            self._pos = torch.zeros((), dtype=torch.long, device=idx.device)
+            logits = self._eager(idx, self._pos, self.layers)
+            for buf in self.buffers():               # fixed addresses: what a CUDA graph replays
+                torch._dynamo.mark_static_address(buf)
         self.pos += 1
+        self._pos.add_(1)                            # on the device, in place: no copy from the host
         return logits
+
+    def buffers(self):
+        """Every cache tensor of every layer (after the first token has allocated them)."""
+        def walk(d):
+            for v in d.values():
+                yield from walk(v) if isinstance(v, dict) else [v]
+        return [b for layer in self.layers for b in walk(layer)]
 
     def prefill(self, idx):
         """idx long [B, T] -> logits float [B, vocab] after its last token (one step per token)."""

@@ -50,7 +50,8 @@ import mixer
 from experiments.runner import ROOT
 
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode')
-MEM_VARIANTS = ('flat', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent', 'linear_attention')
+MEM_VARIANTS = ('flat', 'multihead', 'kernel', 'expanded', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent',
+                'linear_attention')
 GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
                ('transformer', 'KV cache'), ('linear_attention', 'state'))
 QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
@@ -193,8 +194,11 @@ def mem_estimate(name, T, args):
     mixer's W, its mask, masked product and gradients; the Toeplitz lag index and
     gathered matrix below fft_threshold) plus linear terms for activations and logits."""
     d, L, H = args.mem_d_model, args.mem_n_layer, 4
-    per_layer = {'flat': 17 * T * T, 'transformer_naive': 16 * H * T * T, 'toeplitz': (8 + 24 * H) * T * T if T < mixer.ModelConfig.fft_threshold else 0}
-    return L * (per_layer.get(name, 0) + 64 * 4 * T * d) + 4 * 4 * T * args.vocab_size
+    B = args.mem_batch
+    per_layer = {'flat': 17 * T * T, 'multihead': 17 * H * T * T, 'kernel': 17 * 3 * T * T, 'expanded': 17 * 4 * T * T,
+                 'transformer_naive': 16 * B * H * T * T,
+                 'toeplitz': (8 + 24 * H) * T * T if T < mixer.ModelConfig.fft_threshold else 0}
+    return L * (per_layer.get(name, 0) + 64 * 4 * B * T * d) + 4 * 4 * B * T * args.vocab_size
 
 
 def rss_bytes(field):
@@ -203,13 +207,26 @@ def rss_bytes(field):
 
 
 def mem_cell(name, T, args):
-    """Peak bytes of one forward + backward of variant `name` at n_ctx = T, batch 1,
-    over the bytes held before it (see the module docstring) -> (step bytes, model bytes)."""
-    model = build(name, args, d_model=args.mem_d_model, n_layer=args.mem_n_layer, n_ctx=T)
-    x = torch.randint(args.vocab_size, (1, T + 1), device=args.device)
+    """Peak bytes of one forward + backward of variant `name` at n_ctx = T, batch --mem_batch, over
+    the bytes held before it (see the module docstring) -> (step bytes, model bytes). --mem_scope
+    block: one mixer.Block on random float input [B, T, mem_d_model] (loss: its sum), no embedding
+    or head; model: the whole language model on random tokens."""
+    if args.mem_scope == 'block':
+        model = mixer.Block(mixer.variant_config(name, vocab_size=args.vocab_size, d_model=args.mem_d_model,
+                                                 n_ctx=T)).to(args.device)
+        x = torch.randn(args.mem_batch, T, args.mem_d_model, device=args.device, requires_grad=True)
+
+        def loss_of(n):
+            return model(x[:, :n]).float().sum()
+    else:
+        model = build(name, args, d_model=args.mem_d_model, n_layer=args.mem_n_layer, n_ctx=T)
+        x = torch.randint(args.vocab_size, (args.mem_batch, T + 1), device=args.device)
+
+        def loss_of(n):
+            return model(x[:, :n], x[:, 1:n + 1])[1]
     w = min(T, 16)
     with autocast(args):            # a short warm-up step, so that lazy initialisation is not counted
-        model(x[:, :w], x[:, 1:w + 1])[1].backward()
+        loss_of(w).backward()
     model.zero_grad(set_to_none=True)
     gc.collect()
     if args.device.type == 'cuda':
@@ -222,8 +239,9 @@ def mem_cell(name, T, args):
         base = rss_bytes('VmRSS')
         with open('/proc/self/clear_refs', 'w') as f:
             f.write('5')            # resets VmHWM to the current resident set
+    x.grad = None
     with autocast(args):
-        model(x[:, :-1], x[:, 1:])[1].backward()
+        loss_of(T).backward()
     sync(args.device)
     peak = torch.cuda.max_memory_allocated(args.device) if args.device.type == 'cuda' else rss_bytes('VmHWM')
     model_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
@@ -255,13 +273,14 @@ def bench_memory(args):
     lengths = sorted(args.mem_lengths)
     budget = args.mem_budget_gb * 2**30
     rows = []
-    for name in MEM_VARIANTS:
+    for name in args.mem_variants:
         cells = {T: 'over budget' for T in lengths if mem_estimate(name, T, args) > budget}
         run = [T for T in lengths if T not in cells]
         log(f'memory: {name} at {run}')
         cmd = [sys.executable, '-m', 'experiments.bench', '--mem_cells', f'{name}:{",".join(map(str, run))}',
                '--device', str(args.device), '--dtype', args.dtype, '--vocab_size', str(args.vocab_size),
-               '--threads', str(args.threads), '--mem_d_model', str(args.mem_d_model), '--mem_n_layer', str(args.mem_n_layer)]
+               '--threads', str(args.threads), '--mem_d_model', str(args.mem_d_model), '--mem_n_layer',
+               str(args.mem_n_layer), '--mem_batch', str(args.mem_batch), '--mem_scope', args.mem_scope]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT) if run else None
         for line in proc.stdout.splitlines() if run else []:
             r = json.loads(line)
@@ -273,8 +292,9 @@ def bench_memory(args):
         rows.append([name] + [cells[T] for T in lengths])
     method = ('torch.cuda.max_memory_allocated() - memory_allocated() before the step' if args.device.type == 'cuda'
               else 'peak resident set (VmHWM, reset before the step) - resident set before the step')
-    print(f'## Memory vs context length\n\n_One forward + backward, batch 1, d_model {args.mem_d_model}, '
-          f'n_layer {args.mem_n_layer}, n_ctx = T, {args.dtype}. Cell: step MiB + model MiB; step = {method}, '
+    what = 'one mixer.Block (no embedding or head)' if args.mem_scope == 'block' else f'n_layer {args.mem_n_layer}'
+    print(f'## Memory vs context length\n\n_One forward + backward, batch {args.mem_batch}, d_model {args.mem_d_model}, '
+          f'{what}, n_ctx = T, {args.dtype}. Cell: step MiB + model MiB; step = {method}, '
           f'i.e. activations, gradients and temporaries; model = parameters + buffers. One fresh process per '
           f'variant. "over budget": estimated above --mem_budget_gb {args.mem_budget_gb:.3g}, not run._\n')
     print(md_table(['variant'] + [f'T={T}' for T in lengths], rows) + '\n')
@@ -391,16 +411,19 @@ def copy_bandwidth(device, nbytes=2 ** 28, repeats=5):
 
 
 @torch.no_grad()
-def decode_ms(step, prompt, n_new):
-    """Median ms per token of `step` (long [1, 1] -> logits [1, vocab]) over n_new
-    greedy tokens after feeding the prompt (long [1, P]) one token at a time."""
+def decode_ms(step, prompt, n_new, wait=lambda: None):
+    """Median ms per token of `step` (long [1, 1] -> logits [1, vocab]) over n_new greedy tokens
+    after feeding the prompt (long [1, P]) one token at a time. wait() (the device's synchronize)
+    runs before each clock read, so that every column times the work done, not its launch."""
     for t in range(prompt.shape[1]):
         logits = step(prompt[:, t:t + 1])
     times = []
     for _ in range(n_new):
         nxt = logits.argmax(-1, keepdim=True)
+        wait()
         t0 = time.perf_counter()
         logits = step(nxt)
+        wait()
         times.append(1e3 * (time.perf_counter() - t0))
     return statistics.median(times)
 
@@ -420,14 +443,15 @@ def bench_decode(args):
             limit = 1e3 * wbytes / bandwidth
             cache = decode.Cache(n_layer)
             with autocast(args):
-                eager = decode_ms(lambda idx: model.decode(idx, cache)[:, -1], prompt, args.decode_tokens)
-                static = decode_ms(decode.StaticDecoder(model).step, prompt, args.decode_tokens)
+                wait = lambda: sync(args.device)          # noqa: E731
+                eager = decode_ms(lambda idx: model.decode(idx, cache)[:, -1], prompt, args.decode_tokens, wait)
+                static = decode_ms(decode.StaticDecoder(model).step, prompt, args.decode_tokens, wait)
                 dec = decode.StaticDecoder(model, compile=True)
                 t0 = time.perf_counter()
                 dec.prefill(prompt[:, :2])                 # the first token allocates, the second compiles
                 compile_s = time.perf_counter() - t0
                 dec.reset()
-                compiled = decode_ms(dec.step, prompt, args.decode_tokens)
+                compiled = decode_ms(dec.step, prompt, args.decode_tokens, wait)
             rows.append([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
                          f'{limit:.3f}', f'{eager:.3f}', f'{static:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
                          f'{compile_s:.0f}', dec.compiles])
@@ -488,6 +512,11 @@ def parse_args(argv=None):
     p.add_argument('--mem_lengths', type=ints, default=[512, 1024, 2048, 4096, 8192])
     p.add_argument('--mem_d_model', type=int, default=128)
     p.add_argument('--mem_n_layer', type=int, default=2)
+    p.add_argument('--mem_batch', type=int, default=1, help='sequences in the memory table\'s step')
+    p.add_argument('--mem_scope', choices=('model', 'block'), default='model',
+                   help='memory of the whole language model, or of one mixer.Block alone')
+    p.add_argument('--mem_variants', type=names(tuple(mixer.VARIANTS)), default=list(MEM_VARIANTS),
+                   help='variants of the memory table, comma separated')
     p.add_argument('--mem_budget_gb', type=float, help='memory cells estimated above this are not run '
                    '(default: 8 on CPU, 90%% of the GPU memory on CUDA)')
     p.add_argument('--prompts', type=ints, default=[64, 512, 2048], help='prompt lengths of the generation table')

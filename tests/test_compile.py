@@ -30,6 +30,7 @@ from tests.common import TINY, assert_samples, prepared_data, run, tiny_model
 CODE_PATHS = {**{name: (name, {}) for name in mixer.VARIANTS}, 'autoencoder': ('flat', dict(task='autoencode'))}
 CORE = ('toeplitz', 'recurrent', 'transformer')     # the flat mixer: test_train_py_compile_trains_...
 LENGTHS = tuple(range(5, 25))
+DEVICE = os.environ.get('MIXER_TEST_DEVICE', 'cpu')   # experiments.gpu_check sets cuda
 BF16_ULP = 2 ** -8          # bf16 keeps 8 significant bits: one rounding moves a value by up to 2^-9 of it
 
 
@@ -135,7 +136,7 @@ class TestCompile(unittest.TestCase):
 
 
 class TestBF16(unittest.TestCase):
-    """bf16 autocast on CPU."""
+    """bf16 autocast on DEVICE: the CPU here, CUDA under experiments.gpu_check."""
 
     def test_every_kind_stays_causal(self):
         """A perturbed token changes no earlier logit under autocast (exactly: the
@@ -143,9 +144,9 @@ class TestBF16(unittest.TestCase):
         within 1e-5 of the logits)."""
         g = torch.Generator().manual_seed(2)
         for name in mixer.VARIANTS:
-            model = tiny_model(name)
-            idx = torch.randint(0, 64, (2, TINY['n_ctx']), generator=g)
-            with torch.autocast('cpu', dtype=torch.bfloat16):
+            model = tiny_model(name).to(DEVICE)
+            idx = torch.randint(0, 64, (2, TINY['n_ctx']), generator=g).to(DEVICE)
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 logits, _ = model(idx)
                 for j in (0, 11, 23):
                     idx2 = idx.clone()
@@ -163,9 +164,9 @@ class TestBF16(unittest.TestCase):
         paths round at different points (different matmul shapes), each rounding
         off by up to half an ulp. Measured: at most 1.3 ulps (0.0049 of the scale)."""
         for name in mixer.VARIANTS:
-            model = tiny_model(name)
-            idx = torch.randint(0, 64, (2, TINY['n_ctx']))
-            with torch.autocast('cpu', dtype=torch.bfloat16):
+            model = tiny_model(name).to(DEVICE)
+            idx = torch.randint(0, 64, (2, TINY['n_ctx'])).to(DEVICE)
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 full = model(idx)[0].float()
                 cache = decode.Cache(TINY['n_layer'])
                 pieces = torch.cat([model.decode(idx[:, :5], cache)]

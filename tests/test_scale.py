@@ -362,6 +362,16 @@ class TestConfigs(unittest.TestCase):
         self.assertEqual({k: v for k, v in cpu.items() if k not in ('mixing_lr_mult', 'out_dir')},
                          {k: v for k, v in tr.items() if k not in ('variant', 'out_dir')})
 
+    def test_gpu_configs_keep_the_papers_tokens_per_step_in_one_compiled_micro_batch(self):
+        """The GPU configs take the whole step of 128 windows of 512 tokens (65,536 tokens, the
+        tokens per step the comparisons were planned with) in one micro-batch, compiled."""
+        for name in ('mixer_gpu', 'transformer_gpu', 'hybrid_gpu'):
+            ns = {}
+            exec(open(os.path.join(ROOT, 'config', f'{name}.py')).read(), {}, ns)
+            with self.subTest(config=name):
+                self.assertEqual(ns['batch_size'] * ns.get('grad_accum', 1) * ns['n_ctx'], 65536)
+                self.assertEqual((ns['batch_size'], ns.get('grad_accum', 1), ns.get('compile')), (128, 1, True))
+
     def test_each_config_builds_and_trains_two_steps(self):
         d = prepared_data()
         for name, expect in CONFIGS.items():
@@ -373,7 +383,8 @@ class TestConfigs(unittest.TestCase):
             out = tempfile.mkdtemp(dir=shared_tmp())
             r = run('train.py', cfg_path, f'--data_dir={d}', f'--out_dir={out}', '--max_iters=2',
                     '--batch_size=1', '--grad_accum=1', '--eval_windows=2', '--eval_interval=1000',
-                    '--warmup_iters=1', '--log_interval=1', '--device=cpu', '--save_checkpoint=False')
+                    '--warmup_iters=1', '--log_interval=1', '--device=cpu', '--save_checkpoint=False',
+                    '--compile=False')
             with self.subTest(config=name):
                 self.assertEqual(r.returncode, 0, r.stderr[-2000:])
                 with open(os.path.join(out, 'log.jsonl')) as f:
