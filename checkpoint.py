@@ -63,10 +63,11 @@ def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng,
         torch.save(state, tmp)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:    # torch reports a full disk as 'unexpected pos ...'
-        if os.path.exists(tmp):
-            os.remove(tmp)
         raise CheckpointError(f'could not write {path} ({write_error(e, path)}); the previous checkpoint, '
                               'if any, is kept') from None
+    finally:                                # a failed write, or Ctrl-C during it: no half-written file
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def write_error(e, path, need=1 << 20):
@@ -237,27 +238,33 @@ def checkpoint_tokenizer(ckpt, path='checkpoint'):
 
 # ----------------------------------------------------------------------------- a run and its folder
 
-def open_run_folder(cfg, ckpt, rank=0):
-    """Lock out_dir (train.py's settings cfg) for this run on rank 0, and make it hold this run alone:
-    refuse a fresh run on an old one unless overwrite, which first removes the old run's files; a
-    resumed run's log loses the records after its checkpoint's step -> (ckpt path, log file open for
-    appending or None on other ranks, lock). Raises CheckpointError (one line)."""
-    ckpt_path, log_path = (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl'))
+def claim_run_folder(cfg, ckpt, rank=0):
+    """Lock out_dir on rank 0 and refuse a fresh run on an old one unless overwrite; changes no file
+    of the folder -> lock (None on other ranks). Raises CheckpointError (one line)."""
     if rank != 0:
-        return ckpt_path, None, None
+        return None
     lock = lock_run(cfg['out_dir'])
-    old = [p for p in (ckpt_path, log_path) if os.path.exists(p)]
+    old = [p for p in (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl')) if os.path.exists(p)]
     if ckpt is None and old and not cfg['overwrite']:
         raise CheckpointError(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
-             f'pass --init_from=resume to continue it or --overwrite=True to replace it')
+                              f'pass --init_from=resume to continue it or --overwrite=True to replace it')
+    return lock
+
+
+def prepare_run_folder(cfg, ckpt, rank=0):
+    """After every check passed: remove an old run's files (overwrite) or drop the log records after
+    the checkpoint's step (resume) -> (ckpt path, log file open for appending or None on other ranks)."""
+    ckpt_path, log_path = (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl'))
+    if rank != 0:
+        return ckpt_path, None
     try:
         if ckpt is None:
-            for p in old + [ckpt_path + '.tmp']:
+            for p in (ckpt_path, log_path, ckpt_path + '.tmp'):
                 if os.path.exists(p):
                     os.remove(p)
         else:
             resume_log(log_path, ckpt['step'])
-        return ckpt_path, open(log_path, 'ab'), lock
+        return ckpt_path, open(log_path, 'ab')
     except OSError as e:
         raise CheckpointError(f'cannot prepare {cfg["out_dir"]} ({_reason(e)})') from None
 

@@ -71,7 +71,8 @@ import torch.nn.functional as F
 import mixer
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
-from data.prepare import file_sha256
+from data.prepare import check_folder_writable, check_writable, file_sha256, write_atomic
+from sample import device_error
 
 PROG = 'retrieval.py'
 CACHE_VERSION = 1
@@ -188,8 +189,9 @@ def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=F
             if d['query'].shape[0] == len(pairs):
                 print(f'{path}: embeddings from cache {cache}', file=sys.stderr)
                 return d['query'], d['target'], desc
-        except Exception:
-            pass                                        # unreadable cache: recompute
+        except Exception as e:                          # unreadable cache (a torn write): recompute
+            print(f'{PROG}: warning: {cache}: unreadable ({type(e).__name__}); computing the embeddings again',
+                  file=sys.stderr)
     queries, targets = encode_pairs(pairs, enc, cfg.n_ctx, args.prefix_eot)
     t0 = time.time()
     emb = embed_tokens(model, queries + targets, layer, args.embed_batch, args.device,
@@ -197,15 +199,25 @@ def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=F
     print(f'{path}: embedded {len(queries) + len(targets)} texts in {time.time() - t0:.1f}s', file=sys.stderr)
     q, t = emb[:len(pairs)], emb[len(pairs):]
     if cache:
-        os.makedirs(args.cache_dir, exist_ok=True)
-        tmp = f'{cache}.tmp{os.getpid()}'
-        try:
-            torch.save({'query': q, 'target': t, 'key': key_src}, tmp)
-            os.replace(tmp, cache)                      # atomic: never a half-written cache file
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        save_cache(cache, {'query': q, 'target': t, 'key': key_src})
     return q, t, desc
+
+
+def save_cache(path, obj):
+    """torch.save obj to the cache file `path`, atomically (a temporary file, then os.replace:
+    never a half-written cache file). The cache only saves time: a failed write (a full
+    disk) is a one-line warning, and the run goes on without it."""
+    tmp = f'{path}.tmp{os.getpid()}'
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:               # torch reports a short write as RuntimeError
+        print(f'{PROG}: warning: could not write the embedding cache {path} ({type(e).__name__}: '
+              f'{str(e).splitlines()[0] if str(e) else ""}); going on without it', file=sys.stderr)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 # ----------------------------------------------------------------------------- retrieval model
@@ -428,12 +440,15 @@ def build_parser():
     g.add_argument('--cache_dir', default=os.path.join('out', 'retrieval_cache'))
     g.add_argument('--no_cache', action='store_true', help='neither read nor write the embedding cache')
     g.add_argument('--json', metavar='PATH', help='also write the results as JSON here')
+    g.add_argument('--overwrite', action='store_true', help='replace an existing --json file')
     return p
 
 
 def check_args(args):
-    """Raise UsageError for an out-of-range option, both --pairs and --text, or a
-    missing checkpoint file."""
+    """Raise UsageError for an out-of-range option, both --pairs and --text, a missing
+    checkpoint file, an unusable --device, or an output that cannot be written: an
+    existing --json without --overwrite, a --json or --cache_dir in a folder that takes
+    no file. Checked before any work, so a long run never ends unable to save."""
     for name in ('max_pairs', 'per_story', 'd_r', 'r_layers', 'train_n', 'steps', 'batch_size',
                  'eval_rounds', 'embed_batch', 'threads'):
         if getattr(args, name) < 1:
@@ -453,6 +468,15 @@ def check_args(args):
     for path in args.ckpt:
         if not os.path.isfile(path):
             raise UsageError(f'checkpoint {path!r} not found')
+    if device_error(args.device):
+        raise UsageError(device_error(args.device))
+    try:
+        if args.json:
+            check_writable(args.json, args.overwrite, '--json file')
+        if not args.no_cache:
+            check_folder_writable(args.cache_dir, '--cache_dir')
+    except ValueError as e:
+        raise UsageError(str(e))
 
 
 def fit_retrieval_model(args, name, q, t, sp):
@@ -517,7 +541,8 @@ def run(args):
 
 def main(argv=None):
     """Command line entry point (argv: list of str; None: sys.argv): prints the tables
-    to stdout and writes --json. Exits with code 2 and a one-line error on bad input."""
+    to stdout and writes --json. Exits with code 2 and a one-line error on bad input, 1
+    when --json cannot be written at the end (the tables are printed), 130 on Ctrl-C."""
     args = build_parser().parse_args(argv)
     try:
         if args.threads >= 1:
@@ -525,6 +550,23 @@ def main(argv=None):
         out = run(args)
     except UsageError as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        print(f'{PROG}: interrupted (Ctrl-C)' + ('' if args.no_cache else
+              f'; the embeddings computed so far are cached in {args.cache_dir}'), file=sys.stderr)
+        sys.exit(130)
+    report(out, args)
+    sys.stdout.flush()
+    if args.json:
+        try:
+            write_atomic(args.json, json.dumps(out, indent=2))
+        except OSError as e:
+            print(f'{PROG}: error: could not write {args.json} ({e.strerror or e}); the results are the '
+                  'tables above', file=sys.stderr)
+            sys.exit(1)
+
+
+def report(out, args):
+    """Print the tables and notes of run()'s results `out` to stdout."""
     print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["val_pairs"]} validation '
           f'(early stopping) / {out["test_pairs"]} test pairs; retrieval mixer trained at N={out["train_n"]}; '
           f'{out["eval_trials"]} fixed candidate draws '
@@ -539,11 +581,6 @@ def main(argv=None):
         print(f'- {r["name"]}: {r["model"]}')
     for note in out['notes']:
         print(f'- note: {note}')
-    if args.json:
-        tmp = args.json + '.tmp'
-        with open(tmp, 'w') as f:
-            json.dump(out, f, indent=2)
-        os.replace(tmp, args.json)
 
 
 if __name__ == '__main__':

@@ -11,6 +11,8 @@ graph for every position, compiled on the first tokens (seconds to a minute).
 """
 
 import argparse
+import math
+import os
 import sys
 
 import torch
@@ -25,7 +27,41 @@ def fail(msg):
     sys.exit(2)
 
 
+def device_error(dev):
+    """Why the torch device named `dev` cannot be used on this machine (one line), or None
+    if it can: an unknown name, CUDA absent, a CUDA index beyond the GPUs, a type other
+    than cpu / cuda / an available mps."""
+    try:
+        d = torch.device(dev)
+    except (RuntimeError, ValueError):
+        return f"unknown device {dev!r}: use 'cpu', 'cuda' or 'cuda:N'"
+    if d.type == 'cpu' or d.type == 'mps' and torch.backends.mps.is_available():
+        return None
+    if d.type != 'cuda':
+        return f"device {dev!r} is not available here: use 'cpu', 'cuda' or 'cuda:N'"
+    if not torch.cuda.is_available():
+        return f'device {dev!r}: CUDA is not available on this machine; use --device cpu'
+    if d.index is not None and d.index >= torch.cuda.device_count():
+        return f'device {dev!r}: this machine has {torch.cuda.device_count()} CUDA device(s)'
+    return None
+
+
 def main(argv=None):
+    """Command line entry point: prints the samples. Bad input: one line, exit 2; Ctrl-C:
+    one line, exit 130."""
+    try:
+        generate(argv)
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        print('sample.py: interrupted (Ctrl-C)', file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:                 # the reader of stdout went away (| head): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        sys.exit(1)
+
+
+def generate(argv):
+    """Parse `argv`, load the checkpoint and print --num_samples samples."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--ckpt', default='out/ckpt.pt', help='checkpoint from train.py')
     p.add_argument('--start', default='<|endoftext|>', help='prompt text, or FILE:path to read it from a file')
@@ -37,8 +73,10 @@ def main(argv=None):
     p.add_argument('--device', default='cpu')
     p.add_argument('--compile', action='store_true', help='torch.compile a static-shape decode step (decode.py)')
     args = p.parse_args(argv)
-    if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
-        fail('num_samples must be >= 1 and max_new_tokens, temperature, top_k >= 0')
+    if args.num_samples < 1 or args.max_new_tokens < 0 or not 0 <= args.temperature < math.inf or args.top_k < 0:
+        fail('num_samples must be >= 1, max_new_tokens and top_k >= 0 and temperature a finite number >= 0')
+    if device_error(args.device):
+        fail(device_error(args.device))
 
     try:
         model, enc, ckpt = load_checkpoint(args.ckpt, args.device)

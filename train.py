@@ -11,12 +11,16 @@ set explicitly. Unknown keys, wrong types and values out of range are an error.
 `python train.py --help` lists every setting.
 """
 
+import contextlib
 import gc
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, fields
 from types import SimpleNamespace
@@ -291,7 +295,9 @@ def wrap_model(raw_model, cfg, env):
     tables), identical on every rank, so re-sending them from rank 0 every step is wasted."""
     model = raw_model
     if env.ddp:
-        model = DDP(model, device_ids=[env.local] if env.cuda else None, broadcast_buffers=False)
+        with warnings.catch_warnings():          # torch 2.13 deprecates the argument, but it is still the one
+            warnings.filterwarnings('ignore', message='`broadcast_buffers` is deprecated', category=FutureWarning)
+            model = DDP(model, device_ids=[env.local] if env.cuda else None, broadcast_buffers=False)
     return torch.compile(model) if cfg['compile'] else model
 
 
@@ -328,14 +334,31 @@ def build_run(cfg, ckpt, env, meta):
                            best_val=best_val, saved_step=step if ckpt is not None else None, log=None)
 
 
+@contextlib.contextmanager
+def deferred_interrupt():
+    """Ctrl-C waits for the end of the block (a checkpoint and the step it holds are recorded together)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    old = signal.signal(signal.SIGINT, lambda *a: got.append(1))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got:
+            raise KeyboardInterrupt
+
+
 def save(run, rng):
     """Write the run's checkpoint (rank 0). A failed write: Stop naming the cause, the previous
     checkpoint kept."""
     try:
-        checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), run.cfg, run.step,
-                                   run.best_val, rng, os.path.join(run.cfg['data_dir'], run.meta['tokenizer']),
-                                   run.meta['tokenizer_sha256'], run.optimizers)
-        run.saved_step = run.step
+        with deferred_interrupt():
+            checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), run.cfg, run.step,
+                                       run.best_val, rng, os.path.join(run.cfg['data_dir'], run.meta['tokenizer']),
+                                       run.meta['tokenizer_sha256'], run.optimizers)
+            run.saved_step = run.step
     except checkpoint.CheckpointError as e:
         raise Stop(str(e)) from None
 
@@ -400,10 +423,15 @@ def evaluate_and_save(run, clock):
                   f'ETA {clock.eta(run.step - run.start_step, cfg["max_iters"] - run.step)}', flush=True)
             write_log(run, {'event': 'eval', 'step': run.step, **ev})
             if cfg['save_checkpoint'] and run.step > 0:
-                save(run, rng)
+                try:
+                    save(run, rng)
+                except Stop as e:                  # every rank stops, not rank 0 alone
+                    reason = str(e)
         else:
             reason = f'non-finite val loss {ev["val_loss"]} at step {run.step}'
     agree_to_stop(run, reason)
+    if cfg['save_checkpoint'] and run.step > 0:     # rank 0 saved (else agree_to_stop raised): every rank knows
+        run.saved_step = run.step
 
 
 def log_train(run, loss, lr, steps, clock):
@@ -498,8 +526,10 @@ def collective_failure(e, cfg, env):
     text = str(e)
     if 'timed out' in text.lower() or 'timeout' in text.lower():
         return f'rank {env.rank}: a collective waited ddp_timeout={cfg["ddp_timeout"]} s for the other ranks'
-    if any(s in text for s in ('Connection closed by peer', 'Connection reset', 'Broken pipe', 'NCCL')):
-        return f'rank {env.rank}: another rank left the run ({text.splitlines()[0][:80]})'
+    for sign, what in (('Connection closed by peer', 'its connection closed'), ('Connection reset', 'its connection was'
+                       ' reset'), ('Broken pipe', 'a broken pipe'), ('NCCL', 'an NCCL error')):
+        if sign in text:
+            return f'rank {env.rank}: another rank left the run ({what})'
     return None
 
 
@@ -513,15 +543,20 @@ def main(argv):
     cfg, ckpt = configurator.resolve_settings(configurator.parse_overrides(argv, DEFAULTS, __doc__),
                                               DEFAULTS, [k for k in MODEL_KEYS if k not in TUNING_KEYS])
     configurator.check_settings(cfg)
+    rank = int(os.environ.get('RANK', 0))
     try:
-        ckpt_path, log, lock = checkpoint.open_run_folder(cfg, ckpt, int(os.environ.get('RANK', 0)))
+        lock = checkpoint.claim_run_folder(cfg, ckpt, rank)
     except checkpoint.CheckpointError as e:
         fail(str(e))
     env = machine.setup_device(cfg)
     meta, train_data, val_data = load_data(cfg)
     run = build_run(cfg, ckpt, env, meta)
+    try:
+        ckpt_path, log = checkpoint.prepare_run_folder(cfg, ckpt, rank)
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
     run.__dict__.update(ckpt_path=ckpt_path, log=log, train_data=train_data, val_data=val_data, last_ev=None,
-                        start_step=run.step)
+                        start_step=run.step, lock=lock)      # the lock lives as long as the run
     clock = machine.Clock(env.cuda)
     code = 0
     try:

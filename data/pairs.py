@@ -48,7 +48,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from data.prepare import load_tokenizer, read_stories
+from data.prepare import load_tokenizer, read_stories, tokenizer_sha256
 
 
 class UsageError(Exception):
@@ -178,22 +178,37 @@ class TokenStories:
 def read_data_dir_stories(data_dir, split):
     """Stories of data_dir's {split}.bin (uint16 tokens, stories separated by the eot
     id of meta.json), decoded with the data dir's tokenizer: a TokenStories. Raises
-    UsageError if meta.json or the .bin file is missing or the tokenizer cannot be
-    loaded."""
+    UsageError if meta.json or the .bin file is missing or damaged, the tokenizer
+    cannot be loaded or is not the one meta.json records (its SHA-256), or the file
+    holds token ids the tokenizer does not have."""
     meta_path = os.path.join(data_dir, 'meta.json')
     if not os.path.isfile(meta_path):
         raise UsageError(f'{meta_path} not found: run data/prepare.py, or pass --text or --pairs')
-    with open(meta_path) as f:
-        meta = json.load(f)
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+        tok_path, sha, eot = os.path.join(data_dir, meta['tokenizer']), meta['tokenizer_sha256'], int(meta['eot_id'])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f'{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
     path = os.path.join(data_dir, f'{split}.bin')
     if not os.path.isfile(path):
         raise UsageError(f'{path} not found')
     try:
-        enc = load_tokenizer(os.path.join(data_dir, meta['tokenizer']))
-    except (OSError, ValueError, KeyError) as e:
+        enc = load_tokenizer(tok_path)
+        found = tokenizer_sha256(tok_path)
+    except (OSError, ValueError) as e:
         raise UsageError(f'cannot load the tokenizer of {data_dir}: {e}')
+    if found != sha:
+        raise UsageError(f'{tok_path} (sha256 {found}) is not the tokenizer meta.json records (sha256 {sha}): '
+                         f'the token files were encoded with another; run data/prepare.py again')
+    size = os.path.getsize(path)
+    if size == 0 or size % 2:
+        raise UsageError(f'{path} holds {size} bytes: not a token file of uint16 ids (run data/prepare.py again)')
     ids = np.memmap(path, dtype=np.uint16, mode='r')
-    ends = np.flatnonzero(ids == meta['eot_id'])
+    if int(ids.max()) >= enc.n_vocab:
+        raise UsageError(f'{path} holds token id {int(ids.max())}, but its tokenizer has {enc.n_vocab} tokens '
+                         '(the token files and the tokenizer are from different runs of data/prepare.py)')
+    ends = np.flatnonzero(ids == eot)
     starts = np.concatenate([[0], ends + 1])
     stops = np.concatenate([ends, [len(ids)]])
     keep = stops > starts

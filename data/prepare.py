@@ -14,8 +14,11 @@ Outputs in --out (default data/tinystories next to this file):
 Tokenizer: ranks 0..255 are the single bytes, merges get ranks 256.., and
 <|endoftext|> is the special token vocab_size-1 (vocab_size-257 merges).
 Bits per byte = (mean nats per token) / ln 2 / bytes_per_token.
-All outputs are written to temporary names and renamed only at the end, so a
-failed run never leaves a half-written file behind.
+All outputs are written to temporary names (.NAME.tmpPID) and renamed only at the
+end, so a failed run never leaves a half-written file behind. One run at a time
+writes to an --out folder (a lock on the folder; a second run exits 2); a run
+removes the temporary files that a killed run left behind (those of pids no longer
+alive), with a note. Ctrl-C exits 130 with --out as it was.
 """
 import argparse
 import base64
@@ -23,8 +26,10 @@ import hashlib
 import heapq
 import json
 import os
+import re
 import shutil
 import sys
+import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -407,6 +412,102 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
     return {"tokens": n_tok, "bytes": n_bytes, "stories": n_stories}
 
 
+# ----------------------------------------------------------------------------- the output folder
+
+TEMP_NAME = re.compile(r"^\.(.+)\.tmp(\d+)$")     # main's temporary files: .NAME.tmpPID
+
+
+def pid_alive(pid):
+    """True if a process `pid` runs on this machine (another user's included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lock_out(out):
+    """Make the folder `out` and lock it (flock on the folder itself, so it holds no extra
+    file) for this run -> the locked file descriptor (close it to release; the OS
+    releases it when the process dies, however it dies). Raises ValueError when
+    another prepare.py holds it (naming its pid when its temporary files show it), or
+    OSError when the folder cannot be made."""
+    os.makedirs(out, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        import fcntl
+    except ImportError:                                 # not POSIX: no lock
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        pids = sorted({int(m.group(2)) for m in map(TEMP_NAME.match, os.listdir(out)) if m})
+        raise ValueError(f"{out} is being written by another prepare.py run"
+                         + (f" (pid {', '.join(map(str, pids))})" if pids else "")
+                         + "; wait for it, or choose another --out") from None
+    return fd
+
+
+def remove_stale_temps(out):
+    """Remove the temporary files (.NAME.tmpPID) that a killed run left in `out`: those of
+    pids no longer alive, never a live run's; print a note naming them (stderr)."""
+    stale = [f for f in sorted(os.listdir(out))
+             if (m := TEMP_NAME.match(f)) and int(m.group(2)) != os.getpid() and not pid_alive(int(m.group(2)))]
+    for f in stale:
+        os.remove(os.path.join(out, f))
+    if stale:
+        print(f"prepare.py: note: removed {len(stale)} temporary files left in {out} by a run that stopped: "
+              f"{', '.join(stale)}", file=sys.stderr)
+
+
+def check_folder_writable(folder, what="output folder"):
+    """Raise ValueError (one line) unless files can be made in `folder` now: it, or its
+    nearest existing ancestor (the folders are made when written), is a folder that
+    takes a new file. Makes nothing; call it before the work, so that a long run never
+    ends unable to save its results."""
+    folder = os.path.abspath(folder)
+    probe = folder
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ValueError(f"cannot write the {what} {folder}: {probe} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write the {what} {folder} ({e.strerror or e})") from None
+
+
+def check_writable(path, overwrite=True, what="output file"):
+    """Raise ValueError (one line) unless the file `path` can be written now
+    (check_folder_writable on its folder); an existing file is refused unless
+    `overwrite`, and a folder always."""
+    if os.path.isdir(path):
+        raise ValueError(f"the {what} {path} is a folder")
+    if os.path.lexists(path) and not overwrite:
+        raise ValueError(f"{path} exists; remove it, choose another path, or pass --overwrite")
+    check_folder_writable(os.path.dirname(os.path.abspath(path)), f"folder of the {what}")
+
+
+def write_atomic(path, text):
+    """Write the str `text` to `path` whole or not at all: a temporary file beside it
+    (.NAME.tmpPID), then os.replace; the folders are made. A failed write removes the
+    temporary file, leaves `path` as it was and raises OSError."""
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def parse_args(argv=None):
     """prepare.py's checked options (argparse.Namespace) from argv (list of str; None:
     sys.argv). argparse exits with code 2 on an unknown option or a bad value type.
@@ -500,16 +601,18 @@ def encode_splits(enc, streams, tmp):
 
 
 def main(argv=None):
-    """Command line entry point. Returns 0 on success, 2 on bad input (one-line error)."""
+    """Command line entry point. Returns 0 on success, 2 on bad input or a failed write
+    (one-line error), 130 on Ctrl-C; --out is left as it was unless the run succeeds."""
     t0 = time.time()
     tmps = []
+    lock = None
     try:
         args = parse_args(argv)
+        lock = lock_out(args.out)
+        remove_stale_temps(args.out)
         paths = text_paths(args)
         streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
                    "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
-
-        os.makedirs(args.out, exist_ok=True)
 
         def tmp(name):  # temp file in the out dir, renamed to name at the end
             tmps.append((os.path.join(args.out, f".{name}.tmp{os.getpid()}"), name))
@@ -532,10 +635,16 @@ def main(argv=None):
     except (OSError, ValueError) as e:
         print(f"prepare.py: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("prepare.py: interrupted (Ctrl-C); --out is as it was: run the same command again",
+              file=sys.stderr)
+        return 130
     finally:
         for t, _ in tmps:
             if os.path.exists(t):
                 os.remove(t)
+        if lock is not None:
+            os.close(lock)
     print(f"wrote {args.out} in {time.time() - t0:.1f}s total")
     return 0
 

@@ -546,9 +546,31 @@ def parse_args(argv=None):
         args.mem_budget_gb = (0.9 * torch.cuda.get_device_properties(args.device).total_memory / 2**30
                               if args.device.type == 'cuda' else 8.0)
     if min(args.threads, args.d_model, args.n_layer, args.n_ctx, args.batch_size, args.steps, args.new_tokens,
-           args.decode_n_ctx, args.decode_tokens) < 1:
-        p.error('sizes and step counts must be >= 1')
+           args.decode_n_ctx, args.decode_tokens, args.vocab_size, args.mem_d_model, args.mem_n_layer,
+           args.mem_batch, args.recompute_tokens) < 1 or args.warmup < 0:
+        p.error('sizes and step counts must be >= 1 (--warmup >= 0)')
+    if not 0 < args.mem_budget_gb < float('inf'):
+        p.error(f'--mem_budget_gb must be a positive number, got {args.mem_budget_gb}')
+    check_models(p, args)
     return args
+
+
+def check_models(p, args):
+    """Every model the asked tables build must be valid (mixer.ModelConfig's checks: heads
+    that divide d_model, ...), checked before any table runs: else p.error (exit 2)."""
+    gen = {name for name, _ in GEN_METHODS}
+    plan = {'train': [(v, args.d_model, args.n_layer) for v in args.variants],
+            'memory': [(v, args.mem_d_model, args.mem_n_layer) for v in args.mem_variants],
+            'generation': [(v, args.d_model, args.n_layer) for v in sorted(gen)],
+            'paths': [('toeplitz', args.d_model, 1), ('recurrent', args.d_model, 1)],
+            'decode': [(v, d, L) for d, L in args.decode_sizes for v in args.decode_variants]}
+    for table in args.tables:
+        for name, d_model, n_layer in plan[table]:
+            try:
+                mixer.variant_config(name, vocab_size=args.vocab_size, d_model=d_model, n_layer=n_layer,
+                                     n_ctx=args.n_ctx)
+            except ValueError as e:
+                p.error(f'the {table} table\'s {name} (--d_model etc.): {e}')
 
 
 def main(argv=None):

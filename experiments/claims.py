@@ -58,10 +58,13 @@ import time
 
 import numpy as np
 
+from checkpoint import CheckpointError, read_log
+
 # the compared models (MODELS, ...) are claims_report's, which turns the finished runs into the report
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
-from experiments.runner import ROOT, Runner, fmt_s, reset_dir, say, window_loss_job
+from data.prepare import check_folder_writable
+from experiments.runner import ROOT, Runner, fmt_s, load_json, reset_dir, say, window_loss_job
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
 
 SETTINGS = {   # default run and --quick
@@ -98,8 +101,12 @@ def calibrate(runner, out, names, base, steps, recalibrate):
     """Median ms per training step of each name (a MODELS name, or 'ae:NAME') measured by
     train.py under the run conditions -> {name: seconds per step}; cached in OUT/calibration.json."""
     path = os.path.join(out, 'calibration.json')
-    cal = {} if recalibrate or not os.path.isfile(path) else json.load(open(path))
-    todo = [n for n in names if n not in cal or cal[n]['argv_base'] != base]
+    cal = {} if recalibrate else load_json(path, 'calibration (step times)') or {}
+    if not isinstance(cal, dict) or not all(isinstance(c, dict) and isinstance(c.get('s_per_step'), float)
+                                            for c in cal.values()):
+        say(f'warning: {path}: not a calibration of this claims.py; measuring again')
+        cal = {}
+    todo = [n for n in names if n not in cal or cal[n].get('argv_base') != base]
     jobs = []
     for n in todo:
         model, extra = (n[3:], base['ae']) if n.startswith('ae:') else (n, [])
@@ -112,7 +119,7 @@ def calibrate(runner, out, names, base, steps, recalibrate):
         say('calibration: the step times measured now fix every run\'s step count, so nothing else '
             'may run on this machine until the calibration ends')
     for n, res in zip(todo, runner.train_batch(jobs, 'calibration') if jobs else []):
-        logs = [json.loads(l) for l in open(os.path.join(out, 'calibration', n, 'log.jsonl'))]
+        logs = read_log(os.path.join(out, 'calibration', n, 'log.jsonl'))
         ms = [r['ms_per_step'] for r in logs if r.get('event') == 'train']
         if res['rc'] != 0 or not ms:
             fail(f'calibration run of {n} failed: see {os.path.join(out, "calibration", n, "console.txt")}')
@@ -293,17 +300,42 @@ def parse_args(argv):
     for name in ('budget', 'seeds', 'workers', 'threads'):
         if getattr(args, name) <= 0 or min(args.lrs) <= 0:
             fail(f'--{name} and --lrs must be positive')
-    if not os.path.isfile(os.path.join(args.data_dir, 'meta.json')):
+    meta_path = os.path.join(args.data_dir, 'meta.json')
+    if not os.path.isfile(meta_path):
         fail(f'{args.data_dir}/meta.json not found: run data/prepare.py first (or set --data_dir)')
+    try:
+        with open(meta_path) as f:
+            args.meta = json.load(f)
+        args.meta['train'], args.meta['tokenizer_sha256']
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f'{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
     args.out = args.out or os.path.join('out', 'claims_quick' if args.quick else 'claims')
+    try:
+        check_folder_writable(args.out, '--out folder')
+    except ValueError as e:
+        fail(str(e))
     args.s = s
     return args
 
 
 def main(argv=None):
     """Train and measure everything asked (every run cached under OUT), then write the
-    report: OUT/claims.md, OUT/runs.jsonl and the plots."""
+    report: OUT/claims.md, OUT/runs.jsonl and the plots. Bad arguments: one line, exit 2;
+    Ctrl-C: one line, exit 130 (the finished runs stay cached)."""
     args = parse_args(argv)
+    try:
+        run_claims(args)
+    except KeyboardInterrupt:
+        print(f'claims.py: interrupted (Ctrl-C); the runs that finished are cached in {args.out}: run the same '
+              'command again to go on', file=sys.stderr)
+        sys.exit(130)
+    except CheckpointError as e:                   # a damaged calibration log
+        print(f'claims.py: error: {e}', file=sys.stderr)
+        sys.exit(1)
+
+
+def run_claims(args):
+    """main() on parsed arguments."""
     s, out = args.s, os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     os.environ['OMP_NUM_THREADS'] = str(args.threads)      # pool processes start with this many threads
@@ -312,7 +344,7 @@ def main(argv=None):
     if not os.path.relpath(data_dir, ROOT).startswith('..'):   # the same cache keys from any checkout
         data_dir = os.path.relpath(data_dir, ROOT)
     os.chdir(ROOT)                                # every path below: absolute or relative to ROOT
-    meta = json.load(open(os.path.join(data_dir, 'meta.json')))
+    meta = args.meta
     base = {'lm': [*s['shape'], f'--data_dir={data_dir}']}
     base['ae'] = ['--task=autoencode', *s['ae_shape']]
     budget_s = s['budget_s'] * args.budget
@@ -375,13 +407,13 @@ def measure_commands(runner, out, plan, ae_dirs, data_dir, args):
                  '--cache_dir', os.path.join(out, 'retrieval_cache'), *s['retrieval']]
     if all(m in plan for m in RETRIEVAL_MODELS):
         ckpts = [a for m in RETRIEVAL_MODELS for d in plan[m]['dirs'] for a in ('--ckpt', os.path.join(d, 'ckpt.pt'))]
-        cmds.append((['retrieval.py', *ckpts, '--pool', 'last', 'mean', *retrieval,
+        cmds.append((['retrieval.py', *ckpts, '--pool', 'last', 'mean', *retrieval, '--overwrite',
                       '--json', os.path.join(out, 'retrieval.json')], os.path.join(out, 'retrieval.txt')))
         names.append('retrieval')
     if ae_dirs:         # the paper's negative control: a trained autoencoder's embeddings
         ckpts = [a for m in AE_MODELS for d in ae_dirs[m] for a in ('--ckpt', os.path.join(d, 'ckpt.pt'))]
-        cmds.append((['retrieval.py', *ckpts, *retrieval, '--json', os.path.join(out, 'retrieval_ae.json')],
-                     os.path.join(out, 'retrieval_ae.txt')))
+        cmds.append((['retrieval.py', *ckpts, *retrieval, '--overwrite', '--json',
+                      os.path.join(out, 'retrieval_ae.json')], os.path.join(out, 'retrieval_ae.txt')))
         names.append('retrieval_ae')
     for m in (m for m in REPRESENT_MODELS if m in plan):
         ckpts = [a for d in plan[m]['dirs'] for a in ('--ckpt', os.path.join(d, 'ckpt.pt'))]

@@ -28,7 +28,10 @@ batch. Chance is the accuracy of the random start, decoded the same way. The tab
 gives the accuracy at half the steps beside the end's; to check convergence, run
 again with twice --steps (same windows, same start): the README does, for a mixer
 and a transformer.
-Output: a markdown table on stdout (and --json).
+Output: a markdown table on stdout (and --json). Every input is checked before the
+work: a checkpoint whose tokenizer is not the one --data_dir was encoded with (the
+windows' token ids would mean other text to it), a --json that exists (without
+--overwrite) or cannot be written: one line, exit 2. Ctrl-C: one line, exit 130.
 """
 
 import argparse
@@ -43,6 +46,7 @@ import torch
 
 import mixer
 from checkpoint import CheckpointError, load_checkpoint
+from data.prepare import check_writable, write_atomic
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
 SHAPES = {'full': dict(d_model=128, n_layer=4, n_ctx=256, vocab_size=4096),
@@ -120,24 +124,39 @@ def recover(model, idx, depth, mode, positions, steps=500, lr=0.02, seed=0, chec
 
 def windows(data_dir, n_ctx, T, count, vocab_size, seed=0):
     """`count` windows of T tokens: from data_dir/val.bin (evenly spaced) if given, else
-    uniform random tokens below vocab_size -> long [count, T]."""
+    uniform random tokens below vocab_size -> long [count, T]. A missing, damaged or too
+    short val.bin: one line, exit 2."""
     if data_dir is None:
         return torch.randint(vocab_size, (count, T), generator=torch.Generator().manual_seed(seed))
     path = os.path.join(data_dir, 'val.bin')
     if not os.path.isfile(path):
         fail(f'{path} not found: run data/prepare.py first (or leave out --data_dir)')
+    size = os.path.getsize(path)
+    if size % 2 or size // 2 < T + 1:
+        fail(f'{path} holds {size} bytes: not a token file of at least T + 1 = {T + 1} uint16 ids')
     val = np.memmap(path, dtype=np.uint16, mode='r')
     starts = np.linspace(0, len(val) - T - 1, count).astype(np.int64)
     return torch.from_numpy(np.stack([val[s:s + T].astype(np.int64) for s in starts]))
 
 
-def models(args):
-    """(name, model, trained?, checkpoint path or None) for every --variants (untrained,
-    seeded), every --ckpt and, with --untrained, an untrained model of each checkpoint's
-    config (seeded by the checkpoint's own training seed, so two seeds give two)."""
-    for name in args.variants:
-        torch.manual_seed(args.seed)
-        yield name, mixer.build_model(mixer.variant_config(name, **args.shape)), False, None
+def data_tokenizer(data_dir):
+    """The SHA-256 of the tokenizer that data_dir's token files were encoded with (its
+    meta.json's tokenizer_sha256); a missing or damaged meta.json: one line, exit 2."""
+    path = os.path.join(data_dir, 'meta.json')
+    if not os.path.isfile(path):
+        fail(f'{path} not found: run data/prepare.py first (or leave out --data_dir)')
+    try:
+        with open(path) as f:
+            return str(json.load(f)['tokenizer_sha256'])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f'{path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
+
+
+def load_checkpoints(args):
+    """Every --ckpt, loaded and checked before any work -> list of (path, model, checkpoint
+    dict). A missing or corrupt checkpoint, an autoencoder, an n_ctx below --T, or (with
+    --data_dir) a tokenizer other than the data's: one line, exit 2."""
+    out, data_sha = [], data_tokenizer(args.data_dir) if args.data_dir and args.ckpt else None
     for path in args.ckpt:
         try:
             model, _, ckpt = load_checkpoint(path)
@@ -145,6 +164,25 @@ def models(args):
             fail(str(e))
         if model.cfg.task != 'lm':
             fail(f'{path} is an autoencoder; represent.py needs a language model')
+        if args.T > model.cfg.n_ctx:
+            fail(f'--T {args.T} is longer than the n_ctx {model.cfg.n_ctx} of {path}')
+        sha = ckpt['tokenizer']['sha256']
+        if data_sha is not None and sha != data_sha:
+            fail(f'{path} was trained with another tokenizer (sha256 {sha}) than {args.data_dir} was encoded with '
+                 f'(sha256 {data_sha}): its token ids would mean other text; use the data dir it was trained on')
+        out.append((path, model, ckpt))
+    return out
+
+
+def models(args, checkpoints):
+    """(name, model, trained?, checkpoint path or None) for every --variants (untrained,
+    seeded), every checkpoint of load_checkpoints and, with --untrained, an untrained
+    model of each checkpoint's config (seeded by the checkpoint's own training seed, so
+    two seeds give two)."""
+    for name in args.variants:
+        torch.manual_seed(args.seed)
+        yield name, mixer.build_model(mixer.variant_config(name, **args.shape)), False, None
+    for path, model, ckpt in checkpoints:
         yield f'{ckpt["config"]["variant"]} ({path})', model, True, path
         if args.untrained:
             torch.manual_seed(ckpt['config'].get('seed', args.seed))
@@ -152,6 +190,8 @@ def models(args):
 
 
 def parse_args(argv):
+    """The command line -> argparse namespace, checked (one-line errors, exit 2), with
+    .shape: the untrained models' sizes."""
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--variants', default=','.join(DEFAULT_VARIANTS),
@@ -188,18 +228,48 @@ def parse_args(argv):
         args.depths = [d if d == 'all' else int(d) for d in args.depths.split(',')]
     except ValueError:
         fail(f"--depths must be integers or 'all', got {args.depths!r}")
-    if args.json and os.path.exists(args.json) and not args.overwrite:
-        fail(f'{args.json} exists; remove it, choose another --json path, or pass --overwrite')
+    if args.json:
+        try:
+            check_writable(args.json, args.overwrite, '--json file')
+        except ValueError as e:
+            fail(str(e))
     return args
 
 
 def main(argv=None):
+    """Command line entry point: the table on stdout, --json written. Bad input: one line,
+    exit 2; --json unwritable at the end: one line, exit 1 (the table printed); Ctrl-C:
+    one line, exit 130."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    try:
+        out = measure(args)
+    except KeyboardInterrupt:
+        print('represent.py: interrupted (Ctrl-C)', file=sys.stderr)
+        sys.exit(130)
+    if args.json:
+        try:
+            write_atomic(args.json, json.dumps(out, indent=1))
+        except OSError as e:
+            print(f'represent.py: error: could not write {args.json} ({e.strerror or e}); the results are the '
+                  'table above', file=sys.stderr)
+            sys.exit(1)
+
+
+def measure(args):
+    """The measurement of every model asked, its table printed -> --json's content."""
+    checkpoints = load_checkpoints(args)
+    sizes = [(v, args.shape['n_ctx'], args.shape['n_layer']) for v in args.variants] + \
+        [(path, m.cfg.n_ctx, m.cfg.n_layer) for path, m, _ in checkpoints]
+    for name, n_ctx, n_layer in sizes:                  # before any work
+        if args.T > n_ctx:
+            fail(f'--T {args.T} is longer than {name}\'s n_ctx {n_ctx}')
+        if any(d != 'all' and not 1 <= d <= n_layer for d in args.depths):
+            fail(f'--depths {",".join(map(str, args.depths))}: {name} has {n_layer} blocks')
     rows, results, t0 = [], [], time.time()
     half = args.steps // 2
     positions = np.unique(np.linspace(0, args.T - 2, args.positions).round().astype(int)).tolist()
-    for name, model, trained, path in models(args):
+    for name, model, trained, path in models(args, checkpoints):
         if args.T > model.cfg.n_ctx:
             fail(f'--T {args.T} is longer than {name}\'s n_ctx {model.cfg.n_ctx}')
         idx = windows(args.data_dir, model.cfg.n_ctx, args.T, args.windows, model.cfg.vocab_size, args.seed)
@@ -229,10 +299,7 @@ def main(argv=None):
     print('\n'.join(['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
                     + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows]))
     print(f'\ndone in {time.time() - t0:.0f} s', file=sys.stderr)
-    if args.json:
-        with open(args.json + '.tmp', 'w') as f:
-            json.dump({'args': {k: v for k, v in vars(args).items()}, 'results': results}, f, indent=1)
-        os.replace(args.json + '.tmp', args.json)
+    return {'args': {k: v for k, v in vars(args).items()}, 'results': results}
 
 
 if __name__ == '__main__':

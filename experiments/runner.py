@@ -6,27 +6,45 @@ icl.py (in-context regression models).
     results = runner.train_batch([(run_dir, train_argv, eta_seconds, None), ...], 'what')
 
 A job whose folder holds a result.json of the same arguments is not run again, so a
-killed experiment resumes where it stopped. Pool processes are spawned, each with
+killed experiment resumes where it stopped; a damaged result.json (a torn write) is a
+one-line warning and its job runs again. Pool processes are spawned, each with
 `threads` torch threads: two 1-thread runs at a time use 2 cores without the
-oversubscription that two 2-thread runs cause.
+oversubscription that two 2-thread runs cause. Ctrl-C stops the pool's processes
+(and the commands they run) and exits 130 with one line; what finished stays cached.
 """
 
 import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 
 
 def say(msg):
+    """Print a progress line to stderr."""
     print(msg, file=sys.stderr, flush=True)
 
+
+def load_json(path, what='cached result'):
+    """The JSON content of the cache file `path`, or None when there is none or it is damaged
+    (a torn write, a full disk): then a one-line warning, and the caller computes it again."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        say(f'warning: {path}: a damaged {what} ({type(e).__name__}: {str(e)[:80]}); computing it again')
+        return None
 
 
 # ----------------------------------------------------------------------------- work done in pool processes
@@ -51,7 +69,10 @@ def train_job(argv, run_dir):
     """Runner job: train.py with argv, console to RUN_DIR/console.txt -> {'rc', 'evals',
     'summary', 'line'} read from its log."""
     rc = train_in_process(argv, os.path.join(run_dir, 'console.txt'))
-    evals, summary = read_log(os.path.join(run_dir, 'log.jsonl'))
+    try:
+        evals, summary = read_log(os.path.join(run_dir, 'log.jsonl'))
+    except ValueError as e:                       # a damaged log (checkpoint.CheckpointError): a failed job
+        return {'rc': rc or 1, 'evals': [], 'summary': None, 'line': str(e)}
     return {'rc': rc, 'evals': evals, 'summary': summary,
             'line': f'val {evals[-1][1]:.4f}' if evals else 'no eval'}
 
@@ -74,16 +95,41 @@ def window_loss_job(argv, run_dir):
             'line': f'train windows {ev["train_windows_loss"]:.4f}, val {ev["val_loss"]:.4f}'}
 
 
+_CHILD = []          # the command a pool process runs now (run_command), for _stop_worker
+
+
 def run_command(args, out_path):
     """Run a project script (python args...) with stdout to out_path -> exit status."""
     tmp = out_path + '.tmp'
     with open(tmp, 'w') as f:
-        rc = subprocess.run([sys.executable, *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+        child = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                 preexec_fn=_default_sigint)
+        _CHILD.append(child)
+        try:
+            rc = child.wait()
+        finally:
+            _CHILD.remove(child)
     os.replace(tmp, out_path)
     return rc
 
 
+def _default_sigint():
+    """In a command's process before it starts: Ctrl-C back to its default (pool processes ignore it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _stop_worker(signum, frame):
+    """SIGTERM in a pool process (Runner.stop): end the command it runs, then itself, at once."""
+    for child in list(_CHILD):
+        child.kill()
+    os._exit(128 + signum)
+
+
 def _pool_init(threads):
+    """A pool process starts: `threads` torch threads; Ctrl-C is the main process's to handle
+    (no traceback from every worker); SIGTERM ends it and its command (_stop_worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_worker)
     import torch
     torch.set_num_threads(threads)
 
@@ -91,15 +137,15 @@ def _pool_init(threads):
 # ----------------------------------------------------------------------------- runs and their cache
 
 def read_log(path):
-    """Events of a train.py log.jsonl: (evals [(step, val_loss, val_bpb, val_acc)], summary or None)."""
+    """Events of a train.py log.jsonl: (evals [(step, val_loss, val_bpb, val_acc)], summary or None).
+    checkpoint.read_log reads it: a last line torn by a crash is dropped with a warning."""
+    from checkpoint import read_log as read_records
     evals, summary = [], None
-    if os.path.isfile(path):
-        for line in open(path):
-            rec = json.loads(line)
-            if rec.get('event') == 'eval':
-                evals.append((rec['step'], rec['val_loss'], rec['val_bpb'], rec.get('val_acc')))
-            elif rec.get('event') == 'summary':
-                summary = rec
+    for rec in read_records(path):
+        if rec.get('event') == 'eval':
+            evals.append((rec['step'], rec['val_loss'], rec['val_bpb'], rec.get('val_acc')))
+        elif rec.get('event') == 'summary':
+            summary = rec
     return evals, summary
 
 
@@ -109,21 +155,60 @@ class Runner:
     and ETAs. claims.py runs train.py through it; icl.py runs its own training jobs."""
 
     def __init__(self, out, workers, threads):
-        self.out, self.workers = out, workers
-        self.pool = ProcessPoolExecutor(workers, mp_context=get_context('spawn'),
-                                        initializer=_pool_init, initargs=(threads,))
+        self.out, self.workers, self.threads = out, workers, threads
+        self.pool = self.new_pool()
+
+    def new_pool(self):
+        """A fresh pool of spawned processes (_pool_init)."""
+        return ProcessPoolExecutor(self.workers, mp_context=get_context('spawn'),
+                                   initializer=_pool_init, initargs=(self.threads,))
+
+    def submit(self, fn, *args):
+        """pool.submit, with Ctrl-C ignored while it may start a pool process: the process
+        inherits that, so a Ctrl-C during its start-up is no traceback of its own."""
+        if threading.current_thread() is not threading.main_thread():    # signals are the main thread's
+            return self.pool.submit(fn, *args)
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return self.pool.submit(fn, *args)
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    def stop(self, what):
+        """Ctrl-C: end the pool's processes and the commands they run, say so in one line, exit 130."""
+        procs = list((getattr(self.pool, '_processes', None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(10)
+        print(f'{os.path.basename(sys.argv[0])}: interrupted (Ctrl-C) during {what}; the runs that finished are '
+              f'cached in {self.out}: run the same command again to go on', file=sys.stderr, flush=True)
+        sys.exit(130)
 
     def result_path(self, run_dir):
+        """The cache file of the job in run_dir."""
         return os.path.join(run_dir, 'result.json')
 
     def cached(self, run_dir, argv):
-        """The cached result of this exact argv in run_dir, or None."""
-        path = self.result_path(run_dir)
-        if os.path.isfile(path):
-            res = json.load(open(path))
-            if res.get('argv') == argv:
-                return res
+        """The cached result of this exact argv in run_dir, or None (also when the cache
+        file is damaged: a one-line warning, and the job runs again)."""
+        res = load_json(self.result_path(run_dir))
+        if isinstance(res, dict) and res.get('argv') == argv:
+            return res
         return None
+
+    def outcome(self, fut):
+        """A finished future's result dict; a job whose process died (killed, out of memory)
+        is a failed job, and the pool is replaced for the jobs after it."""
+        try:
+            return fut.result()
+        except BrokenProcessPool as e:
+            if getattr(self.pool, '_broken', False):       # once, not for each job of the broken pool
+                self.pool.shutdown(wait=False, cancel_futures=True)
+                self.pool = self.new_pool()
+            return {'rc': 1, 'line': f'its process died ({e})'}
 
     def map(self, fn, jobs, what):
         """jobs: list of (run_dir, argv, eta_seconds, prepare) -> list of results, in order.
@@ -133,6 +218,13 @@ class Runner:
         dict with 'argv' added. prepare(run_dir) sets the folder up (default: empty it).
         A job whose run_dir holds a result.json of the same argv is not run again; a
         failed job (rc != 0) is not cached, so the next call retries it."""
+        try:
+            return self._map(fn, jobs, what)
+        except KeyboardInterrupt:
+            self.stop(what)
+
+    def _map(self, fn, jobs, what):
+        """map() itself."""
         results, todo = [None] * len(jobs), []
         for i, (run_dir, argv, eta, prepare) in enumerate(jobs):
             results[i] = self.cached(run_dir, argv)
@@ -145,17 +237,15 @@ class Runner:
         for i in todo:
             run_dir, argv, eta, prepare = jobs[i]
             (prepare or reset_dir)(run_dir)
-            futures[self.pool.submit(fn, argv, run_dir)] = i
+            futures[self.submit(fn, argv, run_dir)] = i
         if todo:
             say(f'{what}: {len(todo)} runs, about {fmt_s(left / self.workers)} on {self.workers} workers')
         for fut in as_completed(futures):
             i = futures[fut]
             run_dir, argv, eta, _ = jobs[i]
-            res = {'argv': argv, **fut.result()}
+            res = {'argv': argv, **self.outcome(fut)}
             if res['rc'] == 0:
-                with open(self.result_path(run_dir) + '.tmp', 'w') as f:
-                    json.dump(res, f)
-                os.replace(self.result_path(run_dir) + '.tmp', self.result_path(run_dir))
+                cache(self.result_path(run_dir), res)
             results[i] = res
             done += 1
             left -= eta
@@ -171,31 +261,64 @@ class Runner:
 
     def commands(self, jobs, what):
         """jobs: list of (args, out_path) run as `python args...` on the pool -> exit statuses.
-        A command whose output exists from the same args (OUT_PATH.args.json) is not run again."""
+        A command whose output exists from the same args (OUT_PATH.args.json) is not run again;
+        a command to run loses its OUT_PATH.args.json first, so one stopped halfway is never
+        taken for done."""
+        try:
+            return self._commands(jobs, what)
+        except KeyboardInterrupt:
+            self.stop(what)
+
+    def _commands(self, jobs, what):
+        """commands() itself."""
         def cached(args, path):
-            return os.path.isfile(path) and os.path.isfile(path + '.args.json') and \
-                json.load(open(path + '.args.json')) == args
-        futs = [None if cached(args, path) else self.pool.submit(run_command, args, path) for args, path in jobs]
+            return os.path.isfile(path) and load_json(path + '.args.json', 'record of a command') == args
+        futs = []
+        for args, path in jobs:
+            if cached(args, path):
+                futs.append(None)
+                continue
+            if os.path.exists(path + '.args.json'):
+                os.remove(path + '.args.json')
+            futs.append(self.submit(run_command, args, path))
         todo = sum(f is not None for f in futs)
         say(f'{what}: {todo} commands' + (f', {len(jobs) - todo} cached' if todo < len(jobs) else ''))
         rcs = []
         for f, (args, path) in zip(futs, jobs):
-            rcs.append(0 if f is None else f.result())
+            rcs.append(0 if f is None else self.outcome(f))
+            if isinstance(rcs[-1], dict):                  # its process died
+                rcs[-1] = rcs[-1]['rc']
             if f is not None and rcs[-1] == 0:
-                with open(path + '.args.json', 'w') as fh:
-                    json.dump(args, fh)
+                cache(path + '.args.json', args)
         return rcs
 
 
+def cache(path, obj):
+    """Write obj as JSON to the cache file `path`, whole or not at all (a temporary file, then
+    os.replace). A failed write (a full disk) is a one-line warning: the job runs again next time."""
+    tmp = path + '.tmp'
+    try:
+        with open(tmp, 'w') as f:
+            json.dump(obj, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        say(f'warning: could not cache {path} ({e.strerror or e}); it runs again next time')
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+
+
 def reset_dir(run_dir):
+    """Empty run_dir (made if missing) for a job's fresh start."""
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
 
 
 def fmt_s(s):
+    """Seconds as '42 s' or '3.5 min'."""
     return f'{s / 60:.1f} min' if s >= 90 else f'{s:.0f} s'
 
 
 def md_table(header, rows):
+    """A markdown table of a header and rows (lists of cells)."""
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
     return '\n'.join(lines + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows])

@@ -232,8 +232,9 @@ class TestEndToEnd(unittest.TestCase):
         self.assertGreater(trained['8'], 1.15 / 8, acc)
         self.assertGreater(trained['128'], 1.5 / 128, acc)
         self.assertEqual(len(os.listdir(os.path.join(tmp, 'cache'))), 1)
-        # second run: embeddings from the cache, the same numbers (fixed seeds and draws)
-        r2 = run(*args)
+        # second run: embeddings from the cache, the same numbers (fixed seeds and draws); --json replaced
+        # only when asked
+        r2 = run(*args, '--overwrite')
         self.assertEqual(r2.returncode, 0, r2.stderr[-2000:])
         self.assertIn('from cache', r2.stderr)
         self.assertEqual(read_json(out)['results'][0]['accuracy'], acc)
