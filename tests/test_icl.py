@@ -1,4 +1,7 @@
-"""Tests for icl.py: linear self-attention as in-context learner (Vladymyrov et al. 2024).
+"""Tests of the in-context regression experiment (Vladymyrov et al. 2024): experiments/regression.py
+(the task, linear self-attention, the ridge baselines, the single and the batched trainer),
+experiments/icl_mixers.py (the sequence models and the diagnostic's features and probes) and
+experiments/icl.py end to end.
 
 Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_icl).
 """
@@ -8,31 +11,33 @@ import os
 import shutil
 import tempfile
 import unittest
+import unittest.mock
 
 import numpy as np
 import torch
 
-from experiments import icl
+from experiments import icl, icl_mixers, icl_report
+from experiments import regression as reg
 from tests.common import run
 
-D = icl.D_X + 1
+D = reg.D_X + 1
 NOISE = ('0', '5', 'c13')       # the end-to-end run: every row, three columns (the mixers' two among them)
 
 
 def prompts(batch=64, noise='2', seed=0):
-    return icl.sample_prompts(batch, noise, torch.Generator().manual_seed(seed))
+    return reg.sample_prompts(batch, noise, torch.Generator().manual_seed(seed))
 
 
 def random_lsa(L, param, seed=0, std=0.05, y_scale=1.0):
     torch.manual_seed(seed)
-    return icl.LinearSelfAttention(L, param, init_std=std, y_scale=y_scale)
+    return reg.LinearSelfAttention(L, param, init_std=std, y_scale=y_scale)
 
 
 class TestLinearSelfAttention(unittest.TestCase):
 
     def test_layer_equals_a_direct_loop_over_tokens_and_context(self):
         p = prompts(4)
-        for param in icl.PARAMS:
+        for param in reg.PARAMS:
             model = random_lsa(3, param, y_scale=2.0)
             P, Q = model.matrices()
             context, query = p.tokens()
@@ -42,7 +47,7 @@ class TestLinearSelfAttention(unittest.TestCase):
                 for b in range(len(p)):
                     for i in range(tokens.shape[1]):
                         delta = torch.zeros(D, dtype=torch.float64)
-                        for j in range(icl.N_CTX):          # context tokens only as keys and values
+                        for j in range(reg.N_CTX):          # context tokens only as keys and values
                             e_j = tokens[b, j]
                             delta += P[l] @ e_j * (e_j @ (Q[l] @ tokens[b, i]))
                         new[b, i] = tokens[b, i] + delta
@@ -52,8 +57,8 @@ class TestLinearSelfAttention(unittest.TestCase):
 
     def test_the_query_never_changes_a_context_token(self):
         p = prompts(8)
-        other = icl.Prompts(p.x, p.y, p.x_q + 3 * torch.randn_like(p.x_q), p.y_q, p.sigma, p.w)
-        for param in icl.PARAMS:
+        other = reg.Prompts(p.x, p.y, p.x_q + 3 * torch.randn_like(p.x_q), p.y_q, p.sigma, p.w)
+        for param in reg.PARAMS:
             model = random_lsa(4, param)
             a = model.run(*p.tokens())
             b = model.run(*other.tokens())
@@ -64,14 +69,14 @@ class TestLinearSelfAttention(unittest.TestCase):
 
     def test_diag_and_gdpp_have_exactly_their_structure_after_training(self):
         for param in ('diag', 'gdpp'):
-            model = random_lsa(2, param, y_scale=icl.y_scale('3'))
-            icl.train(model, '3', 20, 32, 1e-2, seed=0)
+            model = random_lsa(2, param, y_scale=reg.y_scale('3'))
+            reg.train(model, '3', 20, 32, 1e-2, seed=0)
             P, Q = model.matrices()
             with self.subTest(param=param):
                 for M in (P, Q):
                     off = M - torch.diag_embed(M.diagonal(dim1=-2, dim2=-1))
                     self.assertEqual(off.abs().max().item(), 0.0)
-                    x_part = M.diagonal(dim1=-2, dim2=-1)[:, :icl.D_X]
+                    x_part = M.diagonal(dim1=-2, dim2=-1)[:, :reg.D_X]
                     self.assertTrue(torch.equal(x_part, x_part[:, :1].expand_as(x_part)))
                 self.assertEqual(Q[:, -1, -1].abs().max().item() == 0.0, param == 'gdpp')
                 self.assertEqual(sum(t.numel() for t in model.parameters()), 4 * 2)
@@ -79,20 +84,20 @@ class TestLinearSelfAttention(unittest.TestCase):
     def test_one_layer_gradient_descent_construction(self):
         # von Oswald et al. 2023: Q keeps x, P writes -eta * (y-row of S Q e) into y
         eta = 0.037
-        model = icl.LinearSelfAttention(1, 'full')
+        model = reg.LinearSelfAttention(1, 'full')
         with torch.no_grad():
             model.P.zero_()
             model.P[0, -1, -1] = -eta
-            model.Q.copy_(torch.diag(torch.tensor([1.0] * icl.D_X + [0.0], dtype=torch.float64))[None])
+            model.Q.copy_(torch.diag(torch.tensor([1.0] * reg.D_X + [0.0], dtype=torch.float64))[None])
         p = prompts(32, noise='3')
         alpha = (p.x * p.y[..., None]).sum(1)
         torch.testing.assert_close(model(p), eta * (alpha * p.x_q).sum(-1), rtol=1e-13, atol=1e-13)
 
     def test_theorem_4_1_identities_on_random_weights(self):
         p = prompts(16, noise='5')
-        for param in icl.PARAMS:
+        for param in reg.PARAMS:
             model = random_lsa(4, param, std=0.1, y_scale=3.0)
-            ws = icl.implicit_weights(model, p)
+            ws = reg.implicit_weights(model, p)
             states = model.run(*p.tokens())[1:]
             with self.subTest(param=param):
                 for (w, a, _), (ctx, q) in zip(ws, states):
@@ -105,7 +110,7 @@ class TestLinearSelfAttention(unittest.TestCase):
     def test_y_scale_is_an_exact_reparameterisation(self):
         p = prompts(16, noise='7')
         scaled = random_lsa(3, 'full', y_scale=4.0)
-        plain = icl.LinearSelfAttention(3, 'full')
+        plain = reg.LinearSelfAttention(3, 'full')
         with torch.no_grad():
             P, Q = scaled.matrices()
             plain.P.copy_(P)
@@ -119,34 +124,34 @@ class TestBaselines(unittest.TestCase):
     def test_ridge_matches_numpy_and_the_grid(self):
         p = prompts(8, noise='3')
         lam = torch.rand(8, dtype=torch.float64)
-        got = icl.ridge(p, lam)
+        got = reg.ridge(p, lam)
         for b in range(8):
             X, y = p.x[b].numpy(), p.y[b].numpy()
-            w = np.linalg.solve(X.T @ X + lam[b].item() * np.eye(icl.D_X), X.T @ y)
+            w = np.linalg.solve(X.T @ X + lam[b].item() * np.eye(reg.D_X), X.T @ y)
             self.assertAlmostEqual(got[b].item(), float(w @ p.x_q[b].numpy()), places=10)
-        grid = icl.ridge_grid(p, torch.stack([lam, 2 * lam]))
+        grid = reg.ridge_grid(p, torch.stack([lam, 2 * lam]))
         torch.testing.assert_close(grid[0], got)
-        torch.testing.assert_close(grid[1], icl.ridge(p, 2 * lam))
+        torch.testing.assert_close(grid[1], reg.ridge(p, 2 * lam))
 
     def test_oracle_at_zero_noise_is_ols_and_exact(self):
         p = prompts(8, noise='0')
         ols = np.stack([np.linalg.lstsq(p.x[b].numpy(), p.y[b].numpy(), rcond=None)[0] for b in range(8)])
-        np.testing.assert_allclose(icl.oracle(p).numpy(), (ols * p.x_q.numpy()).sum(-1), rtol=1e-9, atol=1e-9)
-        self.assertLess(icl.half_sq(icl.oracle(p), p.y_q).max().item(), 1e-18)
+        np.testing.assert_allclose(reg.oracle(p).numpy(), (ols * p.x_q.numpy()).sum(-1), rtol=1e-9, atol=1e-9)
+        self.assertLess(reg.half_sq(reg.oracle(p), p.y_q).max().item(), 1e-18)
 
     def test_adarr_noise_estimate_is_the_ols_residual_variance(self):
         p = prompts(4, noise='4')
         for b in range(4):
             X, y = p.x[b].numpy(), p.y[b].numpy()
             r = y - X @ np.linalg.lstsq(X, y, rcond=None)[0]
-            self.assertAlmostEqual(icl.noise_estimate(p)[b].item(), float(r @ r) / (icl.N_CTX - icl.D_X), places=10)
+            self.assertAlmostEqual(reg.noise_estimate(p)[b].item(), float(r @ r) / (reg.N_CTX - reg.D_X), places=10)
 
     def test_tuned_baselines_beat_ols_and_the_oracle_is_best(self):
-        tune, ev = icl.fixed_prompts('3', 2000, 'sweep'), icl.fixed_prompts('3', 4000, 'eval')
-        fitted = icl.tune_baselines(tune)
-        loss = {k: icl.half_sq(f(ev), ev.y_q).mean().item()
-                for k, f in {**fitted, 'ORACLE': icl.oracle, 'ADARR': icl.adarr,
-                             'OLS': lambda p: icl.ridge(p, 0.0)}.items()}
+        tune, ev = reg.fixed_prompts('3', 2000, 'sweep'), reg.fixed_prompts('3', 4000, 'eval')
+        fitted = reg.tune_baselines(tune)
+        loss = {k: reg.half_sq(f(ev), ev.y_q).mean().item()
+                for k, f in {**fitted, 'ORACLE': reg.oracle, 'ADARR': reg.adarr,
+                             'OLS': lambda p: reg.ridge(p, 0.0)}.items()}
         self.assertLess(loss['ORACLE'], min(loss['CONSTRR'], loss['TUNEDRR'], loss['ADARR']))
         self.assertLess(loss['CONSTRR'], loss['OLS'])
         self.assertLess(loss['TUNEDRR'], loss['CONSTRR'])
@@ -156,15 +161,15 @@ class TestTraining(unittest.TestCase):
 
     def test_two_layer_diag_learns_below_the_one_layer_optimum(self):
         # one layer is one gradient-descent step at best: 0.5 d (1 - n / (n + d + 1)) = 1.77
-        best_one_layer = 0.5 * icl.D_X * (1 - icl.N_CTX / (icl.N_CTX + icl.D_X + 1))
-        model = icl.build(dict(model='lsa', param='diag', n_layer=2, noise='0', seed=0))
-        _, rollbacks, finished = icl.train(model, '0', 300, 256, 1e-2, seed=0)
-        loss = icl.mean_loss(model, icl.fixed_prompts('0', 4000, 'eval'))
+        best_one_layer = 0.5 * reg.D_X * (1 - reg.N_CTX / (reg.N_CTX + reg.D_X + 1))
+        model = icl.build(dict(param='diag', n_layer=2, noise='0', seed=0))
+        _, rollbacks, finished = reg.train(model, '0', 300, 256, 1e-2, seed=0)
+        loss = reg.mean_loss(model, reg.fixed_prompts('0', 4000, 'eval'))
         self.assertTrue(finished)
         self.assertLess(loss, 0.7 * best_one_layer)
 
     def test_rollback_recovers_from_a_non_finite_loss(self):
-        model = icl.LinearSelfAttention(2, 'diag')
+        model = reg.LinearSelfAttention(2, 'diag')
         calls = {'n': 0}
         forward = model.forward
 
@@ -173,9 +178,102 @@ class TestTraining(unittest.TestCase):
             out = forward(p)
             return out * math.inf if calls['n'] == 15 else out
         model.forward = flaky
-        curve, rollbacks, finished = icl.train(model, '1', 30, 16, 1e-2, seed=0, snapshot_every=10)
+        curve, rollbacks, finished = reg.train(model, '1', 30, 16, 1e-2, seed=0, snapshot_every=10)
         self.assertEqual((rollbacks, finished), (1, True))
         self.assertTrue(all(math.isfinite(x) for _, x in curve))
+
+
+class TestBatchedTraining(unittest.TestCase):
+
+    def test_batched_equals_one_model_at_a_time(self):
+        """train_batched on K models (their own noises and seeds) gives the parameters and curves of
+        train() on each, to float64 rounding (measured: at most 3e-10 of a tensor's largest entry over
+        200 Adam steps; bound 1e-8), every parameterisation."""
+        import copy
+        for L, param in ((2, 'diag'), (3, 'full'), (2, 'gdpp')):
+            noises, seeds = ['0', '3', '7', 'c13'], [0, 1, 2, 0]
+            singles = [icl.build(dict(param=param, n_layer=L, noise=n, seed=s)) for n, s in zip(noises, seeds)]
+            batched = [copy.deepcopy(m) for m in singles]
+            fits = [reg.train(m, n, 200, 64, 1e-2, s, snapshot_every=50) for m, n, s in zip(singles, noises, seeds)]
+            fits_b = reg.train_batched(batched, noises, seeds, 200, 64, 1e-2, snapshot_every=50)
+            for a, b, f, fb in zip(singles, batched, fits, fits_b):
+                with self.subTest(L=L, param=param):
+                    self.assertEqual(f[1:], fb[1:])                        # rollbacks, finished
+                    for x, y in zip(a.parameters(), b.parameters()):   # relative to the tensor's scale
+                        self.assertLess(((y - x).abs().max() / x.abs().max()).item(), 1e-8)
+                    self.assertEqual([c[0] for c in f[0]], [c[0] for c in fb[0]])
+                    np.testing.assert_allclose([c[1] for c in fb[0]], [c[1] for c in f[0]], rtol=1e-8)
+
+    def test_batched_rollback_is_per_model(self):
+        """A non-finite loss in one model restores that model's snapshot alone and halves its rate:
+        the other models train on as if alone."""
+        import copy
+        models = [icl.build(dict(param='diag', n_layer=2, noise='1', seed=s)) for s in (0, 1)]
+        alone = copy.deepcopy(models[1])
+        calls = {'n': 0}
+        stack_forward = reg.LinearSelfAttention.forward
+
+        def flaky(self, context, query=None):
+            out = stack_forward(self, context, query)
+            calls['n'] += 1
+            if out.dim() == 2 and calls['n'] == 15:                      # step 15 of the stacked run
+                out = torch.stack([out[0] * math.inf, out[1]])
+            return out
+        with unittest.mock.patch.object(reg.LinearSelfAttention, 'forward', flaky):
+            fits = reg.train_batched(models, ['1', '1'], [0, 1], 30, 16, 1e-2, snapshot_every=10)
+        self.assertEqual([f[1] for f in fits], [1, 0])
+        reg.train(alone, '1', 30, 16, 1e-2, 1, snapshot_every=10)
+        for x, y in zip(alone.parameters(), models[1].parameters()):
+            self.assertLess(((y - x).abs().max() / x.abs().max()).item(), 1e-8)
+
+    def test_the_gram_forward_equals_the_token_updates(self):
+        """forward()'s S <- M S M^T path predicts what run() does token by token, every parameterisation,
+        and a stack() of models predicts what each does alone."""
+        p = prompts(32, '3')
+        for param in reg.PARAMS:
+            models = [random_lsa(4, param, seed=s, y_scale=reg.y_scale('3')) for s in (0, 1)]
+            for m in models:
+                torch.testing.assert_close(m(p), -m.run(*p.tokens())[-1][1][:, 0, -1], rtol=1e-10, atol=1e-12)
+            stacked = reg.LinearSelfAttention.stack(models)
+            ctx, q = p.tokens()
+            both = stacked(torch.stack([ctx, ctx]), torch.stack([q, q]))
+            for k, m in enumerate(models):
+                torch.testing.assert_close(both[k], m(p), rtol=1e-12, atol=1e-12)
+
+
+class TestMixerDiagnostic(unittest.TestCase):
+
+    def test_products_features_hold_y_i_x_i_and_a_zero_query(self):
+        p = prompts(8, '2')
+        m = icl_mixers.SequenceRegressor('flat', 1, 16, products=True)
+        x = m.tokens(p)
+        self.assertEqual(x.shape, (8, reg.N_CTX + 1, 2 * reg.D_X + 1))
+        torch.testing.assert_close(x[:, :-1, reg.D_X + 1:], (p.y[..., None] * p.x).float())
+        self.assertTrue(torch.equal(x[:, -1, reg.D_X:], torch.zeros(8, reg.D_X + 1)))
+        self.assertEqual(icl_mixers.SequenceRegressor('flat', 1, 16).tokens(p).shape[-1], reg.D_X + 1)
+
+    def test_probe_r2_is_one_for_a_linear_target_and_zero_for_noise(self):
+        g = torch.Generator().manual_seed(0)
+        h = torch.randn(2000, 12, generator=g)
+        self.assertGreater(icl_mixers.probe_r2(h, h @ torch.randn(12, 3, generator=g) + 1.0), 0.999)
+        self.assertLess(abs(icl_mixers.probe_r2(h, torch.randn(2000, 3, generator=g))), 0.02)
+
+    def test_diagnose_reads_the_products_and_the_sum_where_they_are(self):
+        """A hand-made 'model' whose first hidden state holds y_i x_i at the context positions and X^T y at
+        the query gets R^2 = 1 for both; an untrained mixer gets far less."""
+        p = prompts(400, '0')
+
+        class Oracle:
+            def hidden(self, prompts):
+                prod = prompts.y[..., None] * prompts.x
+                h = torch.cat([prod, prod.sum(1, keepdim=True)], 1).float()
+                return [h, h]
+        r = icl_mixers.diagnose(Oracle(), p)
+        for k in ('products', 'sum_first', 'sum_last'):
+            self.assertGreater(r[k], 0.999, k)
+        torch.manual_seed(0)
+        r = icl_mixers.diagnose(icl_mixers.SequenceRegressor('flat', 2, 16), p)
+        self.assertLess(r['sum_last'], 0.5)
 
 
 class TestCommandLine(unittest.TestCase):
@@ -183,9 +281,11 @@ class TestCommandLine(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp()
-        cls.first = run('-m', 'experiments.icl', '--quick', '--mixers', '--noise', ','.join(NOISE), '--out', cls.out)
+        cls.first = run('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--out',
+                        cls.out)
         cls.stamps = {f: os.path.getmtime(f) for f in cls.results()}
-        cls.second = run('-m', 'experiments.icl', '--quick', '--mixers', '--noise', ','.join(NOISE), '--out', cls.out)
+        cls.second = run('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--out',
+                         cls.out)
 
     @classmethod
     def tearDownClass(cls):
@@ -198,17 +298,32 @@ class TestCommandLine(unittest.TestCase):
     def test_quick_run_has_every_row_finite_and_a_plot(self):
         self.assertEqual(self.first.returncode, 0, self.first.stderr[-2000:])
         table = self.first.stdout
-        for L, param in icl.PAPER_MODELS:
-            self.assertIn(f'| {L}L {icl.PARAM_NAMES[param]} |', table)
+        for L, param in icl_report.PAPER_MODELS:
+            self.assertIn(f'| {L}L {reg.PARAM_NAMES[param]} |', table)
         for name in ('CONSTRR', 'ADARR', 'TUNEDRR', '2L flat', '4L toeplitz', '2L transformer', '4L recurrent',
                      '2L linear_attention'):
             self.assertIn(f'| {name}', table)
         self.assertNotIn('nan', table)
         for f in self.results():
             res = json.load(open(f))
-            self.assertTrue(math.isfinite(res['sweep']), f)
-        self.assertEqual(len(self.results()), len(icl.PAPER_MODELS) * len(NOISE) + len(icl.MIXER_NOISE)
-                         * len(icl.MIXER_VARIANTS) * len(icl.MIXER_LAYERS) * len(icl.SETTINGS['quick']['mixer_lrs']))
+            for m in res.get('models', [res]):
+                self.assertTrue(math.isfinite(m.get('sweep', 0)) or not m.get('finished', True), f)
+        lsa = [f for f in self.results() if os.path.basename(os.path.dirname(f)).startswith('lsa-')]
+        self.assertEqual(len(lsa), len(icl_report.PAPER_MODELS) + len(icl.LADDER_MODELS))   # a job an architecture
+        #                                                                           (and the ladder's 2x)
+        for f in lsa:
+            if 'ladder' not in f:
+                self.assertEqual(len(json.load(open(f))['models']), len(NOISE) * icl.SETTINGS['quick']['seeds'])
+        mixers = {os.path.basename(os.path.dirname(f)) for f in self.results() if '/mixers/' in f}
+        for v in icl_mixers.MIXER_VARIANTS:
+            self.assertIn(f'calibrate-{v}-L2-products', mixers)
+            for L in (2, 4):
+                for noise in icl_mixers.MIXER_NOISE:
+                    full = [m for m in mixers if m.startswith(f'{v}-L{L}-noise{noise}-') and 'seed1' in m]
+                    self.assertEqual(len(full), 1, (v, L, noise))            # two seeds at the chosen rate
+        self.assertIn('### Where one step of gradient descent fails', table)
+        self.assertIn('## The budget ladder of the disagreeing verdicts', table)
+        self.assertGreater(os.path.getsize(os.path.join(self.out, 'mixers.png')), 10000)
         self.assertGreater(os.path.getsize(os.path.join(self.out, 'icl.png')), 10000)
         self.assertGreater(table.count('| agree') + table.count('| disagree'), 5)
 
