@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -300,3 +301,50 @@ def gather_rng(batch_gen, env):
     everyone = [None] * env.world
     dist.all_gather_object(everyone, mine)
     return everyone
+
+
+# ----------------------------------------------------------------------------- results written whole
+
+def check_folder_writable(folder, what="output folder"):
+    """Raise ValueError (one line) unless files can be made in `folder` now: it, or its
+    nearest existing ancestor (the folders are made when written), is a folder that
+    takes a new file. Makes nothing; call it before the work, so that a long run never
+    ends unable to save its results."""
+    folder = os.path.abspath(folder)
+    probe = folder
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ValueError(f"cannot write the {what} {folder}: {probe} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write the {what} {folder} ({e.strerror or e})") from None
+
+
+def check_writable(path, overwrite=True, what="output file"):
+    """Raise ValueError (one line) unless the file `path` can be written now
+    (check_folder_writable on its folder); an existing file is refused unless
+    `overwrite`, and a folder always."""
+    if os.path.isdir(path):
+        raise ValueError(f"the {what} {path} is a folder")
+    if os.path.lexists(path) and not overwrite:
+        raise ValueError(f"{path} exists; remove it, choose another path, or pass --overwrite")
+    check_folder_writable(os.path.dirname(os.path.abspath(path)), f"folder of the {what}")
+
+
+def write_atomic(path, text):
+    """Write the str `text` to `path` whole or not at all: a temporary file beside it
+    (.NAME.tmpPID), then os.replace; the folders are made. A failed write removes the
+    temporary file, leaves `path` as it was and raises OSError."""
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

@@ -71,7 +71,8 @@ import torch.nn.functional as F
 import mixer
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
-from data.prepare import check_folder_writable, check_writable, file_sha256, write_atomic
+from checkpoint import check_folder_writable, check_writable, write_atomic
+from data.prepare import file_sha256
 from sample import device_error
 
 PROG = 'retrieval.py'

@@ -1,5 +1,4 @@
-"""
-Prepare TinyStories for training: train a byte-level BPE tokenizer on the
+"""Prepare TinyStories for training: train a byte-level BPE tokenizer on the
 training text, encode both splits and write them as uint16 token streams.
 
     python data/prepare.py                       # download the two .txt files
@@ -14,11 +13,10 @@ Outputs in --out (default data/tinystories next to this file):
 Tokenizer: ranks 0..255 are the single bytes, merges get ranks 256.., and
 <|endoftext|> is the special token vocab_size-1 (vocab_size-257 merges).
 Bits per byte = (mean nats per token) / ln 2 / bytes_per_token.
-All outputs are written to temporary names (.NAME.tmpPID) and renamed only at the
-end, so a failed run never leaves a half-written file behind. One run at a time
-writes to an --out folder (a lock on the folder; a second run exits 2); a run
-removes the temporary files that a killed run left behind (those of pids no longer
-alive), with a note. Ctrl-C exits 130 with --out as it was.
+All outputs are written to temporary names (.NAME.tmpPID) and renamed only at the end, so a
+failed run never leaves a half-written file behind. One run at a time writes to an --out folder
+(a lock on the folder; a second run exits 2); a run removes the temporary files a killed run
+left behind (of pids no longer alive), with a note. Ctrl-C exits 130 with --out as it was.
 """
 import argparse
 import base64
@@ -29,7 +27,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -109,12 +106,11 @@ def train_bpe(text_or_stories, vocab_size, verbose=False):
 
 
 def merge_pair(pair, new_id, words, freqs, pair_counts, where, heap):
-    """Apply one BPE merge in place: `pair` (two token ids) becomes new_id (int) at each
-    non-overlapping occurrence, left to right, in every word holding it. words: lists
-    of ids (the unique pre-tokens), freqs: their counts (int); pair_counts: Counter
-    {pair: count weighted by freqs}; where: {pair: set of indices of words holding it};
-    heap: heapq list of (-count, pair). Changed counts are updated and pushed (older
-    entries go stale), pairs left at 0 dropped. Raises KeyError if `pair` not in where."""
+    """Apply one BPE merge in place: `pair` (two token ids) becomes new_id (int) at each non-overlapping
+    occurrence, left to right, in every word holding it. words: lists of ids (the unique pre-tokens),
+    freqs: their counts; pair_counts: Counter {pair: count weighted by freqs}; where: {pair: indices of
+    words holding it}; heap: heapq list of (-count, pair), changed counts pushed (older entries go
+    stale), pairs at 0 dropped. Raises KeyError if `pair` is not in where."""
     a, b = pair
     changed = set()
     for i in where.pop(pair):
@@ -155,13 +151,10 @@ def save_tokenizer(ranks, path):
 
 
 def load_tokenizer(path):
-    """Load a tokenizer.tiktoken file as a tiktoken.Encoding (GPT-2 regex,
-    <|endoftext|> = vocab_size-1, n_vocab = vocab_size = number of lines + 1).
-    Parses the file itself rather than with tiktoken.load.load_tiktoken_bpe, which
-    caches files by path in a temp dir and can return a stale copy of a rewritten
-    file; the format is the same. Raises FileNotFoundError if path does not exist
-    and ValueError if the file is malformed (bad line, duplicate, ranks not 0..n-1,
-    single bytes not ranked by byte value)."""
+    """Load a tokenizer.tiktoken file as a tiktoken.Encoding (GPT-2 regex, <|endoftext|> = vocab_size-1,
+    n_vocab = number of lines + 1). Parses the file itself: tiktoken.load.load_tiktoken_bpe caches
+    files by path and can return a stale copy of a rewritten file. Raises FileNotFoundError if path
+    does not exist, ValueError if the file is malformed (tokenizer_from_text)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"tokenizer file not found: {path}")
     with open(path, "rb") as f:
@@ -423,17 +416,15 @@ def pid_alive(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:            # alive, but another user's
+        pass
     return True
 
 
 def lock_out(out):
-    """Make the folder `out` and lock it (flock on the folder itself, so it holds no extra
-    file) for this run -> the locked file descriptor (close it to release; the OS
-    releases it when the process dies, however it dies). Raises ValueError when
-    another prepare.py holds it (naming its pid when its temporary files show it), or
-    OSError when the folder cannot be made."""
+    """Make the folder `out` and lock it for this run (flock on the folder itself: no extra file; the
+    OS releases it when the process dies) -> the locked file descriptor. Raises ValueError when another
+    prepare.py holds it (naming its pid when its temporary files show it), OSError if out can't be made."""
     os.makedirs(out, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
     try:
@@ -463,57 +454,11 @@ def remove_stale_temps(out):
               f"{', '.join(stale)}", file=sys.stderr)
 
 
-def check_folder_writable(folder, what="output folder"):
-    """Raise ValueError (one line) unless files can be made in `folder` now: it, or its
-    nearest existing ancestor (the folders are made when written), is a folder that
-    takes a new file. Makes nothing; call it before the work, so that a long run never
-    ends unable to save its results."""
-    folder = os.path.abspath(folder)
-    probe = folder
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise ValueError(f"cannot write the {what} {folder}: {probe} is a file, not a folder")
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        raise ValueError(f"cannot write the {what} {folder} ({e.strerror or e})") from None
-
-
-def check_writable(path, overwrite=True, what="output file"):
-    """Raise ValueError (one line) unless the file `path` can be written now
-    (check_folder_writable on its folder); an existing file is refused unless
-    `overwrite`, and a folder always."""
-    if os.path.isdir(path):
-        raise ValueError(f"the {what} {path} is a folder")
-    if os.path.lexists(path) and not overwrite:
-        raise ValueError(f"{path} exists; remove it, choose another path, or pass --overwrite")
-    check_folder_writable(os.path.dirname(os.path.abspath(path)), f"folder of the {what}")
-
-
-def write_atomic(path, text):
-    """Write the str `text` to `path` whole or not at all: a temporary file beside it
-    (.NAME.tmpPID), then os.replace; the folders are made. A failed write removes the
-    temporary file, leaves `path` as it was and raises OSError."""
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def parse_args(argv=None):
-    """prepare.py's checked options (argparse.Namespace) from argv (list of str; None:
-    sys.argv). argparse exits with code 2 on an unknown option or a bad value type.
-    Raises ValueError for --vocab_size outside [257, 65536], --chunk_bytes < 1, only
-    one of --train and --valid, or a --tokenizer that is malformed, has over 65536
-    tokens or disagrees with --vocab_size; FileNotFoundError for a missing one."""
+    """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv);
+    argparse exits 2 on an unknown option or type. Raises ValueError for --vocab_size outside
+    [257, 65536], --chunk_bytes < 1, only one of --train and --valid, or a --tokenizer that is
+    malformed, has over 65536 tokens or disagrees with --vocab_size; FileNotFoundError if missing."""
     p = argparse.ArgumentParser(prog="prepare.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", help="local training text (default: download TinyStories-train.txt)")

@@ -9,14 +9,12 @@ Tables (stdout is clean markdown; progress lines go to stderr):
    plus the nominal bf16 peak of known GPUs. MFU is reported against both.
 2. Training throughput: one forward + backward + AdamW step per variant of
    mixer.VARIANTS at the same size; warm-up steps excluded, median of the rest.
-3. Memory vs context length: peak memory of one forward + backward at batch 1.
-   Each variant runs in a fresh subprocess, its lengths in increasing order.
-   CUDA: torch.cuda.max_memory_allocated() minus memory_allocated() before the step.
-   CPU: the process's peak resident set (VmHWM of /proc/self/status, reset before
-   the step by writing 5 to /proc/self/clear_refs) minus the resident set before
-   the step; freed heap pages are returned to the OS (malloc_trim) between cells so
-   that a cell cannot reuse the pages of the previous one. The model's own bytes
-   (parameters and buffers) are printed next to it.
+3. Memory vs context length: peak memory of one forward + backward (--mem_batch sequences; the
+   whole model, or --mem_scope block: one mixer.Block), each variant in a fresh subprocess, its
+   lengths in increasing order. CUDA: max_memory_allocated() minus memory_allocated() before the
+   step. CPU: the peak resident set (VmHWM, reset before the step through /proc/self/clear_refs)
+   minus the resident set before it, freed heap returned to the OS (malloc_trim) between cells.
+   The model's own bytes (parameters and buffers) are printed next to it.
 4. Generation: per-token latency after prompts of several lengths for the flat
    mixer recomputing its window (a full forward per new token, the reference
    code's method), the flat mixer with its cache, the recurrent mixer, the
@@ -468,32 +466,37 @@ def bench_decode(args):
 
 # ----------------------------------------------------------------------------- main
 
+def names(allowed):
+    """An argparse type: comma-separated names, each in `allowed` -> list of str."""
+    def check(s):
+        bad = [x for x in s.split(',') if x not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(f'{",".join(bad)!r}: choose from {",".join(allowed)}')
+        return s.split(',')
+    return check
+
+
+def ints(s):
+    """An argparse type: comma-separated positive integers -> list of int."""
+    if not all(x.isdigit() and int(x) > 0 for x in s.split(',')):
+        raise argparse.ArgumentTypeError(f'{s!r}: expected positive integers separated by commas')
+    return [int(x) for x in s.split(',')]
+
+
+def sizes(s):
+    """An argparse type: d_modelxn_layer pairs, e.g. 128x4,512x8 -> list of (int, int)."""
+    try:
+        out = [tuple(int(v) for v in x.split('x')) for x in s.split(',')]
+    except ValueError:
+        out = []
+    if not out or any(len(x) != 2 or min(x) < 1 for x in out):
+        raise argparse.ArgumentTypeError(f'{s!r}: expected d_modelxn_layer pairs, e.g. 128x4,512x8')
+    return out
+
+
 def parse_args(argv=None):
     """Command-line flags (argparse; a bad flag exits with status 2)."""
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-
-    def names(allowed):
-        def check(s):
-            bad = [x for x in s.split(',') if x not in allowed]
-            if bad:
-                raise argparse.ArgumentTypeError(f'{",".join(bad)!r}: choose from {",".join(allowed)}')
-            return s.split(',')
-        return check
-
-    def ints(s):
-        if not all(x.isdigit() and int(x) > 0 for x in s.split(',')):
-            raise argparse.ArgumentTypeError(f'{s!r}: expected positive integers separated by commas')
-        return [int(x) for x in s.split(',')]
-
-    def sizes(s):
-        try:
-            out = [tuple(int(v) for v in x.split('x')) for x in s.split(',')]
-        except ValueError:
-            out = []
-        if not out or any(len(x) != 2 or min(x) < 1 for x in out):
-            raise argparse.ArgumentTypeError(f'{s!r}: expected d_modelxn_layer pairs, e.g. 128x4,512x8')
-        return out
-
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--dtype', choices=('fp32', 'bf16'), help='default: bf16 (autocast) on CUDA, fp32 on CPU')
     p.add_argument('--compile', action='store_true', help='also time the training step under torch.compile')

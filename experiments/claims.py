@@ -63,7 +63,7 @@ from checkpoint import CheckpointError, read_log
 # the compared models (MODELS, ...) are claims_report's, which turns the finished runs into the report
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
-from data.prepare import check_folder_writable
+from checkpoint import check_folder_writable
 from experiments.runner import ROOT, Runner, fmt_s, load_json, reset_dir, say, window_loss_job
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
 

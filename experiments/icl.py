@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from data.prepare import check_folder_writable
+from checkpoint import check_folder_writable
 from experiments import icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, check_noise, fixed_prompts,

@@ -46,7 +46,7 @@ import torch
 
 import mixer
 from checkpoint import CheckpointError, load_checkpoint
-from data.prepare import check_writable, write_atomic
+from checkpoint import check_writable, write_atomic
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
 SHAPES = {'full': dict(d_model=128, n_layer=4, n_ctx=256, vocab_size=4096),
