@@ -348,3 +348,14 @@ def write_atomic(path, text):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def save_results(path, results, prog, indent=2):
+    """Write `results` as JSON to `path` (write_atomic), after the tables were printed; a failed
+    write: one line naming the cause, that the printed tables are the results, and exit 1."""
+    try:
+        write_atomic(path, json.dumps(results, indent=indent))
+    except OSError as e:
+        print(f'{prog}: error: could not write {path} ({e.strerror or e}); the results are the tables above',
+              file=sys.stderr)
+        sys.exit(1)

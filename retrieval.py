@@ -71,7 +71,7 @@ import torch.nn.functional as F
 import mixer
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
-from checkpoint import check_folder_writable, check_writable, write_atomic
+from checkpoint import check_folder_writable, check_writable, save_results
 from data.prepare import file_sha256
 from sample import device_error
 
@@ -558,12 +558,7 @@ def main(argv=None):
     report(out, args)
     sys.stdout.flush()
     if args.json:
-        try:
-            write_atomic(args.json, json.dumps(out, indent=2))
-        except OSError as e:
-            print(f'{PROG}: error: could not write {args.json} ({e.strerror or e}); the results are the '
-                  'tables above', file=sys.stderr)
-            sys.exit(1)
+        save_results(args.json, out, PROG)
 
 
 def report(out, args):

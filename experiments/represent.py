@@ -46,7 +46,7 @@ import torch
 
 import mixer
 from checkpoint import CheckpointError, load_checkpoint
-from checkpoint import check_writable, write_atomic
+from checkpoint import check_writable, save_results
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
 SHAPES = {'full': dict(d_model=128, n_layer=4, n_ctx=256, vocab_size=4096),
@@ -248,12 +248,7 @@ def main(argv=None):
         print('represent.py: interrupted (Ctrl-C)', file=sys.stderr)
         sys.exit(130)
     if args.json:
-        try:
-            write_atomic(args.json, json.dumps(out, indent=1))
-        except OSError as e:
-            print(f'represent.py: error: could not write {args.json} ({e.strerror or e}); the results are the '
-                  'table above', file=sys.stderr)
-            sys.exit(1)
+        save_results(args.json, out, 'represent.py', indent=1)
 
 
 def measure(args):
