@@ -33,7 +33,7 @@ from experiments import icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, check_noise, fixed_prompts,
                                     half_sq, implicit_weights, mean_loss, train_batched, y_scale)
-from experiments.runner import Runner, fmt_s, md_table, say
+from experiments.runner import Runner, fmt_s, say
 
 
 # Budgets (docs/icl.md): the default run, and --quick. mixer_*: experiments/icl_mixers.py's.
@@ -57,13 +57,11 @@ def fail(msg):
     sys.exit(2)
 
 
-
 # ----------------------------------------------------------------------------- the LSA jobs
 def build(spec):
     """The LSA model of a spec (dict: 'param', 'n_layer', 'noise', 'seed'), initialised from its seed."""
     torch.manual_seed(spec['seed'])
     return LinearSelfAttention(spec['n_layer'], spec['param'], y_scale=y_scale(spec['noise']))
-
 
 
 @torch.no_grad()
@@ -129,7 +127,6 @@ def run_lsa(runner, out, groups, what):
             jobs.append((name, {**spec, 'noise': m['noise'], 'seed': m['seed']}))
             results.append({'rc': 0, **m})
     return jobs, results
-
 
 
 def parse_args(argv):
@@ -232,20 +229,14 @@ def main(argv=None):
     noises = sorted({spec['noise'] for _, spec in jobs}, key=lambda n: (NOISE_NAMES + (n,)).index(n))
     say('baselines: tuning CONSTRR and TUNEDRR, evaluating every baseline')
     table, adj, base, sig = icl_report.lsa_report(results, jobs, models, noises, s, s['seeds'])
-    text = ['# In-context regression (Vladymyrov et al. 2024, Table 1)', '', table, '', '## The paper\'s claims', '',
-            md_table(['claim', 'ours', 'verdict'], icl_report.verdicts(adj, base, sig, noises)), '',
-            '## Theory (Theorem 4.1, Figure 5)', '', icl_report.theory_report(results, jobs, sig, noises)]
-    if args.ladder:
-        ladder = {b: {m: {n: v - base['ORACLE'][n] for n, v in c.items()} for m, c in lad.items()}
-                  for b, lad in run_ladder(runner, out, s, noises, jobs, results).items()}
-        text += ['', '## The budget ladder of the disagreeing verdicts', '', icl_report.ladder_report(ladder, base, s)]
+    ladder = run_ladder(runner, out, s, noises, jobs, results) if args.ladder else None
     notes = [icl_report.plot(adj, base, sig, noises, models, os.path.join(out, 'icl.png'))]
+    plan = None
     if args.mixers:
         plan = icl_mixers.mixer_runs(runner, out, s)
-        text += ['', '## Do masked mixers learn in context?', '', icl_mixers.mixer_report(plan, adj, base, s)]
         notes.append(icl_mixers.plot_mixers(plan, adj, base, os.path.join(out, 'mixers.png'), s))
-    text += ['', f'Command: python -m experiments.icl {" ".join(argv if argv is not None else sys.argv[1:])}']
-    report = '\n'.join(text) + '\n'
+    report = icl_report.report_text(table, adj, base, sig, noises, results, jobs, s, ladder, plan,
+                                    ' '.join(argv if argv is not None else sys.argv[1:]))
     print(report)
     with open(os.path.join(out, 'icl.md.tmp'), 'w') as f:
         f.write(report)

@@ -1,6 +1,7 @@
 """The in-context regression report: Table 1 ours against the paper's, the paper's claims as
 verdicts with their rules, Theorem 4.1 and Figure 5 read off the models, the budget ladder of
-the disagreeing verdicts, and Figures 1 and 2 (experiments/icl.py makes the numbers).
+the disagreeing verdicts, and Figures 1 and 2 (experiments/icl.py makes the numbers);
+report_text puts icl.md together.
 """
 
 import math
@@ -8,6 +9,7 @@ import os
 
 import torch
 
+from experiments import icl_mixers
 from experiments.regression import (NOISE_NAMES, PARAM_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, adarr,
                                     fixed_prompts, half_sq, oracle, tune_baselines, y_scale)
 from experiments.runner import md_table
@@ -30,6 +32,7 @@ PAPER = {
 }
 PAPER_MODELS = [(1, 'full'), (1, 'diag'), (1, 'gdpp'), (2, 'gdpp'), (2, 'diag'), (4, 'diag'), (4, 'full'),
                 (7, 'gdpp'), (7, 'diag'), (7, 'full')]
+
 
 def baselines(noise, s):
     """The baselines' mean losses on the eval prompts of `noise` (CONSTRR and TUNEDRR
@@ -282,3 +285,21 @@ def ladder_report(ladder, base, s):
     return '\n'.join([md_table(['claim', *[f'{b:g}x ({b * s["iters"]:.0f} steps)' for b in budgets]],
                                 [[c, *[v.get(b, '-') for b in budgets]] for c, v in rows.items()]), '',
                       md_table(['model', 'budget', 'U(0,1)', 'U(0,3)', 'U(0,5)', 'U(0,7)'], cells)])
+
+
+def report_text(table, adj, base, sig, noises, results, jobs, s, ladder=None, plan=None, command=''):
+    """The whole markdown report (OUT/icl.md) -> str: Table 1 (table, adj, base, sig: lsa_report's),
+    the paper's claims as verdicts, Theorem 4.1, the budget ladder (ladder: run_ladder's eval losses,
+    None: no ladder), the masked mixers (plan: icl_mixers.mixer_runs', None: none), then the command
+    line (command: its arguments after python -m experiments.icl)."""
+    text = ['# In-context regression (Vladymyrov et al. 2024, Table 1)', '', table, '', '## The paper\'s claims', '',
+            md_table(['claim', 'ours', 'verdict'], verdicts(adj, base, sig, noises)), '',
+            '## Theory (Theorem 4.1, Figure 5)', '', theory_report(results, jobs, sig, noises)]
+    if ladder is not None:
+        ladder = {b: {m: {n: v - base['ORACLE'][n] for n, v in c.items()} for m, c in lad.items()}
+                  for b, lad in ladder.items()}
+        text += ['', '## The budget ladder of the disagreeing verdicts', '', ladder_report(ladder, base, s)]
+    if plan is not None:
+        text += ['', '## Do masked mixers learn in context?', '', icl_mixers.mixer_report(plan, adj, base, s)]
+    text += ['', f'Command: python -m experiments.icl {command}']
+    return '\n'.join(text) + '\n'
