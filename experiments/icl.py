@@ -40,7 +40,7 @@ from experiments.runner import Runner, fmt_s, say
 SETTINGS = {
     'full': dict(iters=3000, batch_size=256, lr=1e-2, seeds=3, eval_prompts=100000, sweep_prompts=4000,
                  curve_prompts=1000, ladder=(1, 3, 10), ladder_noises=('1', '3', '5', '7'),
-                 mixer_budget_s=90.0, mixer_batch=64, mixer_d_model=64, mixer_lrs=(3e-4, 1e-3, 3e-3), mixer_seeds=2,
+                 mixer_budget_s=60.0, mixer_batch=64, mixer_d_model=64, mixer_lrs=(3e-4, 1e-3, 3e-3), mixer_seeds=2,
                  mixer_calib_steps=20),
     'quick': dict(iters=60, batch_size=128, lr=5e-3, seeds=2, eval_prompts=2000, sweep_prompts=500,
                   curve_prompts=200, ladder=(1, 2), ladder_noises=('1', '3', '5', '7'),
@@ -136,7 +136,7 @@ def parse_args(argv):
     p.add_argument('--mixers', action='store_true', help="also the same prompts through mixer.py's sequence models")
     p.add_argument('--ladder', action='store_true', help='also the budget ladder of the verdicts that disagree')
     p.add_argument('--mixer_layers', default='2,4', help='depths of the sequence models')
-    p.add_argument('--mixer_budget', type=float, help='seconds of training per sequence model (default 90)')
+    p.add_argument('--mixer_budget', type=float, help='seconds of training per sequence model (default 60)')
     p.add_argument('--layers', help="comma-separated depths (with --params: that grid; default the paper's rows)")
     p.add_argument('--params', help='comma-separated parameterisations among full,diag,gdpp')
     p.add_argument('--noise', default=','.join(NOISE_NAMES), help='settings: 0..7 = sigma ~ U(0, x), c13, c135 = sets')
