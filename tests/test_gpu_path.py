@@ -8,7 +8,7 @@
   and bench.py's decode columns wait for the device before reading the clock;
 - fft_threshold and chunk_size come from the device's tuning and may change on resume;
 - the GPU check refuses a machine without a GPU in one line.
-(A NaN on one of two DDP ranks stopping both: tests/test_faults.py. The GPU configs: test_scale.)
+(A NaN on one of two DDP ranks stopping both: tests/test_faults_outputs.py. The GPU configs: test_scale.)
 """
 
 import os

@@ -1,0 +1,348 @@
+"""Faults at every entry point, second part (issue #35; the first and the shared helpers:
+tests/test_faults.py, tests/faults.py): python test_mixer.py test_faults_outputs
+
+    TestCachesAndOutputs prepare.py's stale temporary files, its lock and Ctrl-C; the runner's
+                         damaged caches and torn logs; write_atomic; retrieval's --json failing
+                         at the end and its cache failing; Ctrl-C during claims' pool
+    TestDistributed      slow (about 30 s): two gloo ranks under torchrun, one stopped (SIGSTOP)
+                         or with a NaN loss: the other ends with one line, nothing hangs
+    TestICLNoise         icl --noise inf refused
+"""
+
+import contextlib
+import errno
+import glob
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import unittest
+from types import SimpleNamespace
+from unittest import mock
+
+import torch
+
+from tests.common import run
+from tests.faults import (ENV, LINUX, TINY, Base, alive, ckpt_step, error_lines, hashes, kill_session, popen,
+                          records, session_alive, write)
+
+
+# ----------------------------------------------------------------------------- caches and outputs
+
+def cached_job(argv, run_dir):
+    """A Runner job (run in a pool process): -> {'rc': 0, 'line', 'ran': argv, 'sigint': whether the pool
+    process ignores Ctrl-C}."""
+    return {'rc': 0, 'line': 'ran', 'ran': argv, 'sigint_ignored': signal.getsignal(signal.SIGINT) == signal.SIG_IGN}
+
+
+class TestCachesAndOutputs(Base):
+    """prepare.py's temporary files and lock, the experiments' caches, Ctrl-C during a pool."""
+
+    def test_prepare_removes_stale_temporary_files_and_keeps_live_ones(self):
+        """A killed run's .NAME.tmpPID files (its pid gone) are removed with a note; a live run's are kept."""
+        out = os.path.join(self.f.tmp, 'prep_stale')
+        dead = subprocess.Popen(['true'])
+        dead.wait()
+        stale = write(os.path.join(out, f'.train.bin.tmp{dead.pid}'), b'\0' * 10)
+        live = write(os.path.join(out, f'.val.bin.tmp{os.getpid()}'), b'\0' * 10)
+        text = os.path.dirname(self.f.data)
+        r = run('data/prepare.py', '--train', os.path.join(text, 'train.txt'), '--valid',
+                os.path.join(text, 'valid.txt'), '--vocab_size', '300', '--out', out, env=ENV, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(error_lines(r.stderr), [f'prepare.py: note: removed 1 temporary files left in {out} by a '
+                                                 f'run that stopped: {os.path.basename(stale)}'])
+        self.assertFalse(os.path.exists(stale))
+        self.assertTrue(os.path.exists(live))
+        made, other = (hashes(os.path.join(d, 'train.bin')).popitem()[1] for d in (out, self.f.other))
+        self.assertEqual(made, other)
+
+    def test_prepare_refuses_a_folder_another_run_writes(self):
+        """A second prepare.py on an --out that a live run holds: exit 2 naming its pid, the folder as it was."""
+        import fcntl
+        out = os.path.join(self.f.tmp, 'prep_locked')
+        write(os.path.join(out, f'.train.bin.tmp{os.getpid()}'), b'\0' * 10)
+        before = hashes(out)
+        fd = os.open(out, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            r = run('data/prepare.py', '--train', 'x', '--valid', 'y', '--out', out, env=ENV, timeout=60)
+        finally:
+            os.close(fd)
+        self.assert_fault(r, 2, ['another prepare.py', f'pid {os.getpid()}'])
+        self.assertEqual(hashes(out), before)
+
+    def test_runner_reruns_a_job_whose_cached_result_is_damaged(self):
+        """A torn result.json: one warning line, the job runs again and its result is cached whole. (The pool
+        process ignores Ctrl-C: the main process handles it, test_ctrl_c_during_the_claims_pool.)"""
+        from experiments.runner import Runner
+        out = os.path.join(self.f.tmp, 'runner')
+        job = write(os.path.join(out, 'job', 'result.json'), '{"argv": ["a"], "rc"')
+        runner = Runner(out, 1, 1)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                res = runner.map(cached_job, [(os.path.dirname(job), ['a'], 1.0, None)], 'test')
+        finally:
+            runner.pool.shutdown()
+        self.assertEqual(res[0]['ran'], ['a'])
+        self.assertTrue(res[0]['sigint_ignored'])
+        warnings = [l for l in err.getvalue().splitlines() if 'warning' in l]
+        self.assertEqual(len(warnings), 1, err.getvalue())
+        self.assertIn('result.json', warnings[0])
+        with open(job) as fh:
+            self.assertEqual(json.load(fh)['ran'], ['a'])
+
+    def test_claims_recalibrates_over_a_damaged_calibration_json(self):
+        """A torn calibration.json: one warning line, the step times measured again (a fake runner)."""
+        from experiments import claims
+        out = os.path.join(self.f.tmp, 'calibration')
+        path = write(os.path.join(out, 'calibration.json'), '{"flat": {"s_per_step": 0.0')
+
+        class Runner:
+            def train_batch(self, jobs, what):
+                for run_dir, *_ in jobs:
+                    write(os.path.join(run_dir, 'log.jsonl'), ''.join(
+                        json.dumps({'event': 'train', 'step': s, 'ms_per_step': 20.0}) + '\n' for s in (5, 10)))
+                return [{'rc': 0} for _ in jobs]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            step_s = claims.calibrate(Runner(), out, ['flat'], {'lm': [], 'ae': []}, 10, False)
+        self.assertEqual(step_s, {'flat': 0.02})
+        warnings = [l for l in err.getvalue().splitlines() if 'warning' in l]
+        self.assertEqual(len(warnings), 1, err.getvalue())
+        self.assertIn('calibration.json', warnings[0])
+        with open(path) as fh:
+            self.assertEqual(json.load(fh)['flat']['s_per_step'], 0.02)
+
+    def test_runner_read_log_drops_a_torn_last_line(self):
+        """runner.read_log reads through checkpoint.read_log: a torn last line is one warning, not a crash."""
+        from experiments.runner import read_log
+        path = write(os.path.join(self.f.tmp, 'torn', 'log.jsonl'),
+                     json.dumps({'event': 'eval', 'step': 5, 'val_loss': 3.0, 'val_bpb': 1.0, 'val_acc': 0.1})
+                     + '\n{"event": "eval", "st')
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            evals, summary = read_log(path)
+        self.assertEqual((evals, summary), ([(5, 3.0, 1.0, 0.1)], None))
+        self.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
+
+    def test_write_atomic_keeps_the_old_file_when_the_write_fails(self):
+        """checkpoint.write_atomic (retrieval's and represent's outputs): a failed write leaves the old
+        file byte-identical and no temporary file."""
+        from checkpoint import write_atomic
+        path = write(os.path.join(self.f.tmp, 'atomic', 'results.json'), '{"old": 1}\n')
+        with mock.patch('os.replace', side_effect=OSError(errno.ENOSPC, 'No space left on device')), \
+                self.assertRaises(OSError):
+            write_atomic(path, '{"new": 2}\n')
+        self.assertEqual(os.listdir(os.path.dirname(path)), ['results.json'])
+        with open(path) as fh:
+            self.assertEqual(fh.read(), '{"old": 1}\n')
+
+    def test_prepare_interrupted_leaves_its_out_folder_as_it_was(self):
+        """Ctrl-C (KeyboardInterrupt, staged in the second split's encoding): exit 130, one line, --out as
+        it was (the previous outputs byte-identical, no temporary file)."""
+        from data import prepare
+        out = os.path.join(self.f.tmp, 'prep_ctrl_c')
+        shutil.copytree(self.f.other, out)
+        before = hashes(out)
+        text = os.path.dirname(self.f.data)
+        calls = []
+
+        def interrupted(enc, stream, fh, **kw):
+            calls.append(1)
+            if len(calls) == 2:
+                fh.write(bytes(6))
+                raise KeyboardInterrupt
+            return real(enc, stream, fh, **kw)
+        real = prepare.encode_stream
+        err = io.StringIO()
+        with mock.patch.object(prepare, 'encode_stream', interrupted), contextlib.redirect_stderr(err), \
+                contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = prepare.main(['--train', os.path.join(text, 'train.txt'), '--valid',
+                                     os.path.join(text, 'valid.txt'), '--vocab_size', '300', '--out', out])
+            except KeyboardInterrupt:
+                code = 'KeyboardInterrupt escaped prepare.main'
+        self.assertEqual(code, 130)
+        self.assert_fault(SimpleNamespace(returncode=code, stdout='', stderr=err.getvalue()), 130, ['interrupted'])
+        self.assertEqual(hashes(out), before)
+
+    def test_retrieval_json_that_fails_at_the_end_keeps_the_printed_results(self):
+        """--json passes the check before the work but its write fails at the end (a full disk): the
+        tables are on stdout, one line names the failure, exit 1, the old --json byte-identical. And an
+        embedding cache that cannot be written is a warning, not a crash (the cache only saves time)."""
+        import retrieval
+        out = {'source': 'src', 'train_pairs': 1, 'val_pairs': 0, 'test_pairs': 1, 'train_n': 2, 'eval_trials': 1,
+               'ns': [2], 'notes': [], 'results': []}
+        path = write(os.path.join(self.f.tmp, 'retrieval_end', 'res.json'), '{"old": 1}\n')
+        err, stdout = io.StringIO(), io.StringIO()
+        with mock.patch.object(retrieval, 'run', return_value=out), \
+                mock.patch.object(retrieval, 'write_atomic', side_effect=OSError(errno.ENOSPC, 'No space left')), \
+                contextlib.redirect_stderr(err), contextlib.redirect_stdout(stdout), \
+                self.assertRaises(SystemExit) as stop:
+            retrieval.main(['--ckpt', self.f.ckpt, '--json', path, '--overwrite'])
+        self.assert_fault(SimpleNamespace(returncode=stop.exception.code, stdout='', stderr=err.getvalue()), 1,
+                          ['could not write', path, 'tables above'])
+        self.assertIn('| (chance) | 1/N | 0.500 |', stdout.getvalue())
+        with open(path) as fh:
+            self.assertEqual(fh.read(), '{"old": 1}\n')
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            retrieval.save_cache(os.path.join(self.f.bad, 'cache', 'x.pt'), {'query': torch.zeros(1)})
+        self.assertEqual(len(error_lines(err.getvalue())), 1, err.getvalue())
+        self.assertIn('going on without it', err.getvalue())
+
+    @unittest.skipUnless(LINUX, 'reads /proc')
+    def test_ctrl_c_during_the_claims_pool(self):
+        """SIGINT to the group while claims --quick calibrates on its pool: exit 130 and one line after the
+        interrupt (the progress lines before it are claims' own), no traceback from any worker, the
+        runs stopped (not left to finish: a full run's would take minutes) and no process left."""
+        out = os.path.join(self.f.tmp, 'claims_ctrl_c')
+        p = popen(['-m', 'experiments.claims', '--quick', '--models', 'flat', '--data_dir', self.f.data,
+                   '--out', out])
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+        reader.start()
+        try:
+            t0 = time.time()
+            while not any('runs, about' in l for l in lines) and p.poll() is None and time.time() - t0 < 120:
+                time.sleep(0.1)
+            time.sleep(0.2)                                   # the workers are starting
+            mark = len(lines)
+            os.killpg(p.pid, signal.SIGINT)
+            p.wait(timeout=60)
+            reader.join(30)
+            t1 = time.time()
+            while session_alive(p.pid) and time.time() - t1 < 10:
+                time.sleep(0.2)
+            left = session_alive(p.pid)
+        finally:
+            kill_session(p)
+        err = ''.join(lines)
+        self.assertGreater(mark, 0, 'staging: claims never reached its pool')
+        self.assertEqual(p.returncode, 130, err[-3000:])
+        self.assertNotIn('Traceback', err)
+        after = [l for l in lines[mark:] if l.strip()]
+        self.assertEqual(len(after), 1, err[-3000:])
+        self.assertIn('interrupted', after[0])
+        self.assertEqual(left, [], 'processes of the interrupted run are still running')
+        finished = [d for d in glob.glob(os.path.join(out, 'calibration', '*', 'log.jsonl'))
+                    if any(x.get('event') == 'summary' for x in records(d))]
+        self.assertEqual(finished, [], 'the pool was left to finish its runs after Ctrl-C, not stopped')
+
+
+# ----------------------------------------------------------------------------- two ranks (slow)
+
+@unittest.skipUnless(LINUX, 'reads /proc')
+class TestDistributed(Base):
+    """Slow (about 30 s in all, run in every suite): two gloo ranks under torchrun, each rank's stderr in
+    its own file (torchrun --log-dir -r 3: torchrun's own report of a failed worker is torchrun's, not
+    train.py's). A stalled rank or a NaN on one rank ends the run with one line, and nothing hangs."""
+
+    def torchrun(self, script, out, *args, **kw):
+        """Start torchrun --standalone --nproc_per_node=2 on `script` -> (Popen, its log folder)."""
+        logs = os.path.join(self.f.tmp, 'torchrun_logs', os.path.basename(out))
+        p = popen(['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', '--log-dir', logs,
+                   '--redirects', '3', script, f'--data_dir={self.f.data}', *TINY, f'--out_dir={out}', *args], **kw)
+        return p, logs
+
+    def rank_stderr(self, logs, rank):
+        """Rank `rank`'s stderr as torchrun saved it."""
+        files = glob.glob(os.path.join(logs, '**', 'attempt_0', str(rank), 'stderr.log'), recursive=True)
+        self.assertEqual(len(files), 1, files)
+        with open(files[0]) as fh:
+            return fh.read()
+
+    def workers(self, pid):
+        """{rank: pid} of torchrun `pid`'s worker processes."""
+        out = {}
+        for d in os.listdir('/proc'):
+            if d.isdigit():
+                try:
+                    with open(f'/proc/{d}/stat') as fh:
+                        ppid = int(fh.read().rsplit(')', 1)[1].split()[1])
+                    if ppid == pid:
+                        with open(f'/proc/{d}/environ', 'rb') as fh:
+                            env = dict(e.split(b'=', 1) for e in fh.read().split(b'\0') if b'=' in e)
+                        out[int(env[b'RANK'])] = int(d)
+                except (OSError, KeyError, ValueError):
+                    continue
+        return out
+
+    def test_a_stalled_rank_ends_the_run_within_the_timeout(self):
+        """Rank 1 stopped (SIGSTOP) once it trains: rank 0 ends within ddp_timeout + 30 s with one line
+        naming the timeout and the rank, the checkpoint kept; then rank 1 is killed and torchrun ends."""
+        out = os.path.join(self.f.tmp, 'ddp_stall')
+        p, logs = self.torchrun('train.py', out, '--max_iters=1000000', '--eval_interval=5', '--log_interval=1',
+                                '--ddp_timeout=10', stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ranks = {}
+        try:
+            t0 = time.time()
+            while not os.path.exists(os.path.join(out, 'ckpt.pt')) and p.poll() is None and time.time() - t0 < 60:
+                time.sleep(0.1)
+            ranks = self.workers(p.pid)
+            self.assertEqual(sorted(ranks), [0, 1], 'staging: two workers')
+            os.kill(ranks[1], signal.SIGSTOP)
+            stopped = time.time()
+            while alive(ranks[0]) and time.time() - stopped < 60:
+                time.sleep(0.2)
+            waited = time.time() - stopped
+            os.kill(ranks[1], signal.SIGKILL)
+            p.wait(timeout=60)
+        finally:
+            for pid in ranks.values():                    # torchrun starts each worker in a session of its own
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            kill_session(p)
+        self.assertLess(waited, 10 + 30, 'rank 0 did not end within ddp_timeout + 30 s')
+        self.assertNotEqual(p.returncode, 0)
+        line = self.assert_fault(SimpleNamespace(returncode=1, stdout='', stderr=self.rank_stderr(logs, 0)), 1,
+                                 ['ddp_timeout=10', 'rank 0', 'holds step'])
+        held = int(re.search(r'holds step (\d+)', line).group(1))
+        self.assertEqual(ckpt_step(os.path.join(out, 'ckpt.pt')), held)
+
+    def test_a_nan_on_one_rank_stops_every_rank(self):
+        """Rank 1's loss is NaN at step 3 (the wrapper): both ranks stop at step 3, each with one line naming
+        rank 1's NaN and the checkpoint of step 2 (a rank that did not save must not say there is none)."""
+        out = os.path.join(self.f.tmp, 'ddp_nan')
+        p, logs = self.torchrun(self.f.wrapper, out, '--max_iters=10', '--eval_interval=2', '--log_interval=1',
+                                '--ddp_timeout=10', env={**ENV, 'NAN_AT': '3', 'NAN_RANK': '1'})
+        try:
+            _, err = p.communicate(timeout=90)
+        finally:
+            for pid in self.workers(p.pid).values():     # on a hang: the workers, each in its own session
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            kill_session(p)
+        self.assertNotEqual(p.returncode, 0, err[-2000:])
+        for rank in (0, 1):
+            with self.subTest(rank=rank):
+                self.assert_fault(SimpleNamespace(returncode=1, stdout='', stderr=self.rank_stderr(logs, rank)), 1,
+                                  ['rank 1: non-finite train loss', 'at step 3', 'holds step 2'])
+
+
+# ----------------------------------------------------------------------------- icl's noise settings
+
+class TestICLNoise(Base):
+    """A noise setting must be a finite sigma."""
+
+    def test_icl_refuses_a_non_finite_noise(self):
+        """--noise inf is refused in one line (exit 2), not run with every cell diverged and cached as
+        a success (regression.check_noise requires a finite sigma)."""
+        out = os.path.join(self.f.tmp, 'icl_inf')
+        try:
+            r = run('-m', 'experiments.icl', '--quick', '--noise', 'inf', '--layers', '1', '--params', 'diag',
+                    '--iters', '4', '--eval_prompts', '50', '--workers', '1', '--out', out, env=ENV, timeout=120)
+        except subprocess.TimeoutExpired:
+            self.fail('icl --noise inf ran on')
+        self.assert_fault(r, 2, ['noise', 'inf'])
+        self.assertFalse(os.path.exists(out))
+
+
+if __name__ == '__main__':
+    unittest.main()
