@@ -15,7 +15,7 @@ import torch
 import decode
 import mixer
 from experiments import claims_report
-from tests.common import HAVE_TEXT, NO_TEXT, prepared_data, run, tiny_model
+from tests.common import HAVE_TEXT, NO_TEXT, cached_results, prepared_data, run, tiny_model
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -95,16 +95,12 @@ class TestClaimsQuick(unittest.TestCase):
         data = prepared_data(whole=True)
         cls.out = os.path.join(cls.tmp, 'claims')
         cls.first = run('-m', 'experiments.claims', '--quick', '--data_dir', data, '--out', cls.out)
-        cls.mtimes = {p: os.path.getmtime(p) for p in cls.results()}
+        cls.mtimes = {p: os.path.getmtime(p) for p in cached_results(cls.out)}
         cls.second = run('-m', 'experiments.claims', '--quick', '--data_dir', data, '--out', cls.out)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @classmethod
-    def results(cls):
-        return [os.path.join(d, 'result.json') for d, _, files in os.walk(cls.out) if 'result.json' in files]
 
     def test_every_row_present_with_finite_numbers(self):
         self.assertEqual(self.first.returncode, 0, self.first.stderr[-3000:])
@@ -164,7 +160,7 @@ class TestClaimsQuick(unittest.TestCase):
 
     def test_second_call_reuses_every_run(self):
         self.assertEqual(self.second.returncode, 0, self.second.stderr[-3000:])
-        self.assertEqual({p: os.path.getmtime(p) for p in self.results()}, self.mtimes)
+        self.assertEqual({p: os.path.getmtime(p) for p in cached_results(self.out)}, self.mtimes)
         self.assertNotIn('runs, about', self.second.stderr)        # no phase had anything to train
         self.assertIn('cached', self.second.stderr)
         self.assertEqual(self.second.stdout, self.first.stdout)     # the same table, from the cache

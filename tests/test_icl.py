@@ -18,7 +18,7 @@ import torch
 
 from experiments import icl, icl_mixers, icl_report
 from experiments import regression as reg
-from tests.common import run
+from tests.common import cached_results, run
 
 D = reg.D_X + 1
 NOISE = ('0', '5', 'c13')       # the end-to-end run: every row, three columns (the mixers' two among them)
@@ -283,17 +283,13 @@ class TestCommandLine(unittest.TestCase):
         cls.out = tempfile.mkdtemp()
         cls.first = run('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--out',
                         cls.out)
-        cls.stamps = {f: os.path.getmtime(f) for f in cls.results()}
+        cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
         cls.second = run('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--out',
                          cls.out)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.out, ignore_errors=True)
-
-    @classmethod
-    def results(cls):
-        return [os.path.join(d, 'result.json') for d, _, files in os.walk(cls.out) if 'result.json' in files]
 
     def test_quick_run_has_every_row_finite_and_a_plot(self):
         self.assertEqual(self.first.returncode, 0, self.first.stderr[-2000:])
@@ -304,17 +300,17 @@ class TestCommandLine(unittest.TestCase):
                      '2L linear_attention'):
             self.assertIn(f'| {name}', table)
         self.assertNotIn('nan', table)
-        for f in self.results():
+        for f in cached_results(self.out):
             res = json.load(open(f))
             for m in res.get('models', [res]):
                 self.assertTrue(math.isfinite(m.get('sweep', 0)) or not m.get('finished', True), f)
-        lsa = [f for f in self.results() if os.path.basename(os.path.dirname(f)).startswith('lsa-')]
+        lsa = [f for f in cached_results(self.out) if os.path.basename(os.path.dirname(f)).startswith('lsa-')]
         self.assertEqual(len(lsa), len(icl_report.PAPER_MODELS) + len(icl.LADDER_MODELS))   # a job an architecture
         #                                                                           (and the ladder's 2x)
         for f in lsa:
             if 'ladder' not in f:
                 self.assertEqual(len(json.load(open(f))['models']), len(NOISE) * icl.SETTINGS['quick']['seeds'])
-        mixers = {os.path.basename(os.path.dirname(f)) for f in self.results() if '/mixers/' in f}
+        mixers = {os.path.basename(os.path.dirname(f)) for f in cached_results(self.out) if '/mixers/' in f}
         for v in icl_mixers.MIXER_VARIANTS:
             self.assertIn(f'calibrate-{v}-L2-products', mixers)
             for L in (2, 4):
@@ -329,7 +325,7 @@ class TestCommandLine(unittest.TestCase):
 
     def test_rerun_reuses_every_job_and_prints_the_same_report(self):
         self.assertEqual(self.second.returncode, 0, self.second.stderr[-2000:])
-        self.assertEqual({f: os.path.getmtime(f) for f in self.results()}, self.stamps)
+        self.assertEqual({f: os.path.getmtime(f) for f in cached_results(self.out)}, self.stamps)
         self.assertEqual(self.second.stdout, self.first.stdout)
 
     def test_bad_arguments_give_one_line_and_exit_2(self):
