@@ -136,6 +136,7 @@ def parse_args(argv):
     p.add_argument('--mixers', action='store_true', help="also the same prompts through mixer.py's sequence models")
     p.add_argument('--ladder', action='store_true', help='also the budget ladder of the verdicts that disagree')
     p.add_argument('--mixer_layers', default='2,4', help='depths of the sequence models')
+    p.add_argument('--ladder_budgets', help="the ladder's multiples of the LSA budget (default 1,3,10)")
     p.add_argument('--mixer_budget', type=float, help='seconds of training per sequence model (default 60)')
     p.add_argument('--layers', help="comma-separated depths (with --params: that grid; default the paper's rows)")
     p.add_argument('--params', help='comma-separated parameterisations among full,diag,gdpp')
@@ -175,6 +176,13 @@ def parse_args(argv):
         s['mixer_layers'] = tuple(int(x) for x in args.mixer_layers.split(','))
     except ValueError:
         fail('--layers and --mixer_layers must be integers separated by commas')
+    if args.ladder_budgets:
+        try:
+            s['ladder'] = tuple(float(x) for x in args.ladder_budgets.split(','))
+        except ValueError:
+            fail(f'--ladder_budgets must be numbers separated by commas, got {args.ladder_budgets!r}')
+        if 1 not in s['ladder'] or not all(math.isfinite(x) and x > 0 for x in s['ladder']):
+            fail(f'--ladder_budgets must be positive and hold 1 (Table 1\'s runs), got {args.ladder_budgets!r}')
     params = args.params.split(',') if args.params else None
     if params and any(x not in PARAMS for x in params):
         fail(f'--params: choose among {",".join(PARAMS)}, got {args.params!r}')
