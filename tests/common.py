@@ -104,7 +104,6 @@ def read_log(out_dir):
         return [json.loads(line) for line in f]
 
 
-
 def cached_results(out):
     """The result.json of every job an experiment's runner cached under folder `out` -> list of paths."""
     return [os.path.join(d, 'result.json') for d, _, files in os.walk(out) if 'result.json' in files]
