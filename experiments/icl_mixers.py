@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 import mixer
-from experiments.regression import D_X, N_CTX, PARAM_NAMES, fixed_prompts, mean_loss, train
+from experiments.regression import D_X, N_CTX, PARAM_NAMES, fixed_prompts, half_sq, mean_loss, oracle, train
 from experiments.runner import md_table
 
 MIXER_VARIANTS = ('transformer', 'flat', 'toeplitz', 'recurrent', 'linear_attention')
@@ -101,9 +101,10 @@ def diagnose(model, prompts):
 def seq_job(spec, run_dir=None):
     """Runner job of one sequence model. spec: 'variant', 'n_layer', 'd_model', 'products', 'noise',
     'seed', 'batch_size', and either 'calibrate' (steps to time) -> {'rc', 's_per_step', 'line'}, or
-    'iters', 'lr', 'eval_prompts', 'sweep_prompts', 'curve_prompts' -> {'rc', 'line', 'seconds',
-    'params', 'curve' [(step, train loss, eval-set loss on curve_prompts)], 'eval', 'sweep' (mean
-    0.5 (y_hat - y_q)^2; the caller subtracts the oracle's), 'probes' (diagnose on sweep prompts)}."""
+    'iters', 'lr', 'eval_prompts' (0: a sweep proxy, no evaluation set and no probes), 'sweep_prompts',
+    'curve_prompts' -> {'rc', 'line', 'seconds', 'params', 'curve' [(step, train loss, adjusted loss
+    on curve_prompts)], 'sweep', 'eval' (adjusted losses: mean 0.5 (y_hat - y_q)^2 minus the
+    oracle's on the same prompts), 'probes' (diagnose on the sweep prompts)}."""
     torch.manual_seed(spec['seed'])
     model = SequenceRegressor(spec['variant'], spec['n_layer'], spec['d_model'], spec['products'])
     t0 = time.time()
@@ -115,16 +116,26 @@ def seq_job(spec, run_dir=None):
         return {'rc': 0, 's_per_step': s, 'line': f'{1000 * s:.1f} ms/step'}
     curve_set = fixed_prompts(spec['noise'], spec['curve_prompts'], 'curve')
     curve, _, finished = train(model, spec['noise'], spec['iters'], spec['batch_size'], spec['lr'], spec['seed'],
-                               evaluate=lambda: mean_loss(model, curve_set))
+                               evaluate=lambda: adjusted_loss(model, curve_set))
     model.eval()
     res = {'rc': 0, 'curve': curve, 'params': sum(p.numel() for p in model.parameters()), 'finished': finished}
     if not finished:
         return {**res, 'eval': math.inf, 'sweep': math.inf, 'line': 'diverged', 'seconds': time.time() - t0}
     sweep = fixed_prompts(spec['noise'], spec['sweep_prompts'], 'sweep')
-    res.update(eval=mean_loss(model, fixed_prompts(spec['noise'], spec['eval_prompts'], 'eval')),
-               sweep=mean_loss(model, sweep), probes=diagnose(model, sweep), seconds=time.time() - t0)
-    res['line'] = f"eval loss {res['eval']:.4g}, {res['seconds']:.0f} s"
+    res['sweep'] = adjusted_loss(model, sweep)
+    if spec['eval_prompts']:
+        res.update(eval=adjusted_loss(model, fixed_prompts(spec['noise'], spec['eval_prompts'], 'eval')),
+                   probes=diagnose(model, sweep))
+    res['seconds'] = time.time() - t0
+    res['line'] = f"adjusted {'eval' if spec['eval_prompts'] else 'sweep'} loss {res.get('eval', res['sweep']):.4g}, " \
+                  f"{res['seconds']:.0f} s"
     return res
+
+
+def adjusted_loss(model, prompts):
+    """Mean 0.5 (y_hat - y_q)^2 of the model minus the oracle's (ridge with the true sigma) on the
+    same prompts -> float."""
+    return mean_loss(model, prompts) - half_sq(oracle(prompts), prompts.y_q).mean().item()
 
 
 # ----------------------------------------------------------------------------- the runs
@@ -144,11 +155,12 @@ def calibrate(runner, out, s, keys):
     return {k: r['s_per_step'] for k, r in zip(keys, runner.map(seq_job, jobs, 'mixers: step-time calibration'))}
 
 
-def run_spec(s, key, noise, lr, seed, steps):
-    """(run folder name, spec) of a training run."""
+def run_spec(s, key, noise, lr, seed, steps, proxy=False):
+    """(run folder name, spec) of a training run (a sweep proxy: not evaluated on the eval set)."""
     v, L, p = key
     return (f'{v}-L{L}{"-products" * p}-noise{noise}-lr{lr:g}-seed{seed}-steps{steps}',
-            {**base_spec(s, v, L, noise, p, seed), 'iters': steps, 'lr': lr, 'eval_prompts': s['eval_prompts'],
+            {**base_spec(s, v, L, noise, p, seed), 'iters': steps, 'lr': lr,
+             'eval_prompts': 0 if proxy else s['mixer_eval_prompts'],
              'sweep_prompts': s['sweep_prompts'], 'curve_prompts': s['curve_prompts']})
 
 
@@ -158,7 +170,7 @@ def sweep_lrs(runner, out, s, cells, steps_of):
     tried = {c: {} for c in cells}
     todo = {c: list(s['mixer_lrs']) for c in cells}
     for _ in range(3):
-        jobs = [(c, lr, run_spec(s, c[0], c[1], lr, 0, max(1, steps_of[c[0]] // 3))) for c in cells for lr in todo[c]]
+        jobs = [(c, lr, run_spec(s, c[0], c[1], lr, 0, max(1, steps_of[c[0]] // 3), proxy=True)) for c in cells for lr in todo[c]]
         if not jobs:
             break
         res = runner.map(seq_job, [(os.path.join(out, 'mixers', name), spec, spec['iters'] / steps_of[c[0]]
@@ -217,10 +229,10 @@ def mixer_report(plan, lsa, base, s):
     for (key, noise), runs in plan['runs'].items():
         if key[2]:
             continue
-        adj = [r['eval'] - o[noise] for r in runs]
+        adj = [r['eval'] for r in runs]
         rows.append([f'{key[1]}L {key[0]}', runs[0]['params'], 'sigma = 0' if noise == '0' else f'U(0,{noise})',
                      stat(adj), f'{plan["lr"][(key, noise)]:g}', plan['steps'][key],
-                     ', '.join(f'{lr:g}: {v - o[noise]:.3g}' for lr, v in sorted(plan['sweeps'][(key, noise)].items()))])
+                     ', '.join(f'{lr:g}: {v:.3g}' for lr, v in sorted(plan['sweeps'][(key, noise)].items()))])
     for noise in MIXER_NOISE:
         label = 'sigma = 0' if noise == '0' else f'U(0,{noise})'
         for L, p in ((1, 'diag'), (2, 'diag')):
@@ -234,16 +246,16 @@ def mixer_report(plan, lsa, base, s):
             continue
         with_p = plan['runs'].get(((key[0], key[1], True), noise), [])
         pr = [r['probes'] for r in runs if r.get('probes')]
-        drows.append([f'{key[1]}L {key[0]}', stat([r['eval'] - o[noise] for r in runs]),
-                      stat([r['eval'] - o[noise] for r in with_p]),
+        drows.append([f'{key[1]}L {key[0]}', stat([r['eval'] for r in runs]), stat([r['eval'] for r in with_p]),
                       *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]])
     return '\n'.join([
         md_table(['model', 'parameters', 'noise', 'adjusted eval loss', 'lr', 'steps', 'sweep (lr: proxy adjusted loss)'],
                  rows), '',
         f'Each sequence model: d_model {s["mixer_d_model"]}, batches of {s["mixer_batch"]} prompts, float32, '
         f'{s["mixer_budget_s"]:g} s of training (steps = budget / its calibrated step time), its own '
-        f'learning-rate sweep, {s["mixer_seeds"]} seeds; adjusted eval loss on the same {s["eval_prompts"]} prompts as '
-        'the LSA models.', '', '### Where one step of gradient descent fails', '',
+        f'learning-rate sweep on {s["sweep_prompts"]} separate prompts, {s["mixer_seeds"]} seeds; adjusted eval loss '
+        f'(the oracle\'s on the same prompts subtracted) on {s["mixer_eval_prompts"]} fresh prompts a noise setting.', '',
+        '### Where one step of gradient descent fails', '',
         md_table(['model (sigma = 0)', 'adjusted loss', 'given y_i x_i', 'R^2 y_i x_i (context, block 1)',
                   'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)'], drows)])
 
@@ -266,7 +278,7 @@ def plot_mixers(plan, lsa, base, path, s):
             if not curves:
                 continue
             xs = [c[0] * s['mixer_batch'] for c in curves[0]]
-            ys = [max(sum(c[k][2] for c in curves) / len(curves) - o, 1e-6) for k in range(len(xs))]
+            ys = [max(sum(c[k][2] for c in curves) / len(curves), 1e-6) for k in range(len(xs))]
             ax.plot(xs, ys, '-' if key[1] == min(s['mixer_layers']) else '--', color=f'C{MIXER_VARIANTS.index(key[0])}',
                     label=f'{key[1]}L {key[0]}')
         for (L, p), style, label in (((1, 'diag'), ':', 'one GD step (1L LSA)'), ((2, 'diag'), '-.', '2L DIAG')):
