@@ -19,6 +19,7 @@ absent, and with CI=true in the environment such a skip counts as a failure.
 import importlib
 import os
 import sys
+import time
 import unittest
 
 from tests.common import NO_TEXT, ROOT
@@ -56,6 +57,27 @@ def summarize(result, ci):
     return (1 if failed else 0), f'{passed} passed, {failed} failed, {skipped} skipped'
 
 
+class TimedResult(unittest.TextTestResult):
+    """A unittest result that also records each test's wall-clock seconds in .seconds {test id: s}."""
+
+    def startTest(self, test):
+        self.seconds = getattr(self, 'seconds', {})
+        self._t0 = time.perf_counter()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        self.seconds[test.id()] = time.perf_counter() - self._t0
+        super().stopTest(test)
+
+
+def slowest(seconds, n=10):
+    """Lines naming the n slowest tests of {test id: seconds}, slowest first, and their share."""
+    total = sum(seconds.values()) or 1.0
+    top = sorted(seconds.items(), key=lambda kv: -kv[1])[:n]
+    return [f'slowest {len(top)} tests ({sum(s for _, s in top) / total:.0%} of {total:.0f} s):'] + \
+        [f'  {s:6.1f} s  {name}' for name, s in top]
+
+
 class TestRunner(unittest.TestCase):
     """The runner itself: it finds every module, refuses unknown ones, and CI cannot pass by skipping."""
 
@@ -91,6 +113,11 @@ class TestRunner(unittest.TestCase):
             self.assertEqual(summarize(result, ci=True), (1, '1 passed, 1 failed, 1 skipped'))
         self.assertIn('test_needs_text', out.getvalue())
 
+    def test_names_the_slowest_tests(self):
+        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2)
+        self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
+        self.assertEqual([x.split()[-1] for x in lines[1:]], ['c', 'b'])
+
 
 def main(argv):
     """Run the modules named in argv (default all) and this file's own tests -> exit code."""
@@ -107,7 +134,8 @@ def main(argv):
     suite = unittest.TestSuite([loader.loadTestsFromModule(m) for m in modules])
     if not argv:
         suite.addTests(loader.loadTestsFromTestCase(TestRunner))
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
+    print('\n'.join(slowest(getattr(result, 'seconds', {}))))
     code, line = summarize(result, ci=os.environ.get('CI', '').lower() == 'true')
     print(line)
     return code

@@ -42,7 +42,7 @@ SETTINGS = {
                  curve_prompts=1000, ladder=(1, 3, 10), ladder_noises=('1', '3', '5', '7'),
                  mixer_budget_s=60.0, mixer_eval_prompts=20000, mixer_batch=64, mixer_d_model=64,
                  mixer_lrs=(3e-4, 1e-3, 3e-3), mixer_seeds=2,
-                 mixer_calib_steps=20),
+                 mixer_calib_steps=50),
     'quick': dict(iters=60, batch_size=128, lr=5e-3, seeds=2, eval_prompts=2000, sweep_prompts=500,
                   curve_prompts=200, ladder=(1, 2), ladder_noises=('1', '3', '5', '7'),
                   mixer_budget_s=0.3, mixer_eval_prompts=1000, mixer_batch=16, mixer_d_model=16,
