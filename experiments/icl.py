@@ -244,7 +244,7 @@ def main(argv=None):
     plan = None
     if args.mixers:
         plan = icl_mixers.mixer_runs(runner, out, s)
-        notes.append(icl_mixers.plot_mixers(plan, adj, base, os.path.join(out, 'mixers.png'), s))
+        notes.append(icl_mixers.plot_mixers(plan, adj, os.path.join(out, 'mixers.png'), s))
     report = icl_report.report_text(table, adj, base, sig, noises, results, jobs, s, ladder, plan,
                                     ' '.join(argv if argv is not None else sys.argv[1:]))
     print(report)

@@ -132,6 +132,12 @@ def seq_job(spec, run_dir=None):
     return res
 
 
+def zero_loss(s, noise):
+    """The adjusted loss of predicting 0 (no in-context learning) on the mixers' eval prompts of
+    `noise` -> float (near 0.5 d = 5 minus the oracle's: E y_q^2 = d for w, x_q ~ N(0, I))."""
+    return adjusted_loss(lambda p: torch.zeros_like(p.y_q), fixed_prompts(noise, s['mixer_eval_prompts'], 'eval'))
+
+
 def adjusted_loss(model, prompts):
     """Mean 0.5 (y_hat - y_q)^2 of the model minus the oracle's (ridge with the true sigma) on the
     same prompts -> float."""
@@ -218,14 +224,14 @@ def stat(xs):
     if not xs or not all(math.isfinite(x) for x in xs):
         return 'diverged'
     m = sum(xs) / len(xs)
-    return f'{m:.3g} +- {(max(xs) - min(xs)) / 2:.2g}' if len(xs) > 1 else f'{m:.3g}'
+    return f'{m:.4g} +- {(max(xs) - min(xs)) / 2:.2g}' if len(xs) > 1 else f'{m:.4g}'
 
 
-def mixer_report(plan, lsa, base, s):
+def mixer_report(plan, lsa, s):
     """The mixers' table (adjusted eval loss, mean +- half range over seeds, chosen lr, steps, the
     lrs swept), the reference lines, and the diagnostic table -> markdown text. lsa: {(L, param):
-    {noise: adjusted}} of Table 1's best seeds; base: the baselines' {name: {noise: loss}}."""
-    rows, o = [], base['ORACLE']
+    {noise: adjusted}} of Table 1's best seeds."""
+    rows = []
     for (key, noise), runs in plan['runs'].items():
         if key[2]:
             continue
@@ -239,7 +245,7 @@ def mixer_report(plan, lsa, base, s):
             if (L, p) in lsa and noise in lsa[(L, p)]:
                 what = ' (one step of gradient descent)' if L == 1 else ''
                 rows.append([f'{L}L LSA {PARAM_NAMES[p]}{what}', 4 * L, label, f'{lsa[(L, p)][noise]:.3g}', '', '', ''])
-        rows.append(['predict 0 (no in-context learning)', 0, label, f'{0.5 * D_X - o[noise]:.3g}', '', '', ''])
+        rows.append(['predict 0 (no in-context learning)', 0, label, f'{zero_loss(s, noise):.4g}', '', '', ''])
     drows = []
     for (key, noise), runs in plan['runs'].items():
         if key[2] or noise != MIXER_NOISE[0] or key[1] != min(s['mixer_layers']):
@@ -260,7 +266,7 @@ def mixer_report(plan, lsa, base, s):
                   'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)'], drows)])
 
 
-def plot_mixers(plan, lsa, base, path, s):
+def plot_mixers(plan, lsa, path, s):
     """Adjusted loss against prompts seen for every model (mean over seeds), a panel per noise, with
     one step of gradient descent (1-layer LSA), 2-layer DIAG and the zero predictor as lines -> a
     line saying where, or why not (matplotlib missing)."""
@@ -272,7 +278,6 @@ def plot_mixers(plan, lsa, base, path, s):
         return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
     fig, axes = plt.subplots(1, len(MIXER_NOISE), figsize=(7 * len(MIXER_NOISE), 5), squeeze=False)
     for ax, noise in zip(axes[0], MIXER_NOISE):
-        o = base['ORACLE'][noise]
         for (key, n), runs in ((c, r) for c, r in plan['runs'].items() if c[1] == noise and not c[0][2]):
             curves = [r['curve'] for r in runs if r.get('finished', True) and r['curve']]
             if not curves:
@@ -284,7 +289,7 @@ def plot_mixers(plan, lsa, base, path, s):
         for (L, p), style, label in (((1, 'diag'), ':', 'one GD step (1L LSA)'), ((2, 'diag'), '-.', '2L DIAG')):
             if (L, p) in lsa and noise in lsa[(L, p)]:
                 ax.axhline(lsa[(L, p)][noise], color='k', ls=style, lw=1, label=label)
-        ax.axhline(0.5 * D_X - o, color='grey', ls='-', lw=2, alpha=0.5, label='predict 0')
+        ax.axhline(zero_loss(s, noise), color='grey', ls='-', lw=2, alpha=0.5, label='predict 0')
         ax.set_xscale('log')
         ax.set_yscale('log')
         ax.set_xlabel('prompts seen')

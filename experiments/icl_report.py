@@ -300,6 +300,6 @@ def report_text(table, adj, base, sig, noises, results, jobs, s, ladder=None, pl
                   for b, lad in ladder.items()}
         text += ['', '## The budget ladder of the disagreeing verdicts', '', ladder_report(ladder, base, s)]
     if plan is not None:
-        text += ['', '## Do masked mixers learn in context?', '', icl_mixers.mixer_report(plan, adj, base, s)]
+        text += ['', '## Do masked mixers learn in context?', '', icl_mixers.mixer_report(plan, adj, s)]
     text += ['', f'Command: python -m experiments.icl {command}']
     return '\n'.join(text) + '\n'
