@@ -248,12 +248,12 @@ def mixer_report(plan, lsa, s):
         rows.append(['predict 0 (no in-context learning)', 0, label, f'{zero_loss(s, noise):.4g}', '', '', ''])
     drows = []
     for (key, noise), runs in plan['runs'].items():
-        if key[2] or noise != MIXER_NOISE[0] or key[1] != min(s['mixer_layers']):
+        if noise != MIXER_NOISE[0] or key[1] != min(s['mixer_layers']):
             continue
-        with_p = plan['runs'].get(((key[0], key[1], True), noise), [])
         pr = [r['probes'] for r in runs if r.get('probes')]
-        drows.append([f'{key[1]}L {key[0]}', stat([r['eval'] for r in runs]), stat([r['eval'] for r in with_p]),
-                      *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]])
+        drows.append((key[2], f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}', stat([r['eval'] for r in runs]),
+                      *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
+    drows = [list(r[1:]) for r in sorted(drows, key=lambda r: r[0])]
     return '\n'.join([
         md_table(['model', 'parameters', 'noise', 'adjusted eval loss', 'lr', 'steps', 'sweep (lr: proxy adjusted loss)'],
                  rows), '',
@@ -262,8 +262,11 @@ def mixer_report(plan, lsa, s):
         f'learning-rate sweep on {s["sweep_prompts"]} separate prompts, {s["mixer_seeds"]} seeds; adjusted eval loss '
         f'(the oracle\'s on the same prompts subtracted) on {s["mixer_eval_prompts"]} fresh prompts a noise setting.', '',
         '### Where one step of gradient descent fails', '',
-        md_table(['model (sigma = 0)', 'adjusted loss', 'given y_i x_i', 'R^2 y_i x_i (context, block 1)',
-                  'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)'], drows)])
+        md_table(['model (sigma = 0)', 'adjusted loss', 'R^2 y_i x_i (context, block 1)',
+                  'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)'], drows), '',
+        'R^2: linear (ridge) probes of the trained models\' hidden states, fitted on 3/4 of the sweep prompts and '
+        'scored on the rest. "given y_i x_i": the same model with y_i x_i as extra input features, trained at the '
+        'plain model\'s learning rate, 1 seed.'])
 
 
 def plot_mixers(plan, lsa, path, s):
