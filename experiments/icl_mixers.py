@@ -132,10 +132,10 @@ def seq_job(spec, run_dir=None):
     return res
 
 
-def zero_loss(s, noise):
-    """The adjusted loss of predicting 0 (no in-context learning) on the mixers' eval prompts of
-    `noise` -> float (near 0.5 d = 5 minus the oracle's: E y_q^2 = d for w, x_q ~ N(0, I))."""
-    return adjusted_loss(lambda p: torch.zeros_like(p.y_q), fixed_prompts(noise, s['mixer_eval_prompts'], 'eval'))
+def zero_loss(noise, count, purpose='eval'):
+    """The adjusted loss of predicting 0 (no in-context learning) on the fixed prompts (noise, count,
+    purpose) -> float (near 0.5 d = 5 minus the oracle's: E y_q^2 = d for w, x_q ~ N(0, I))."""
+    return adjusted_loss(lambda p: torch.zeros_like(p.y_q), fixed_prompts(noise, count, purpose))
 
 
 def adjusted_loss(model, prompts):
@@ -245,7 +245,7 @@ def mixer_report(plan, lsa, s):
             if (L, p) in lsa and noise in lsa[(L, p)]:
                 what = ' (one step of gradient descent)' if L == 1 else ''
                 rows.append([f'{L}L LSA {PARAM_NAMES[p]}{what}', 4 * L, label, f'{lsa[(L, p)][noise]:.3g}', '', '', ''])
-        rows.append(['predict 0 (no in-context learning)', 0, label, f'{zero_loss(s, noise):.4g}', '', '', ''])
+        rows.append(['predict 0 (no in-context learning)', 0, label, f'{zero_loss(noise, s["mixer_eval_prompts"]):.4g}', '', '', ''])
     drows = []
     for (key, noise), runs in plan['runs'].items():
         if noise != MIXER_NOISE[0] or key[1] != min(s['mixer_layers']):
@@ -270,8 +270,9 @@ def mixer_report(plan, lsa, s):
 
 
 def plot_mixers(plan, lsa, path, s):
-    """Adjusted loss against prompts seen for every model (mean over seeds), a panel per noise, with
-    one step of gradient descent (1-layer LSA), 2-layer DIAG and the zero predictor as lines -> a
+    """Adjusted loss on the curve prompts against prompts seen for every model (mean over seeds;
+    dotted: given y_i x_i), a panel per noise, with one step of gradient descent (1-layer LSA),
+    2-layer DIAG and the zero predictor (on the same curve prompts) as lines -> a
     line saying where, or why not (matplotlib missing)."""
     try:
         import matplotlib
@@ -281,18 +282,20 @@ def plot_mixers(plan, lsa, path, s):
         return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
     fig, axes = plt.subplots(1, len(MIXER_NOISE), figsize=(7 * len(MIXER_NOISE), 5), squeeze=False)
     for ax, noise in zip(axes[0], MIXER_NOISE):
-        for (key, n), runs in ((c, r) for c, r in plan['runs'].items() if c[1] == noise and not c[0][2]):
+        for (key, n), runs in ((c, r) for c, r in plan['runs'].items() if c[1] == noise):
             curves = [r['curve'] for r in runs if r.get('finished', True) and r['curve']]
             if not curves:
                 continue
             xs = [c[0] * s['mixer_batch'] for c in curves[0]]
             ys = [max(sum(c[k][2] for c in curves) / len(curves), 1e-6) for k in range(len(xs))]
-            ax.plot(xs, ys, '-' if key[1] == min(s['mixer_layers']) else '--', color=f'C{MIXER_VARIANTS.index(key[0])}',
-                    label=f'{key[1]}L {key[0]}')
-        for (L, p), style, label in (((1, 'diag'), ':', 'one GD step (1L LSA)'), ((2, 'diag'), '-.', '2L DIAG')):
+            style = ':' if key[2] else '-' if key[1] == min(s['mixer_layers']) else '--'
+            ax.plot(xs, ys, style, color=f'C{MIXER_VARIANTS.index(key[0])}', lw=1 if key[2] else 1.5,
+                    label=f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}')
+        for (L, p), style, label in (((1, 'diag'), (0, (5, 5)), 'one GD step (1L LSA)'), ((2, 'diag'), '-.', '2L DIAG')):
             if (L, p) in lsa and noise in lsa[(L, p)]:
                 ax.axhline(lsa[(L, p)][noise], color='k', ls=style, lw=1, label=label)
-        ax.axhline(zero_loss(s, noise), color='grey', ls='-', lw=2, alpha=0.5, label='predict 0')
+        ax.axhline(zero_loss(noise, s['curve_prompts'], 'curve'), color='grey', ls='-', lw=3, alpha=0.4,
+                   label='predict 0')
         ax.set_xscale('log')
         ax.set_yscale('log')
         ax.set_xlabel('prompts seen')
