@@ -176,7 +176,8 @@ def sweep_lrs(runner, out, s, cells, steps_of):
     tried = {c: {} for c in cells}
     todo = {c: list(s['mixer_lrs']) for c in cells}
     for _ in range(3):
-        jobs = [(c, lr, run_spec(s, c[0], c[1], lr, 0, max(1, steps_of[c[0]] // 3), proxy=True)) for c in cells for lr in todo[c]]
+        jobs = [(c, lr, run_spec(s, c[0], c[1], lr, 0, max(1, steps_of[c[0]] // 3), proxy=True))
+                for c in cells for lr in todo[c]]
         if not jobs:
             break
         res = runner.map(seq_job, [(os.path.join(out, 'mixers', name), spec, spec['iters'] / steps_of[c[0]]
@@ -227,6 +228,12 @@ def stat(xs):
     return f'{m:.4g} +- {(max(xs) - min(xs)) / 2:.2g}' if len(xs) > 1 else f'{m:.4g}'
 
 
+def untrained(s, key, seed):
+    """The sequence model of key (variant, n_layer, products) as seq_job initialises it for seed."""
+    torch.manual_seed(seed)
+    return SequenceRegressor(key[0], key[1], s['mixer_d_model'], key[2]).eval()
+
+
 def mixer_report(plan, lsa, s):
     """The mixers' table (adjusted eval loss, mean +- half range over seeds, chosen lr, steps, the
     lrs swept), the reference lines, and the diagnostic table -> markdown text. lsa: {(L, param):
@@ -245,27 +252,35 @@ def mixer_report(plan, lsa, s):
             if (L, p) in lsa and noise in lsa[(L, p)]:
                 what = ' (one step of gradient descent)' if L == 1 else ''
                 rows.append([f'{L}L LSA {PARAM_NAMES[p]}{what}', 4 * L, label, f'{lsa[(L, p)][noise]:.3g}', '', '', ''])
-        rows.append(['predict 0 (no in-context learning)', 0, label, f'{zero_loss(noise, s["mixer_eval_prompts"]):.4g}', '', '', ''])
+        zero = zero_loss(noise, s['mixer_eval_prompts'])
+        rows.append(['predict 0 (no in-context learning)', 0, label, f'{zero:.4g}', '', '', ''])
     drows = []
     for (key, noise), runs in plan['runs'].items():
         if noise != MIXER_NOISE[0] or key[1] != min(s['mixer_layers']):
             continue
         pr = [r['probes'] for r in runs if r.get('probes')]
-        drows.append((key[2], f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}', stat([r['eval'] for r in runs]),
+        drows.append((2 * key[2], f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}', stat([r['eval'] for r in runs]),
                       *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
+        if not key[2]:                         # the same probes before training: what random features give
+            pr = [diagnose(untrained(s, key, seed), fixed_prompts(noise, s['sweep_prompts'], 'sweep'))
+                  for seed in range(len(runs))]
+            drows.append((1, f'{key[1]}L {key[0]} at initialisation', '',
+                          *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
     drows = [list(r[1:]) for r in sorted(drows, key=lambda r: r[0])]
     return '\n'.join([
-        md_table(['model', 'parameters', 'noise', 'adjusted eval loss', 'lr', 'steps', 'sweep (lr: proxy adjusted loss)'],
-                 rows), '',
+        md_table(['model', 'parameters', 'noise', 'adjusted eval loss', 'lr', 'steps',
+                  'sweep (lr: proxy adjusted loss)'], rows), '',
         f'Each sequence model: d_model {s["mixer_d_model"]}, batches of {s["mixer_batch"]} prompts, float32, '
         f'{s["mixer_budget_s"]:g} s of training (steps = budget / its calibrated step time), its own '
         f'learning-rate sweep on {s["sweep_prompts"]} separate prompts, {s["mixer_seeds"]} seeds; adjusted eval loss '
-        f'(the oracle\'s on the same prompts subtracted) on {s["mixer_eval_prompts"]} fresh prompts a noise setting.', '',
+        f'(the oracle\'s on the same prompts subtracted) on {s["mixer_eval_prompts"]} fresh prompts a noise '
+        'setting.', '',
         '### Where one step of gradient descent fails', '',
         md_table(['model (sigma = 0)', 'adjusted loss', 'R^2 y_i x_i (context, block 1)',
                   'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)'], drows), '',
-        'R^2: linear (ridge) probes of the trained models\' hidden states, fitted on 3/4 of the sweep prompts and '
-        'scored on the rest. "given y_i x_i": the same model with y_i x_i as extra input features, trained at the '
+        'R^2: linear (ridge) probes of the models\' hidden states, fitted on 3/4 of the sweep prompts and '
+        'scored on the rest ("at initialisation": before training, the same seeds). "given y_i x_i": the same '
+        'model with y_i x_i as extra input features, trained at the '
         'plain model\'s learning rate, 1 seed.'])
 
 
@@ -291,7 +306,8 @@ def plot_mixers(plan, lsa, path, s):
             style = ':' if key[2] else '-' if key[1] == min(s['mixer_layers']) else '--'
             ax.plot(xs, ys, style, color=f'C{MIXER_VARIANTS.index(key[0])}', lw=1 if key[2] else 1.5,
                     label=f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}')
-        for (L, p), style, label in (((1, 'diag'), (0, (5, 5)), 'one GD step (1L LSA)'), ((2, 'diag'), '-.', '2L DIAG')):
+        for (L, p), style, label in (((1, 'diag'), (0, (5, 5)), 'one GD step (1L LSA)'),
+                                     ((2, 'diag'), '-.', '2L DIAG')):
             if (L, p) in lsa and noise in lsa[(L, p)]:
                 ax.axhline(lsa[(L, p)][noise], color='k', ls=style, lw=1, label=label)
         ax.axhline(zero_loss(noise, s['curve_prompts'], 'curve'), color='grey', ls='-', lw=3, alpha=0.4,
