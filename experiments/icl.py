@@ -5,6 +5,7 @@
     python -m experiments.icl --ladder          # and the budget ladder of the verdicts that disagree
     python -m experiments.icl --quick --mixers --ladder   # every row and plot at a tiny budget (minutes)
     python -m experiments.icl --layers 1,2,3,4,5,6,7 --params diag --noise 0,3   # any grid of LSA models
+    python -m experiments.icl --speed           # the batched trainer against one model at a time (a minute)
 
 Reproduces Vladymyrov, von Oswald, Sandler, Ge, "Linear Transformers are Versatile In-Context
 Learners" (NeurIPS 2024, arXiv 2402.14180): a stack of linear self-attention (LSA) layers reads a
@@ -32,8 +33,8 @@ from checkpoint import check_folder_writable
 from experiments import icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, check_noise, fixed_prompts,
-                                    half_sq, implicit_weights, mean_loss, train_batched, y_scale)
-from experiments.runner import Runner, fmt_s, say
+                                    half_sq, implicit_weights, mean_loss, train, train_batched, y_scale)
+from experiments.runner import Runner, fmt_s, md_table, say
 
 
 # Budgets (docs/icl.md): the default run, and --quick. mixer_*: experiments/icl_mixers.py's.
@@ -131,10 +132,43 @@ def run_lsa(runner, out, groups, what):
     return jobs, results
 
 
+def speed(s, iters=300, noise='3', n_layer=7):
+    """Side by side on this machine, one thread: one noise column of `n_layer` DIAG (its s['seeds']
+    seeds, `iters` steps of s['batch_size'] prompts) trained one model at a time (regression.train,
+    the trainer of Table 1's first version) and as one batched program (train_batched) -> markdown
+    table (wall-clock s, prompts/s) and a line with the speed-up and the largest parameter
+    difference relative to the parameters' scale (float64 rounding: about 1e-10)."""
+    torch.set_num_threads(1)
+    seeds = list(range(s['seeds']))
+    one, many, warm = ([build(dict(param='diag', n_layer=n_layer, noise=noise, seed=k)) for k in seeds]
+                       for _ in range(3))
+    train(warm[0], noise, 3, s['batch_size'], s['lr'], 0)                    # first calls: not timed
+    train_batched(warm, [noise] * len(seeds), seeds, 3, s['batch_size'], s['lr'])
+    t0 = time.perf_counter()
+    for k, model in zip(seeds, one):
+        train(model, noise, iters, s['batch_size'], s['lr'], k)
+    t1 = time.perf_counter()
+    train_batched(many, [noise] * len(seeds), seeds, iters, s['batch_size'], s['lr'])
+    t2 = time.perf_counter()
+    a = torch.cat([p.flatten() for m in one for p in m.parameters()])
+    b = torch.cat([p.flatten() for m in many for p in m.parameters()])
+    prompts = len(seeds) * iters * s['batch_size']
+    rows = [[what, f'{t:.1f} s', f'{prompts / t:,.0f}'] for what, t in
+            (('one model at a time (`regression.train`)', t1 - t0),
+             ('all seeds as one program (`regression.train_batched`)', t2 - t1))]
+    return md_table(['trainer', 'wall-clock', 'prompts/s'], rows) + (
+        f'\n\n{n_layer}-layer DIAG, U(0,{noise}), {len(seeds)} seeds, {iters} steps of {s["batch_size"]} prompts, '
+        f'1 thread: '
+        f'{(t1 - t0) / (t2 - t1):.2f}x; largest parameter difference '
+        f'{((a - b).abs().max() / a.abs().max()).item():.1e} of their scale.')
+
+
 def parse_args(argv):
     """The command line -> argparse.Namespace with .s (the settings), .models, .noises, .out."""
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--quick', action='store_true', help='tiny budget: every row and plot in a few minutes')
+    p.add_argument('--speed', action='store_true',
+                   help='only time the batched LSA trainer against one model at a time')
     p.add_argument('--mixers', action='store_true', help="also the same prompts through mixer.py's sequence models")
     p.add_argument('--ladder', action='store_true', help='also the budget ladder of the verdicts that disagree')
     p.add_argument('--mixer_layers', default='2,4', help='depths of the sequence models')
@@ -226,6 +260,9 @@ def main(argv=None):
     with --mixers) and prints the report. Exits 2 on bad arguments, 1 if a job failed."""
     args = parse_args(argv)
     s, out = args.s, args.out
+    if args.speed:
+        print(speed(s, iters=30 if args.quick else 300))
+        return
     os.makedirs(out, exist_ok=True)
     os.environ['OMP_NUM_THREADS'] = str(args.threads)
     t0, runner = time.time(), Runner(out, args.workers, args.threads)

@@ -8,6 +8,7 @@ Part of the suite run by python test_mixer.py (or alone: python test_mixer.py te
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import unittest
@@ -203,6 +204,13 @@ class TestBatchedTraining(unittest.TestCase):
                         self.assertLess(((y - x).abs().max() / x.abs().max()).item(), 1e-8)
                     self.assertEqual([c[0] for c in f[0]], [c[0] for c in fb[0]])
                     np.testing.assert_allclose([c[1] for c in fb[0]], [c[1] for c in f[0]], rtol=1e-8)
+
+    def test_speed_times_both_trainers_on_the_same_models(self):
+        """--speed: a row a trainer, and the two trainers end at the same parameters."""
+        text = icl.speed(icl.SETTINGS['quick'], iters=5)
+        self.assertIn('| one model at a time', text)
+        self.assertIn('| all seeds as one program', text)
+        self.assertLess(float(re.search(r'largest parameter difference (\S+) of', text).group(1)), 1e-10)
 
     def test_batched_rollback_is_per_model(self):
         """A non-finite loss in one model restores that model's snapshot alone and halves its rate:
