@@ -58,15 +58,24 @@ def summarize(result, ci):
 
 
 class TimedResult(unittest.TextTestResult):
-    """A unittest result that also records each test's wall-clock seconds in .seconds {test id: s}."""
+    """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's
+    (its id), and the time between two classes' tests (the next class's setUpClass and the last
+    one's tearDownClass) as 'module.Class (class setup)'."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seconds, self._stop, self._cls = {}, time.perf_counter(), None
 
     def startTest(self, test):
-        self.seconds = getattr(self, 'seconds', {})
         self._t0 = time.perf_counter()
+        if type(test) is not self._cls:
+            self._cls = type(test)
+            self.seconds[f'{self._cls.__module__}.{self._cls.__name__} (class setup)'] = self._t0 - self._stop
         super().startTest(test)
 
     def stopTest(self, test):
-        self.seconds[test.id()] = time.perf_counter() - self._t0
+        self._stop = time.perf_counter()
+        self.seconds[test.id()] = self._stop - self._t0
         super().stopTest(test)
 
 
@@ -118,6 +127,20 @@ class TestRunner(unittest.TestCase):
         self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
         self.assertEqual([x.split()[-1] for x in lines[1:]], ['c', 'b'])
 
+    def test_class_setup_time_is_counted(self):
+        class Slow(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                time.sleep(0.2)
+
+            def test_a(self):
+                pass
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Slow)
+        with open(os.devnull, 'w') as devnull:
+            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
+        self.assertGreaterEqual(result.seconds[f'{__name__}.Slow (class setup)'], 0.2)
+        self.assertLess(result.seconds[next(k for k in result.seconds if k.endswith('test_a'))], 0.2)
+
 
 def main(argv):
     """Run the modules named in argv (default all) and this file's own tests -> exit code."""
@@ -135,7 +158,7 @@ def main(argv):
     if not argv:
         suite.addTests(loader.loadTestsFromTestCase(TestRunner))
     result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
-    print('\n'.join(slowest(getattr(result, 'seconds', {}))))
+    print('\n'.join(slowest(result.seconds)))
     code, line = summarize(result, ci=os.environ.get('CI', '').lower() == 'true')
     print(line)
     return code
