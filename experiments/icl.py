@@ -134,8 +134,9 @@ def run_lsa(runner, out, groups, what):
 
 def speed(s, iters=300, noise='3', n_layer=7):
     """Side by side on this machine, one thread: one noise column of `n_layer` DIAG (its s['seeds']
-    seeds, `iters` steps of s['batch_size'] prompts) trained one model at a time (regression.train,
-    the trainer of Table 1's first version) and as one batched program (train_batched) -> markdown
+    seeds, `iters` steps of s['batch_size'] prompts) trained one model at a time (regression.train:
+    the loop of Table 1's first version, with today's forward) and as one batched program
+    (train_batched) -> markdown
     table (wall-clock s, prompts/s) and a line with the speed-up and the largest parameter
     difference relative to the parameters' scale (float64 rounding: about 1e-10)."""
     torch.set_num_threads(1)
@@ -158,8 +159,7 @@ def speed(s, iters=300, noise='3', n_layer=7):
              ('all seeds as one program (`regression.train_batched`)', t2 - t1))]
     return md_table(['trainer', 'wall-clock', 'prompts/s'], rows) + (
         f'\n\n{n_layer}-layer DIAG, U(0,{noise}), {len(seeds)} seeds, {iters} steps of {s["batch_size"]} prompts, '
-        f'1 thread: '
-        f'{(t1 - t0) / (t2 - t1):.2f}x; largest parameter difference '
+        f'1 thread: {(t1 - t0) / (t2 - t1):.2f}x; largest parameter difference '
         f'{((a - b).abs().max() / a.abs().max()).item():.1e} of their scale.')
 
 

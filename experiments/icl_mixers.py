@@ -11,7 +11,8 @@ take the inner product with x_q (step 3). The diagnostic separates the three:
   probes    linear probes (ridge, fitted on 3/4 of the sweep prompts, R^2 on the rest) of each trained
             model's hidden states: y_i x_i at the context positions after block 1 (step 1), X^T y at
             the query after the last block (step 2); a model that holds X^T y at the query but does
-            not predict fails at step 3.
+            not predict fails at step 3. The same probes of the untrained models (same seeds) say
+            what random features already give.
 
 Protocol (the claims' at equal compute): each model's step time is calibrated in the pool it trains in
 (two runs at a time, one thread each); its step count is budget / step time; a learning-rate sweep
