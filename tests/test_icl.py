@@ -5,6 +5,7 @@ experiments/icl.py end to end.
 
 Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_icl).
 """
+import concurrent.futures
 import json
 import math
 import os
@@ -337,9 +338,11 @@ class TestCommandLine(unittest.TestCase):
         self.assertEqual(self.second.stdout, self.first.stdout)
 
     def test_bad_arguments_give_one_line_and_exit_2(self):
-        for args in (['--noise', '0,9x'], ['--params', 'dense'], ['--layers', 'two'], ['--iters', '0'],
-                     ['--noise', '=2'], ['--device', 'cuda']):
-            r = run('-m', 'experiments.icl', *args, '--out', self.out)
+        cases = (['--noise', '0,9x'], ['--params', 'dense'], ['--layers', 'two'], ['--iters', '0'],
+                 ['--noise', '=2'], ['--device', 'cuda'])
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda args: run('-m', 'experiments.icl', *args, '--out', self.out), cases))
+        for args, r in zip(cases, results):
             with self.subTest(args=args):
                 self.assertEqual(r.returncode, 2)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
