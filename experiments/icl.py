@@ -136,10 +136,19 @@ def speed(s, iters=300, noise='3', n_layer=7):
     """Side by side on this machine, one thread: one noise column of `n_layer` DIAG (its s['seeds']
     seeds, `iters` steps of s['batch_size'] prompts) trained one model at a time (regression.train:
     the loop of Table 1's first version, with today's forward) and as one batched program
-    (train_batched) -> markdown
-    table (wall-clock s, prompts/s) and a line with the speed-up and the largest parameter
-    difference relative to the parameters' scale (float64 rounding: about 1e-10)."""
+    (train_batched) -> markdown table (wall-clock s, prompts/s) and a line with the speed-up and
+    the largest parameter difference relative to the parameters' scale (float64 rounding: about
+    1e-10). The caller's torch thread count is restored afterwards."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        return _speed(s, iters, noise, n_layer)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _speed(s, iters, noise, n_layer):
+    """speed()'s measurement, on the current thread count."""
     seeds = list(range(s['seeds']))
     one, many, warm = ([build(dict(param='diag', n_layer=n_layer, noise=noise, seed=k)) for k in seeds]
                        for _ in range(3))

@@ -99,6 +99,12 @@ def diagnose(model, prompts):
             'sum_first': probe_r2(hs[0][:, -1], xty), 'sum_last': probe_r2(hs[-1][:, -1], xty)}
 
 
+def initialised(variant, n_layer, d_model, products, seed):
+    """A SequenceRegressor as every run starts it: initialised from torch.manual_seed(seed)."""
+    torch.manual_seed(seed)
+    return SequenceRegressor(variant, n_layer, d_model, products)
+
+
 def seq_job(spec, run_dir=None):
     """Runner job of one sequence model. spec: 'variant', 'n_layer', 'd_model', 'products', 'noise',
     'seed', 'batch_size', and either 'calibrate' (steps to time) -> {'rc', 's_per_step', 'line'}, or
@@ -106,8 +112,7 @@ def seq_job(spec, run_dir=None):
     'curve_prompts' -> {'rc', 'line', 'seconds', 'params', 'curve' [(step, train loss, adjusted loss
     on curve_prompts)], 'sweep', 'eval' (adjusted losses: mean 0.5 (y_hat - y_q)^2 minus the
     oracle's on the same prompts), 'probes' (diagnose on the sweep prompts)}."""
-    torch.manual_seed(spec['seed'])
-    model = SequenceRegressor(spec['variant'], spec['n_layer'], spec['d_model'], spec['products'])
+    model = initialised(spec['variant'], spec['n_layer'], spec['d_model'], spec['products'], spec['seed'])
     t0 = time.time()
     if 'calibrate' in spec:                    # 3 warm-up steps, then the timed ones
         train(model, spec['noise'], 3, spec['batch_size'], 1e-3, spec['seed'])
@@ -229,12 +234,6 @@ def stat(xs):
     return f'{m:.4g} +- {(max(xs) - min(xs)) / 2:.2g}' if len(xs) > 1 else f'{m:.4g}'
 
 
-def untrained(s, key, seed):
-    """The sequence model of key (variant, n_layer, products) as seq_job initialises it for seed."""
-    torch.manual_seed(seed)
-    return SequenceRegressor(key[0], key[1], s['mixer_d_model'], key[2]).eval()
-
-
 def mixer_report(plan, lsa, s):
     """The mixers' table (adjusted eval loss, mean +- half range over seeds, chosen lr, steps, the
     lrs swept), the reference lines, and the diagnostic table -> markdown text. lsa: {(L, param):
@@ -263,7 +262,8 @@ def mixer_report(plan, lsa, s):
         drows.append((2 * key[2], f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}', stat([r['eval'] for r in runs]),
                       *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
         if not key[2]:                         # the same probes before training: what random features give
-            pr = [diagnose(untrained(s, key, seed), fixed_prompts(noise, s['sweep_prompts'], 'sweep'))
+            sweep = fixed_prompts(noise, s['sweep_prompts'], 'sweep')
+            pr = [diagnose(initialised(key[0], key[1], s['mixer_d_model'], key[2], seed).eval(), sweep)
                   for seed in range(len(runs))]
             drows.append((1, f'{key[1]}L {key[0]} at initialisation', '',
                           *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
