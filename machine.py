@@ -84,24 +84,47 @@ NOMINAL_PEAK = {
 }
 
 
-def measure_matmul_flops(device='cpu', dtype=torch.float32, n=1024, seconds=1.0):
-    """Measured dense matmul throughput of this machine, FLOP/s (float): the best of
-    repeated n x n x n products of `dtype` on `device` over about `seconds`."""
+def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0):
+    """Measured dense matmul throughput of this machine, FLOP/s (float): the best batch of 4
+    n x n x n products of `dtype` on `device` over about `seconds`, after 3 warm-up products.
+    n defaults to 8192 on CUDA and 1024 on the CPU. A GPU is measured as GPUs are: products large
+    enough to fill it, timed by CUDA events around the queued work. (1024^3 bf16 products timed by
+    the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at about 790: an MFU
+    against that low peak read 195%.)"""
+    cuda = torch.device(device).type == 'cuda'
+    n = n or (8192 if cuda else 1024)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    sync = (lambda: torch.cuda.synchronize(device)) if str(device).startswith('cuda') else (lambda: None)
-    for _ in range(2):
+    for _ in range(3):
         a @ b
+    if cuda:
+        torch.cuda.synchronize(device)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     best = 0.0
     start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        sync()
+    while time.perf_counter() - start < seconds or best == 0.0:
+        if cuda:
+            begin.record()
         t = time.perf_counter()
         for _ in range(4):
             a @ b
-        sync()
-        best = max(best, 4 * 2 * n ** 3 / (time.perf_counter() - t))
+        if cuda:
+            end.record()
+            end.synchronize()
+            elapsed = begin.elapsed_time(end) / 1e3          # ms -> s, the GPU's own clock
+        else:
+            elapsed = time.perf_counter() - t
+        best = max(best, 4 * 2 * n ** 3 / elapsed)
     return best
+
+
+def fmt_mfu(mfu):
+    """An MFU (achieved FLOP/s over a peak, float) as '43.9%'. Above 1 the peak is wrong (below
+    what the model achieved: e.g. a GPU measured with products too small to fill it), and it
+    reads 'n/a (peak below the achieved rate)' instead of a number over 100%; None reads 'n/a'."""
+    if mfu is None:
+        return 'n/a'
+    return f'{100 * mfu:.1f}%' if mfu <= 1 else 'n/a (peak below the achieved rate)'
 
 
 def nominal_peak(device):
@@ -126,9 +149,16 @@ def peak_flops(device, dtype):
 
 # Settings that change speed, never results, tuned per device type (bench.py's "Token-mixing paths"
 # table measures them): the Toeplitz mixing's FFT threshold and the recurrent mixing's and linear
-# attention's chunk. Measured on the CPU (2 cores); the CUDA values are the CPU's until a GPU run
-# measures them (python -m experiments.gpu_check).
-DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=256, chunk_size=256)}
+# attention's chunk. CPU: measured on 2 cores (docs/performance.md). CUDA: measured on one H200
+# (docs/performance.md, "On a GPU"; batch 32, d_model 1024, 4 heads, bf16, forward + backward):
+# - the Toeplitz FFT beat the T x T matrix from T = 128 on (128: 1.02 against 1.65 ms; 512: 1.86
+#   against 12.90; at 64 the two were even, 1.28 against 1.23): the FFT from 128;
+# - the recurrent mixing in one chunk beat chunks of 256 at every length measured (512: 1.72 against
+#   2.81 ms; 2048: 6.48 against 10.57; 8192: 41.6 against 68.6), and at 4096 chunks of 2048 were as
+#   fast as one chunk (15.58 against 15.59): chunks of 2048, one chunk for every training length up
+#   to 2048. Not longer: linear attention shares chunk_size, and its chunk holds a [B, H, C, C]
+#   product, which at C = 8192 is naive attention's memory.
+DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=128, chunk_size=2048)}
 
 
 # ----------------------------------------------------------------------------- device and processes
@@ -137,7 +167,10 @@ def setup_device(cfg):
     """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is
     started here, NCCL on CUDA, gloo on CPU) and the precision of train.py's settings
     cfg -> SimpleNamespace(dev, cuda, ddp, rank, world, local, master, dtype ('float32' |
-    'bfloat16'), autocast context). An unavailable device: one-line error, exit 2."""
+    'bfloat16'), autocast context). dev always names its GPU ('cuda:N'): a bare 'cuda' or 'auto' on a
+    CUDA machine is the current device (cuda:0 unless CUDA_VISIBLE_DEVICES or the caller chose
+    another), under torchrun cuda:LOCAL_RANK; CUDA calls that want an index (torch.cuda.set_device)
+    get one. An unavailable device: one-line error, exit 2."""
     ddp = int(os.environ.get('RANK', -1)) != -1
     dev = cfg['device']
     if dev == 'auto':
@@ -160,8 +193,13 @@ def setup_device(cfg):
             torch.cuda.set_device(dev)
         dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo',
                                 timeout=datetime.timedelta(seconds=cfg.get('ddp_timeout', 300)))
-    elif kind == 'cuda':               # cuda:N without torchrun: make N the current device, or every
-        try:                           # argument-less call (synchronize, the caches) would use GPU 0
+    elif kind == 'cuda':
+        # Without torchrun: make the device current, or every argument-less call (synchronize, the
+        # caches) would use GPU 0. A bare 'cuda' (so also 'auto') is the current device, named with its
+        # index: torch.cuda.set_device refuses a device without one.
+        if torch.device(dev).index is None:
+            dev = f'cuda:{torch.cuda.current_device()}'
+        try:
             torch.cuda.set_device(dev)
         except (RuntimeError, ValueError) as e:
             fail(f'device {dev}: {str(e).splitlines()[0]}')

@@ -220,11 +220,15 @@ class ToeplitzMixing(HeadMixing):
         if use_fft is None:
             use_fft = state is None and T >= self.fft_threshold
         if use_fft:
+            # The transformed axis last and contiguous, the layout cuFFT computes in: torch.compile
+            # traces the FFTs' output strides, and with the length axis at dim 2 the traced strides
+            # were not the ones CUDA returns (inductor failed 'stride 1==8 at dim=2' on an H200).
             assert pos == 0, 'the FFT path computes a whole sequence'
             n = 2 * T
-            zf = torch.fft.rfft(z.float(), n=n, dim=2)                   # [B, H, n/2+1, e]
-            wf = torch.fft.rfft(self.w[:, :T].float(), n=n, dim=1)        # [H, n/2+1]
-            y = torch.fft.irfft(zf * wf[:, :, None], n=n, dim=2)[:, :, :T].to(z.dtype)
+            zf = torch.fft.rfft(rearrange(z.float(), 'b h t e -> b h e t').contiguous(), n=n)   # [B, H, e, n/2+1]
+            wf = torch.fft.rfft(self.w[:, :T].float(), n=n)                                      # [H, n/2+1]
+            y = torch.fft.irfft(zf * wf[:, None], n=n)[..., :T]                                  # [B, H, e, T]
+            y = rearrange(y, 'b h e t -> b h t e').to(z.dtype)
         else:
             y = mix_tokens(self.matrix(slice(pos, pos + T), pos + T), z)
         return y + self.c[:, pos:pos + T]

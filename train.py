@@ -446,16 +446,23 @@ def log_train(run, loss, lr, steps, clock):
     tok_s = tokens_per_step(cfg, env) / (ms / 1000)
     rec = {'event': 'train', 'step': run.step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
            'tokens_per_s': tok_s, 'mfu': run.flops * tok_s / env.world / run.peak}
+    if run.intervals_logged:           # the first interval holds the warm-up (compilation, allocator, autotune)
+        run.steady_steps, run.steady_seconds = run.steady_steps + steps, run.steady_seconds + clock.interval
+    run.intervals_logged += 1
     if env.master:
         print(f'step {run.step:5d}/{cfg["max_iters"]} | loss {rec["loss"]:.4f} | lr {lr:.2e} | {ms:.1f} ms/step | '
-              f'{tok_s:,.0f} tok/s | MFU {100 * rec["mfu"]:.1f}% | '
+              f'{tok_s:,.0f} tok/s | MFU {machine.fmt_mfu(rec["mfu"])} | '
               f'ETA {clock.eta(run.step - run.start_step, cfg["max_iters"] - run.step)}', flush=True)
     write_log(run, rec)
 
 
 def log_summary(run, clock, t_wall):
     """The 'summary' event and line: final and best validation loss (nats/token, bits per
-    byte), steps, tokens and epochs, wall and training time, tokens/s, MFU."""
+    byte), steps, tokens and epochs, wall and training time; tokens/s and MFU over the whole
+    training time (tokens_per_s, mfu) and steady (steady_tokens_per_s, steady_mfu: the logged
+    intervals after the first, whose warm-up, e.g. torch.compile's, they leave out, as nanoGPT's
+    running MFU does; None before a second interval); on CUDA the peak memory the run's tensors
+    took (peak_memory_gib, torch.cuda.max_memory_allocated, GiB)."""
     cfg, env, step = run.cfg, run.env, run.step
     if run.last_ev is None or run.last_ev['step'] != step:       # e.g. resumed past its max_iters
         run.last_ev = {'step': step, **evaluate_splits(run.raw_model, run.train_data, run.val_data, cfg, env.dev,
@@ -463,19 +470,25 @@ def log_summary(run, clock, t_wall):
         run.best_val = min(run.best_val, run.last_ev['val_loss'])
     ev, tokens_seen = run.last_ev, step * tokens_per_step(cfg, env)
     tok_s = (step - run.start_step) * tokens_per_step(cfg, env) / clock.total if clock.total > 0 else 0.0
+    steady = run.steady_steps * tokens_per_step(cfg, env) / run.steady_seconds if run.steady_seconds > 0 else None
+    mfu_of = lambda t: None if t is None else run.flops * t / env.world / run.peak      # noqa: E731
     summary = {'event': 'summary', 'final_val_loss': ev['val_loss'], 'final_val_bpb': ev['val_bpb'],
                'final_val_acc': ev['val_acc'], 'best_val_loss': run.best_val, 'step': step,
                'tokens_seen': tokens_seen, 'epochs': tokens_seen / len(run.train_data),
                'train_seconds': clock.total, 'wall_seconds': time.perf_counter() - t_wall,
-               'tokens_per_s': tok_s, 'mfu': run.flops * tok_s / env.world / run.peak,
+               'tokens_per_s': tok_s, 'mfu': mfu_of(tok_s), 'steady_tokens_per_s': steady,
+               'steady_mfu': mfu_of(steady),
+               'peak_memory_gib': torch.cuda.max_memory_allocated(env.dev) / 2 ** 30 if env.cuda else None,
                **({'final_train_windows_loss': ev['train_windows_loss']} if cfg['eval_train'] else {})}
     write_log(run, summary)
+    speed = (f'steady {steady:,.0f} tok/s, MFU {machine.fmt_mfu(summary["steady_mfu"])} (logged steps after the '
+             f'first interval); ' if steady else '') + f'whole run {tok_s:,.0f} tok/s, MFU {machine.fmt_mfu(summary["mfu"])}'
+    memory = f' | peak GPU memory {summary["peak_memory_gib"]:.1f} GiB' if env.cuda else ''
     print(f'summary: final val loss {summary["final_val_loss"]:.4f} nats/token '
           f'({summary["final_val_bpb"]:.4f} bits/byte, acc {summary["final_val_acc"]:.3f}), '
           f'best {run.best_val:.4f} | {step} steps, {tokens_seen:,} tokens = {summary["epochs"]:.2f} epochs | '
-          f'wall {machine.hms(summary["wall_seconds"])}, training {machine.hms(clock.total)}, {tok_s:,.0f} tok/s, '
-          f'MFU {100 * summary["mfu"]:.1f}% | checkpoint '
-          f'{run.ckpt_path if run.saved_step is not None else "none"}', flush=True)
+          f'wall {machine.hms(summary["wall_seconds"])}, training {machine.hms(clock.total)} | {speed}{memory} | '
+          f'checkpoint {run.ckpt_path if run.saved_step is not None else "none"}', flush=True)
 
 
 # ----------------------------------------------------------------------------- main
@@ -556,7 +569,7 @@ def main(argv):
     except checkpoint.CheckpointError as e:
         fail(str(e))
     run.__dict__.update(ckpt_path=ckpt_path, log=log, train_data=train_data, val_data=val_data, last_ev=None,
-                        start_step=run.step, lock=lock)      # the lock lives as long as the run
+                        start_step=run.step, lock=lock, intervals_logged=0, steady_steps=0, steady_seconds=0.0)      # the lock lives as long as the run
     clock = machine.Clock(env.cuda)
     code = 0
     try:

@@ -6,11 +6,10 @@
 # Reported: eval loss 1.59 against the transformer's 1.61 in the paper's hybrid
 # comparison (the best of its TinyStories models).
 # Same data, tokens per step and steps as config/mixer_gpu.py and transformer_gpu.py.
-# For one 80 GB GPU (H100): the whole 65 k-token step in one micro-batch of 128 windows, compiled.
-# Estimated, not yet measured on a GPU: bf16 activations of about 40 d_model bytes a token a
-# layer (the flat mixer at d_model 1024: ~21 GB for 65 k tokens over 8 layers), the logits and
-# their fp32 gradient (~2.7 GB) and 16 bytes a parameter for weights, gradients and AdamW (~1 GB)
-# fit with room; on a smaller card lower batch_size and raise grad_accum (same tokens per step).
+# The whole 65 k-token step in one micro-batch of 128 windows, compiled. Measured on one H200
+# (docs/performance.md, "On a GPU"): 13.2 GiB of GPU memory at its peak (max_memory_allocated, bf16),
+# 100 steps. On a card without room for it, lower batch_size and raise grad_accum (the same tokens
+# per step).
 variant = 'hybrid'
 d_model = 512
 n_layer = 8

@@ -7,11 +7,10 @@
 # one GPU: about 70 M parameters; bf16 (dtype 'auto' on CUDA); 128 windows of 512
 # tokens = 65 k tokens per step, 20 k steps = about 1.3 B tokens (3 epochs).
 # The learning rate setting is this repository's (config/tinystories_cpu.py), not the paper's.
-# For one 80 GB GPU (H100): the whole 65 k-token step in one micro-batch of 128 windows, compiled.
-# Estimated, not yet measured on a GPU: bf16 activations of about 40 d_model bytes a token a
-# layer (the flat mixer at d_model 1024: ~21 GB for 65 k tokens over 8 layers), the logits and
-# their fp32 gradient (~2.7 GB) and 16 bytes a parameter for weights, gradients and AdamW (~1 GB)
-# fit with room; on a smaller card lower batch_size and raise grad_accum (same tokens per step).
+# The whole 65 k-token step in one micro-batch of 128 windows, compiled. Measured on one H200
+# (docs/performance.md, "On a GPU"): 17.1 GiB of GPU memory at its peak (max_memory_allocated, bf16),
+# 100 steps. On a card without room for it, lower batch_size and raise grad_accum (the same tokens
+# per step).
 variant = 'flat'
 d_model = 1024
 n_layer = 8

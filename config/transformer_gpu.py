@@ -3,11 +3,10 @@
 # 8 layers, 4 heads (RoPE, SwiGLU, RMSNorm: mixer.py's 'transformer'), lr 5e-3, n_ctx 512.
 # Reported: eval loss 1.71 after 12 h on one RTX 3060 (the flat mixer: 1.89).
 # Same data, tokens per step and steps as config/mixer_gpu.py, so the two compare.
-# For one 80 GB GPU (H100): the whole 65 k-token step in one micro-batch of 128 windows, compiled.
-# Estimated, not yet measured on a GPU: bf16 activations of about 40 d_model bytes a token a
-# layer (the flat mixer at d_model 1024: ~21 GB for 65 k tokens over 8 layers), the logits and
-# their fp32 gradient (~2.7 GB) and 16 bytes a parameter for weights, gradients and AdamW (~1 GB)
-# fit with room; on a smaller card lower batch_size and raise grad_accum (same tokens per step).
+# The whole 65 k-token step in one micro-batch of 128 windows, compiled. Measured on one H200
+# (docs/performance.md, "On a GPU"): 12.6 GiB of GPU memory at its peak (max_memory_allocated, bf16),
+# 100 steps. On a card without room for it, lower batch_size and raise grad_accum (the same tokens
+# per step).
 variant = 'transformer'
 d_model = 512
 n_layer = 8

@@ -45,7 +45,7 @@ import torch
 import decode
 import machine
 import mixer
-from experiments.runner import ROOT
+from experiments.runner import ROOT, md_row, md_table
 
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode')
 MEM_VARIANTS = ('flat', 'multihead', 'kernel', 'expanded', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent',
@@ -60,12 +60,6 @@ QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1,
 def log(msg):
     """Progress line to stderr (stdout stays clean markdown)."""
     print(msg, file=sys.stderr, flush=True)
-
-
-def md_table(header, rows):
-    """Markdown table (str) of a header list and rows of cells."""
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
-    return '\n'.join(lines + ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows])
 
 
 def fmt_bytes(nbytes):
@@ -112,13 +106,15 @@ def machine_line(args):
 def bench_peak(args):
     """Measured (and nominal, on known GPUs) matmul peak, FLOP/s -> dict."""
     dtype = torch.bfloat16 if args.dtype == 'bf16' else torch.float32
-    measured = machine.measure_matmul_flops(args.device, dtype, n=512 if args.quick else 1024,
-                                          seconds=0.1 if args.quick else 0.5)
+    n = 512 if args.quick else None                          # None: machine's size for the device
+    measured = machine.measure_matmul_flops(args.device, dtype, n=n, seconds=0.1 if args.quick else 0.5)
     peak = dict(measured=measured, nominal=machine.nominal_peak(args.device))
     rows = [[f'measured {args.dtype} matmul', f'{measured / 1e9:.1f}']]
     if peak['nominal']:
         rows.append(['nominal bf16 dense (datasheet)', f'{peak["nominal"] / 1e9:.1f}'])
-    print('## Peak of the machine\n\n_Best of repeated n x n matmuls (torch), GFLOP/s._\n')
+    size = n or (8192 if args.device.type == 'cuda' else 1024)
+    print(f'## Peak of the machine\n\n_Best batch of 4 products {size} x {size} x {size} (torch) after 3 warm-up '
+          f'products{", timed by CUDA events" if args.device.type == "cuda" else ""}, GFLOP/s._\n')
     print(md_table(['peak', 'GFLOP/s'], rows) + '\n')
     return peak
 
@@ -166,8 +162,11 @@ def bench_train(args, peak):
     base = results['transformer'][2] if 'transformer' in results else None
     rows = []
     for name, (params, ms, tok_s, flops) in results.items():
-        row = [name, f'{params / 1e6:.2f}M', f'{ms:.1f}', f'{tok_s:.0f}', f'{100 * flops / peak["measured"]:.1f}%']
-        row += [f'{100 * flops / peak["nominal"]:.2f}%'] if peak['nominal'] else []
+        row = [name, f'{params / 1e6:.2f}M', f'{ms:.1f}', f'{tok_s:.0f}', machine.fmt_mfu(flops / peak['measured'])]
+        row += [machine.fmt_mfu(flops / peak['nominal'])] if peak['nominal'] else []
+        if flops > peak['measured']:
+            log(f'error: {name} achieved {flops / 1e9:.0f} GFLOP/s, above the measured peak '
+                f'{peak["measured"] / 1e9:.0f}: the peak measurement is wrong, MFU not reported')
         row += [f'{tok_s / base:.2f}x' if base else '-']
         if args.compile:
             c_ms, c_s = compiled[name]
@@ -267,10 +266,18 @@ def mem_child(args):
 
 
 def bench_memory(args):
-    """Print peak memory vs context length, one fresh subprocess per variant."""
+    """Print peak memory vs context length, one fresh subprocess per variant, each row as soon
+    as its variant is measured."""
     lengths = sorted(args.mem_lengths)
     budget = args.mem_budget_gb * 2**30
-    rows = []
+    method = ('torch.cuda.max_memory_allocated() - memory_allocated() before the step' if args.device.type == 'cuda'
+              else 'peak resident set (VmHWM, reset before the step) - resident set before the step')
+    what = 'one mixer.Block (no embedding or head)' if args.mem_scope == 'block' else f'n_layer {args.mem_n_layer}'
+    print(f'## Memory vs context length\n\n_One forward + backward, batch {args.mem_batch}, d_model {args.mem_d_model}, '
+          f'{what}, n_ctx = T, {args.dtype}. Cell: step MiB + model MiB; step = {method}, '
+          f'i.e. activations, gradients and temporaries; model = parameters + buffers. One fresh process per '
+          f'variant. "over budget": estimated above --mem_budget_gb {args.mem_budget_gb:.3g}, not run._\n')
+    print(md_table(['variant'] + [f'T={T}' for T in lengths], []), flush=True)
     for name in args.mem_variants:
         cells = {T: 'over budget' for T in lengths if mem_estimate(name, T, args) > budget}
         run = [T for T in lengths if T not in cells]
@@ -287,15 +294,8 @@ def bench_memory(args):
             log(proc.stderr[-2000:])
         for T in run:       # a child killed by the OS (e.g. the OOM killer) leaves cells unreported
             cells.setdefault(T, 'OOM' if proc.returncode < 0 else 'error')
-        rows.append([name] + [cells[T] for T in lengths])
-    method = ('torch.cuda.max_memory_allocated() - memory_allocated() before the step' if args.device.type == 'cuda'
-              else 'peak resident set (VmHWM, reset before the step) - resident set before the step')
-    what = 'one mixer.Block (no embedding or head)' if args.mem_scope == 'block' else f'n_layer {args.mem_n_layer}'
-    print(f'## Memory vs context length\n\n_One forward + backward, batch {args.mem_batch}, d_model {args.mem_d_model}, '
-          f'{what}, n_ctx = T, {args.dtype}. Cell: step MiB + model MiB; step = {method}, '
-          f'i.e. activations, gradients and temporaries; model = parameters + buffers. One fresh process per '
-          f'variant. "over budget": estimated above --mem_budget_gb {args.mem_budget_gb:.3g}, not run._\n')
-    print(md_table(['variant'] + [f'T={T}' for T in lengths], rows) + '\n')
+        print(md_row([name] + [cells[T] for T in lengths]), flush=True)
+    print()
 
 
 # ----------------------------------------------------------------------------- 4. generation
@@ -369,26 +369,31 @@ def time_mix(layer, z, args, **kw):
     return statistics.median(times[args.warmup:])
 
 
+PATH_CHUNKS = (2048, 256)      # the recurrent chunks timed beside one chunk (DEVICE_TUNING's candidates)
+
+
 def bench_paths(args):
     """Print ms of one forward + backward of a token mixing alone, per length T, for
     the two Toeplitz paths (materialised matrix, FFT) and the recurrent mixing in
-    one chunk (the whole T x T matrix) or in chunks of 256: the measurements behind
-    ModelConfig.fft_threshold and ModelConfig.chunk_size."""
-    rows = []
+    one chunk (the whole T x T matrix) or in chunks of PATH_CHUNKS ('-' where a chunk
+    is the whole sequence): the measurements behind machine.DEVICE_TUNING's
+    fft_threshold and chunk_size. Rows print as they are measured."""
+    print(f'## Token-mixing paths\n\n_One forward + backward of the token mixing alone, batch {args.batch_size}, '
+          f'd_model {args.d_model}, 4 heads, {args.dtype}; median ms. fft_threshold (machine.DEVICE_TUNING: '
+          f'{machine.DEVICE_TUNING[args.device.type]["fft_threshold"]} on {args.device.type}) switches the Toeplitz '
+          f'mixing to the FFT; chunk_size ({machine.DEVICE_TUNING[args.device.type]["chunk_size"]}) is the '
+          f'recurrent chunk._\n')
+    print(md_table(['T', 'Toeplitz matrix', 'Toeplitz FFT', 'recurrent, one chunk']
+                   + [f'recurrent, chunks of {c}' for c in PATH_CHUNKS], []), flush=True)
     for T in args.path_lengths:
         z = torch.randn(args.batch_size, 4, T, args.d_model // 4, device=args.device, requires_grad=True)
         toeplitz = mixer.ToeplitzMixing(T, args.d_model, n_head=4).to(args.device)
         ms = [time_mix(toeplitz, z, args, use_fft=False), time_mix(toeplitz, z, args, use_fft=True)]
-        for chunk in (T, 256):
-            ms.append(time_mix(mixer.RecurrentMixing(T, args.d_model, 4, chunk_size=chunk).to(args.device), z, args))
-        rows.append([T] + [f'{m:.2f}' for m in ms])
-        log(f'paths: T={T}')
-    print(f'## Token-mixing paths\n\n_One forward + backward of the token mixing alone, batch {args.batch_size}, '
-          f'd_model {args.d_model}, 4 heads, {args.dtype}; median ms. ModelConfig.fft_threshold (default '
-          f'{mixer.ModelConfig.fft_threshold}) switches the Toeplitz mixing to the FFT; ModelConfig.chunk_size '
-          f'(default {mixer.ModelConfig.chunk_size}) is the recurrent chunk._\n')
-    print(md_table(['T', 'Toeplitz matrix', 'Toeplitz FFT', 'recurrent, one chunk', 'recurrent, chunks of 256'],
-                   rows) + '\n')
+        for chunk in (T, *PATH_CHUNKS):
+            ms.append(None if chunk > T or (chunk == T and len(ms) > 2) else
+                      time_mix(mixer.RecurrentMixing(T, args.d_model, 4, chunk_size=chunk).to(args.device), z, args))
+        print(md_row([T] + ['-' if m is None else f'{m:.2f}' for m in ms]), flush=True)
+    print()
 
 
 # ----------------------------------------------------------------------------- 6. decode step
@@ -428,9 +433,18 @@ def decode_ms(step, prompt, n_new, wait=lambda: None):
 
 def bench_decode(args):
     """Print the decode-step table: eager decode, static step eager and compiled,
-    against the weight-read limit, per variant and size (d_model x n_layer)."""
+    against the weight-read limit, per variant and size (d_model x n_layer). Each row is
+    printed (and flushed) as soon as it is measured: a run cut short keeps its rows."""
     bandwidth = copy_bandwidth(args.device)
-    rows = []
+    print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; median ms/token over '
+          f'{args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt. Weight-read limit = '
+          f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
+          f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: '
+          f'LanguageModel.decode with decode.Cache; static: decode.StaticDecoder (caches at n_ctx, one graph '
+          f'for every position), eager and torch.compile\'d (inductor); compiles: graphs compiled for all the '
+          f'tokens._\n')
+    print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms', 'static ms',
+                    'compiled ms', 'compiled / limit', 'compile s', 'compiles'], []), flush=True)
     for d_model, n_layer in args.decode_sizes:
         for name in args.decode_variants:
             log(f'decode: {name}, d_model {d_model}, n_layer {n_layer}')
@@ -450,18 +464,10 @@ def bench_decode(args):
                 compile_s = time.perf_counter() - t0
                 dec.reset()
                 compiled = decode_ms(dec.step, prompt, args.decode_tokens, wait)
-            rows.append([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
-                         f'{limit:.3f}', f'{eager:.3f}', f'{static:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
-                         f'{compile_s:.0f}', dec.compiles])
-    print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; median ms/token over '
-          f'{args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt. Weight-read limit = '
-          f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
-          f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: '
-          f'LanguageModel.decode with decode.Cache; static: decode.StaticDecoder (caches at n_ctx, one graph '
-          f'for every position), eager and torch.compile\'d (inductor); compiles: graphs compiled for all the '
-          f'tokens._\n')
-    print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms', 'static ms',
-                    'compiled ms', 'compiled / limit', 'compile s', 'compiles'], rows) + '\n')
+            print(md_row([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
+                          f'{limit:.3f}', f'{eager:.3f}', f'{static:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
+                          f'{compile_s:.0f}', dec.compiles]), flush=True)
+    print()
 
 
 # ----------------------------------------------------------------------------- main
@@ -585,7 +591,7 @@ def main(argv=None):
         machine.keep_freed_memory()   # as train.py does (the memory table's children do not)
     start = time.perf_counter()
     print(f'# bench.py\n\n{machine_line(args)}\n')
-    peak = bench_peak(args)
+    peak = bench_peak(args) if 'train' in args.tables else None      # what the training table's MFU is against
     for name, bench in (('train', lambda: bench_train(args, peak)), ('memory', lambda: bench_memory(args)),
                         ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args)),
                         ('decode', lambda: bench_decode(args))):

@@ -1,37 +1,243 @@
-"""The first run on a GPU: everything the CUDA path does, in one command, into one folder.
+"""A GPU session in one command: everything the CUDA path does, in at most 8 minutes, into one folder.
 
     python -m experiments.gpu_check                                   # data/tinystories, out/gpu_check
     python -m experiments.gpu_check --text_dir ../shared/data/tinystories --out out/gpu_check
 
-On a machine with one CUDA GPU, in about 10 minutes, with only the repository and the
-TinyStories text beside it, it runs in turn (each step with its own time limit; a step
-that fails is reported and the next one runs):
-  1. the suite's GPU-able tests on CUDA (MIXER_TEST_DEVICE=cuda: every kind's causality and
-     cached and static decoding under bf16 autocast, tolerance 4 bf16 ulps of the logits'
-     scale; the compiled paths; the CUDA-path tests);
-  2. the CPU config, then config/mixer_gpu.py and config/transformer_gpu.py, a few hundred steps
-     each, eager and compiled (tokens/s and MFU against the GPU's nominal peak, from the logs);
-  3. an exact resume: N steps straight against N/2, stop, resume to N (the same final loss);
-  4. torchrun --nproc_per_node=1 (NCCL);
-  5. bench.py's tables: training throughput and MFU, memory against n_ctx up to 16384, decode
-     against the weight-read limit at the measured bandwidth, the token-mixing paths (the
-     fft_threshold and chunk_size to put in machine.DEVICE_TUNING['cuda']).
-Output: OUT/report.md (a summary line a step and the tables) and every step's console in
-OUT/<step>.txt. Without a GPU it says so in one line and exits 2.
+On a machine with one CUDA GPU, with only the repository and the TinyStories text beside it
+(or its prepared data), it runs three phases. Every step has its own time limit and none
+outlasts --budget_s (default 480 s) from the start: a step with no time left is reported
+as skipped. A step that fails or times out is reported and the next one runs.
+  1. correctness, side by side (nothing here is timed): the GPU tests in two processes (test_compile
+     with MIXER_TEST_DEVICE=cuda: bf16 causality and decoding on CUDA, the compiled paths on this
+     machine's torch; test_gpu_path's device setup, Toeplitz FFT layout and the refusal with the
+     GPU hidden: the rest of test_gpu_path is CPU-only and runs in the suite); an exact resume (40
+     steps straight against 20, stop, resume to 40: the same final loss); torchrun
+     --nproc_per_node=1 (NCCL); and bench.py's memory table (each process's own allocator peak,
+     which work beside it does not change);
+  2. the README's GPU commands, one at a time: config/mixer_gpu.py, transformer_gpu.py and
+     hybrid_gpu.py as they are (compiled, bf16, their micro-batch) for a short run each: steady
+     tokens/s and MFU against the GPU's nominal peak, and the peak GPU memory the run took
+     (torch.cuda.max_memory_allocated: the configs' micro-batch is estimated for an 80 GB card);
+  3. bench.py's timing tables, one at a time: training throughput (eager and compiled), the
+     token-mixing paths (behind machine.DEVICE_TUNING['cuda']) and decode.
+Output: OUT/report.md, rewritten after every step (a summary row a step, then each finished
+table), and every step's console in OUT/<step>.txt. Without a GPU it says so in one line and
+exits 2; it exits 1 if any step failed, timed out or was skipped.
 """
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import torch
 
+import machine
+from checkpoint import write_atomic
 from experiments.runner import ROOT, fmt_s, md_table, say
 
-TRAIN_STEPS = 300
+BUDGET_S = 480                 # the whole check, so that it fits a 15-minute GPU loan with the start-up
+
+# The sizes of a check: a GPU's, and the CPU's tiny ones with which the suite runs every step's command
+# line (tests/test_gpu_path.py), so that a bad command line fails on the CPU, not in a GPU loan.
+GPU = dict(config_steps=100, log_interval=25, resume_steps=40,
+           tests=[['tests.test_compile.TestCompile'],            # about 200 s in one process on an H200: two
+                  ['tests.test_compile.TestBF16', 'tests.test_compile.TestStaticDecode',   # processes side by side
+                   'tests.test_gpu_path.TestDevice', 'tests.test_gpu_path.TestToeplitzFFT',
+                   'tests.test_gpu_path.TestGPUCheck.test_refuses_without_a_gpu_in_one_line']],
+           train_extra=[],
+           bench_train=['--variants', 'flat,toeplitz,recurrent,transformer', '--compile', '--d_model', '1024',
+                        '--n_layer', '8', '--n_ctx', '512', '--batch_size', '32', '--warmup', '2', '--steps', '10'],
+           bench_paths=['--d_model', '1024', '--batch_size', '32', '--warmup', '1', '--steps', '5',
+                        '--path_lengths', '128,256,512,1024,2048,4096'],
+           bench_decode=['--decode_variants', 'flat,transformer', '--decode_sizes', '1024x8', '--decode_n_ctx', '512',
+                         '--decode_tokens', '64'],
+           bench_memory=['--mem_scope', 'block', '--mem_batch', '8', '--mem_d_model', '128', '--mem_variants',
+                         'flat,toeplitz,recurrent,transformer,linear_attention', '--mem_lengths', '2048,8192,16384'])
+TINY = dict(config_steps=4, log_interval=1, resume_steps=4,
+            tests=[['tests.test_sample.TestSample.test_sample_bad_inputs']],
+            train_extra=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=2', '--grad_accum=1',
+                         '--eval_windows=2', '--compile=False'],
+            bench_train=['--quick', '--variants', 'flat,transformer'], bench_paths=['--quick'],
+            bench_decode=['--quick'], bench_memory=['--quick', '--mem_variants', 'flat'])
+
+
+@dataclass
+class Step:
+    """One command of the check: `python argv...` from the repository root, console to
+    OUT/name.txt (and stdout alone to OUT/name.md when `table`), at most limit_s seconds."""
+    name: str
+    what: str                        # the report row's label
+    argv: list
+    limit_s: int
+    env: dict = field(default_factory=dict)
+    run_dir: str = None              # a train.py run whose log gives the numbers
+    table: bool = False              # a bench.py table: its markdown goes into the report
+
+
+class Check:
+    """The check's state: its steps' rows and tables, the deadline, and the report written
+    after every step."""
+
+    def __init__(self, out, machine_line, budget_s):
+        self.out, self.machine_line, self.t0 = out, machine_line, time.time()
+        self.deadline = self.t0 + budget_s
+        self.rows, self.tables, self.lock = [], [], threading.Lock()
+
+    def run(self, s):
+        """Run step s, or skip it when the budget is spent; adds its row."""
+        left = self.deadline - time.time()
+        if left < 5:
+            self.add(s.what, 'SKIPPED (out of time)', '-', '-')
+            return
+        limit = min(s.limit_s, left)
+        t0 = time.time()
+        console, md = (os.path.join(self.out, f'{s.name}.{x}') for x in ('txt', 'md'))
+        with open(console, 'w') as log, open(md if s.table else os.devnull, 'w') as table:
+            # a session of its own, so that a step stopped at its limit (or by Ctrl-C) takes its
+            # children with it: torchrun's ranks, bench's memory cells
+            p = subprocess.Popen([sys.executable, *s.argv], cwd=ROOT, stdout=table if s.table else log,
+                                 stderr=log if s.table else subprocess.STDOUT, env={**os.environ, **s.env},
+                                 start_new_session=True)
+            try:
+                rc = p.wait(timeout=limit)
+                status = 'ok' if rc == 0 else f'FAILED (exit {rc})'
+            except subprocess.TimeoutExpired:
+                status = f'TIMEOUT ({fmt_s(limit)})'
+            finally:
+                if p.poll() is None or status.startswith('TIMEOUT'):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+        self.record(s, status, time.time() - t0)
+
+    def record(self, s, status, seconds):
+        """Add the row of step s, which ran: a training run's numbers (when it ended), the tests' last
+        line, a table's rows (as far as it got)."""
+        numbers = '-'
+        if s.run_dir and status == 'ok':
+            numbers = describe_run(s.run_dir)
+        elif s.name.startswith('tests'):                 # unittest's last line: 'OK' or 'FAILED (failures=1)'
+            lines = open(os.path.join(self.out, f'{s.name}.txt')).read().strip().splitlines()
+            numbers = next((l for l in reversed(lines) if l.startswith(('Ran ', 'OK', 'FAILED'))), '-')
+        if s.table and os.path.isfile(os.path.join(self.out, f'{s.name}.md')):
+            text = open(os.path.join(self.out, f'{s.name}.md')).read()
+            body = text[text.find('## '):] if '## ' in text else ''
+            if body.strip():
+                self.tables.append(body.strip() + ('' if status == 'ok' else f'\n\n_({s.name}: {status}; the rows '
+                                                                              'above are what it measured)_'))
+                numbers = 'below'
+        self.add(s.what, status, fmt_s(seconds), numbers)
+
+    def add(self, what, status, time_text, numbers):
+        """Add a row to the report and rewrite OUT/report.md."""
+        with self.lock:                                # steps of phase 1 finish side by side
+            self.rows.append([what, status, time_text, numbers])
+            say(f'  {what}: {status} in {time_text}')
+            write_atomic(os.path.join(self.out, 'report.md'), self.report())
+
+    def report(self):
+        ok = sum(r[1] == 'ok' for r in self.rows)
+        return '\n'.join([f'# GPU check\n\n{self.machine_line}; {fmt_s(time.time() - self.t0)} so far, {ok} of '
+                          f'{len(self.rows)} steps ok.\n', md_table(['step', 'result', 'time', 'numbers'], self.rows),
+                          '', *[t + '\n' for t in self.tables]])
+
+
+def summary_of(run_dir):
+    """The 'summary' event of a train.py run's log (dict), or None."""
+    path = os.path.join(run_dir, 'log.jsonl')
+    if not os.path.isfile(path):
+        return None
+    s = [json.loads(line) for line in open(path) if '"summary"' in line]
+    return s[-1] if s else None
+
+
+def describe_run(run_dir):
+    """'val loss 2.95, 957,481 tokens/s steady, MFU 43.9%, peak memory 21.3 GiB' of a run, or '-'."""
+    s = summary_of(run_dir)
+    if s is None:
+        return '-'
+    tok_s, mfu = s.get('steady_tokens_per_s') or s['tokens_per_s'], s.get('steady_mfu') or s['mfu']
+    which = 'steady' if s.get('steady_tokens_per_s') else 'whole run'
+    mem = f', peak GPU memory {s["peak_memory_gib"]:.1f} GiB' if s.get('peak_memory_gib') is not None else ''
+    return f'val loss {s["final_val_loss"]:.4f}, {tok_s:,.0f} tokens/s {which}, MFU {machine.fmt_mfu(mfu)}{mem}'
+
+
+def plan(data, out, device, sizes):
+    """The check's phases -> (correctness: chains of steps run side by side, each chain in order;
+    configs: steps one at a time; tables: steps one at a time)."""
+    z = sizes
+    n, half = z['resume_steps'], z['resume_steps'] // 2
+    base = ['train.py', 'config/tinystories_cpu.py', f'--data_dir={data}', f'--device={device}',
+            f'--eval_interval={half}', '--eval_windows=16', f'--log_interval={max(1, n // 4)}', *z['train_extra']]
+    straight, split, ddp = (os.path.join(out, n) for n in ('resume_straight', 'resume_split', 'torchrun_nccl'))
+    bench = ['-m', 'experiments.bench', '--device', device]
+    correctness = [
+        [Step(f'tests{i + 1}', f'tests, MIXER_TEST_DEVICE={device}: {", ".join(names)}', ['-m', 'unittest', *names],
+              240, env={'MIXER_TEST_DEVICE': device})] for i, names in enumerate(z['tests'])] + [
+        [Step('bench_memory', 'bench: memory against n_ctx (allocator peaks: side by side is fair)',
+              [*bench, '--tables', 'memory', *z['bench_memory']], 120, table=True)],
+        [Step('resume_straight', f'{n} steps straight', [*base, f'--out_dir={straight}', '--overwrite=True',
+                                                         f'--max_iters={n}'], 120, run_dir=straight)],
+        [Step('resume_first_half', f'{half} steps, stopped', [*base, f'--out_dir={split}', '--overwrite=True',
+                                                              f'--max_iters={half}'], 120),
+         Step('resume_second_half', f'resumed to {n} steps', [*base, f'--out_dir={split}', '--init_from=resume',
+                                                              f'--max_iters={n}'], 120, run_dir=split)],
+        [Step('torchrun', f'torchrun --nproc_per_node=1 ({"NCCL" if device == "cuda" else "gloo"})',
+              ['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=1', *base, f'--out_dir={ddp}',
+               '--overwrite=True', f'--max_iters={n}'], 150, run_dir=ddp)]]
+    n = z['config_steps']
+    configs = [Step(f'train_{c}', f'python train.py config/{c}.py ({n} steps)',
+                    ['train.py', f'config/{c}.py', f'--data_dir={data}', f'--out_dir={os.path.join(out, c)}',
+                     '--overwrite=True', f'--device={device}', f'--max_iters={n}', f'--eval_interval={n}',
+                     '--eval_windows=32', f'--log_interval={z["log_interval"]}', *z['train_extra']], 90,
+                    run_dir=os.path.join(out, c))
+               for c in ('mixer_gpu', 'transformer_gpu', 'hybrid_gpu')]
+    tables = [Step('bench_train', 'bench: training throughput', [*bench, '--tables', 'train', *z['bench_train']], 150,
+                   table=True),
+              Step('bench_paths', 'bench: token-mixing paths', [*bench, '--tables', 'paths', *z['bench_paths']], 90,
+                   table=True),
+              Step('bench_decode', 'bench: decode step', [*bench, '--tables', 'decode', *z['bench_decode']], 90,
+                   table=True)]
+    return correctness, configs, tables
+
+
+def run_check(data, out, device='cuda', sizes=GPU, budget_s=BUDGET_S, machine_line=None):
+    """Run every step of plan() into `out` -> the Check (its rows: [what, status, time, numbers]).
+    device 'cpu' with sizes=TINY runs every command line on the CPU in about a minute (the suite)."""
+    check = Check(out, machine_line or f'device {device}', budget_s)
+    correctness, configs, tables = plan(data, out, device, sizes)
+    with ThreadPoolExecutor(len(correctness)) as pool:               # nothing here is timed: side by side
+        list(pool.map(lambda chain: [check.run(s) for s in chain], correctness))
+    a, b = (summary_of(os.path.join(out, n)) for n in ('resume_straight', 'resume_split'))
+    a, b = (s and s['final_val_loss'] for s in (a, b))
+    same = a is not None and b is not None and abs(a - b) <= 1e-4 * abs(a)
+    check.add('the resumed run ends at the straight run\'s loss', 'ok' if same else 'FAILED', '-', f'{a} vs {b}')
+    for s in configs + tables:                                       # timed: one at a time
+        check.run(s)
+    return check
+
+
+def prepare(args, out):
+    """The data dir: --data_dir if prepared, else prepared from --text_dir into OUT/data (exit 2 if
+    that fails)."""
+    if os.path.isfile(os.path.join(args.data_dir, 'meta.json')):
+        return os.path.abspath(args.data_dir)
+    data = os.path.join(out, 'data')
+    r = subprocess.run([sys.executable, 'data/prepare.py', '--train', os.path.join(args.text_dir, 'train.txt'),
+                        '--valid', os.path.join(args.text_dir, 'valid.txt'), '--out', data], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        fail(f'no prepared data in {args.data_dir}, and preparing {args.text_dir} failed: '
+             f'{(r.stderr.strip().splitlines() or ["?"])[-1]}')
+    return data
 
 
 def fail(msg):
@@ -40,83 +246,17 @@ def fail(msg):
     sys.exit(2)
 
 
-def step(out, name, args, limit_s, env=None):
-    """Run `python args...` from the repository root, console to OUT/name.txt, at most limit_s
-    seconds -> (ok: bool, seconds, console text)."""
-    t0 = time.time()
-    path = os.path.join(out, f'{name}.txt')
-    try:
-        with open(path, 'w') as f:
-            rc = subprocess.run([sys.executable, *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                timeout=limit_s, env={**os.environ, **(env or {})}).returncode
-    except subprocess.TimeoutExpired:
-        rc = 'timeout'
-    text = open(path).read()
-    say(f'  {name}: {"ok" if rc == 0 else f"FAILED ({rc})"} in {fmt_s(time.time() - t0)}')
-    return rc == 0, time.time() - t0, text
-
-
-def summary_of(out_dir):
-    """(final val loss, tokens/s, MFU) from a train.py run's log, or Nones."""
-    path = os.path.join(out_dir, 'log.jsonl')
-    if not os.path.isfile(path):
-        return None, None, None
-    s = [json.loads(l) for l in open(path) if '"summary"' in l]
-    return (s[-1]['final_val_loss'], s[-1]['tokens_per_s'], s[-1]['mfu']) if s else (None, None, None)
-
-
-def prepare(args, out, rows):
-    """The data dir: --data_dir if prepared, else prepared from --text_dir into OUT/data."""
-    if os.path.isfile(os.path.join(args.data_dir, 'meta.json')):
-        return os.path.abspath(args.data_dir)
-    data = os.path.join(out, 'data')
-    ok, s, _ = step(out, 'prepare', ['data/prepare.py', '--train', os.path.join(args.text_dir, 'train.txt'),
-                                     '--valid', os.path.join(args.text_dir, 'valid.txt'), '--out', data], 300)
-    rows.append(['prepare the data', 'ok' if ok else 'FAILED', fmt_s(s), data])
-    return data
-
-
-def train_runs(args, out, data, rows):
-    """Step 2: the three configs, eager and compiled, TRAIN_STEPS steps each."""
-    for config in ('tinystories_cpu', 'mixer_gpu', 'transformer_gpu'):
-        for compiled in (False, True):
-            name = f'train_{config}_{"compiled" if compiled else "eager"}'
-            run_dir = os.path.join(out, name)
-            ok, s, _ = step(out, name, ['train.py', f'config/{config}.py', f'--data_dir={data}',
-                                        f'--out_dir={run_dir}', '--overwrite=True', '--device=cuda',
-                                        f'--max_iters={TRAIN_STEPS}', f'--eval_interval={TRAIN_STEPS}',
-                                        '--eval_windows=32', '--log_interval=25', f'--compile={compiled}'], 240)
-            loss, tok_s, mfu = summary_of(run_dir)
-            rows.append([name, 'ok' if ok else 'FAILED', fmt_s(s), f'val loss {loss:.4f}, {tok_s:,.0f} tokens/s, '
-                         f'MFU {100 * mfu:.1f}% (nominal peak)' if loss is not None else '-'])
-
-
-def resume_and_ddp(args, out, data, rows):
-    """Steps 3 and 4: an exact resume, and torchrun with one NCCL process."""
-    base = ['train.py', 'config/tinystories_cpu.py', f'--data_dir={data}', '--device=cuda', '--eval_interval=20',
-            '--eval_windows=16', '--log_interval=10']
-    straight, split = os.path.join(out, 'resume_straight'), os.path.join(out, 'resume_split')
-    ok1 = step(out, 'resume_straight', [*base, f'--out_dir={straight}', '--overwrite=True', '--max_iters=40'], 120)[0]
-    ok2 = step(out, 'resume_first_half', [*base, f'--out_dir={split}', '--overwrite=True', '--max_iters=20'], 120)[0]
-    ok3 = step(out, 'resume_second_half', [*base, f'--out_dir={split}', '--init_from=resume', '--max_iters=40'], 120)[0]
-    a, b = summary_of(straight)[0], summary_of(split)[0]
-    same = a is not None and b is not None and abs(a - b) <= 1e-4 * abs(a)
-    rows.append(['resume equals the straight run', 'ok' if ok1 and ok2 and ok3 and same else 'FAILED', '-',
-                 f'{a} vs {b}'])
-    ddp = os.path.join(out, 'torchrun_nccl')
-    ok, s, _ = step(out, 'torchrun_nccl', ['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=1',
-                                           *base, f'--out_dir={ddp}', '--overwrite=True', '--max_iters=40'], 180)
-    rows.append(['torchrun --nproc_per_node=1 (NCCL)', 'ok' if ok else 'FAILED', fmt_s(s),
-                 f'val loss {summary_of(ddp)[0]}'])
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--data_dir', default=os.path.join('data', 'tinystories'), help='prepared data, if there is one')
     p.add_argument('--text_dir', default=os.path.join('..', 'shared', 'data', 'tinystories'),
                    help='train.txt and valid.txt, prepared into OUT/data when --data_dir has no meta.json')
     p.add_argument('--out', default=os.path.join('out', 'gpu_check'), help='output folder')
-    return p.parse_args(argv)
+    p.add_argument('--budget_s', type=int, default=BUDGET_S, help='the whole check\'s time limit, seconds')
+    args = p.parse_args(argv)
+    if args.budget_s < 60:
+        p.error(f'--budget_s must be at least 60, got {args.budget_s}')
+    return args
 
 
 def main(argv=None):
@@ -128,31 +268,15 @@ def main(argv=None):
         os.makedirs(out, exist_ok=True)
     except OSError as e:
         fail(f'cannot write {out} ({e})')
-    t0, rows = time.time(), []
     machine_line = (f'{torch.cuda.get_device_name()}; torch {torch.__version__}, CUDA {torch.version.cuda}, '
                     f'cuDNN {torch.backends.cudnn.version()}')
-    say(f'gpu_check on {machine_line}; output in {out}')
-    ok, s, text = step(out, 'tests', ['test_mixer.py', 'test_compile', 'test_gpu_path', 'test_model'], 300,
-                       env={'MIXER_TEST_DEVICE': 'cuda'})
-    rows.append(['tests on CUDA (bf16 causality and decoding, compiled paths)', 'ok' if ok else 'FAILED', fmt_s(s),
-                 text.strip().splitlines()[-1] if text.strip() else '-'])
-    data = prepare(args, out, rows)
-    train_runs(args, out, data, rows)
-    resume_and_ddp(args, out, data, rows)
-    ok, s, bench_md = step(out, 'bench', [
-        '-m', 'experiments.bench', '--device', 'cuda', '--compile', '--tables', 'train,memory,decode,paths',
-        '--variants', 'flat,toeplitz,recurrent,transformer', '--d_model', '1024', '--n_layer', '8', '--n_ctx', '512',
-        '--batch_size', '32', '--mem_lengths', '1024,2048,4096,8192,16384', '--mem_batch', '8', '--mem_scope', 'block',
-        '--decode_sizes', '512x8,1024x8', '--path_lengths', '256,512,1024,2048,4096,8192'], 420)
-    rows.append(['bench tables', 'ok' if ok else 'FAILED', fmt_s(s), 'below'])
-    bench_md = bench_md[bench_md.find('# bench.py'):] if '# bench.py' in bench_md else bench_md[-3000:]
-    report = '\n'.join([f'# GPU check\n\n{machine_line}; {fmt_s(time.time() - t0)} in all.\n',
-                        md_table(['step', 'result', 'time', 'numbers'], rows), '', bench_md])
-    with open(os.path.join(out, 'report.md'), 'w') as f:
-        f.write(report)
-    print(report)
-    say(f'gpu_check: done in {fmt_s(time.time() - t0)}; report in {os.path.join(out, "report.md")}')
-    sys.exit(0 if all(r[1] == 'ok' for r in rows) else 1)
+    say(f'gpu_check on {machine_line}; at most {fmt_s(args.budget_s)}; output in {out}')
+    check = run_check(prepare(args, out), out, 'cuda', GPU, args.budget_s, machine_line)
+    ok = sum(r[1] == 'ok' for r in check.rows)
+    print(check.report())
+    say(f'gpu_check: {ok} of {len(check.rows)} steps ok in {fmt_s(time.time() - check.t0)}; report in '
+        f'{os.path.join(out, "report.md")}')
+    sys.exit(0 if ok == len(check.rows) else 1)
 
 
 if __name__ == '__main__':

@@ -318,7 +318,12 @@ def fmt_s(s):
     return f'{s / 60:.1f} min' if s >= 90 else f'{s:.0f} s'
 
 
+def md_row(cells):
+    """One markdown table line of a list of cells (a table printed a row at a time keeps its
+    rows when the run is cut short)."""
+    return '| ' + ' | '.join(map(str, cells)) + ' |'
+
+
 def md_table(header, rows):
     """A markdown table of a header and rows (lists of cells)."""
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-    return '\n'.join(lines + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows])
+    return '\n'.join([md_row(header), '|' + '---|' * len(header)] + [md_row(r) for r in rows])

@@ -7,10 +7,18 @@
 - the static decode step copies nothing from the host a token, marks its caches static (CUDA graphs),
   and bench.py's decode columns wait for the device before reading the clock;
 - fft_threshold and chunk_size come from the device's tuning and may change on resume;
-- the GPU check refuses a machine without a GPU in one line.
+- --device=cuda and --device=auto start train.py on a CUDA machine (a mocked CUDA that keeps
+  torch.cuda.set_device's own index check: the real one refuses a bare 'cuda');
+- the Toeplitz FFT transforms its last, contiguous axis (the layout whose traced strides are CUDA's);
+- bench never prints an MFU above 100%, and prints its decode and paths rows as it measures them;
+- train.py's summary gives the steady tokens/s and MFU beside the whole run's;
+- the GPU check refuses a machine without a GPU in one line (and the test cannot start a real
+  check), and its whole step list runs on the CPU at tiny sizes within its time limits.
 (A NaN on one of two DDP ranks stopping both: tests/test_faults_outputs.py. The GPU configs: test_scale.)
 """
 
+import contextlib
+import io
 import os
 import tempfile
 import unittest
@@ -24,8 +32,32 @@ import decode
 import machine
 import mixer
 import train
-from experiments import bench
+from experiments import bench, gpu_check
 from tests.common import TINY, prepared_data, read_log, run, tiny_model
+
+
+def checked_set_device(chosen):
+    """A stand-in for torch.cuda.set_device that keeps the real one's argument check (a device
+    without an index is refused: ValueError) and records the device it was given in `chosen`."""
+    def set_device(device):
+        torch.cuda._utils._get_device_index(device, optional=False)
+        chosen.append(device)
+    return set_device
+
+
+@contextlib.contextmanager
+def mocked_cuda(chosen):
+    """CUDA that is 'available' with one GPU (bf16 capable), the current device 0, and a checked
+    set_device; torchrun's variables removed."""
+    with mock.patch('torch.cuda.is_available', return_value=True), \
+            mock.patch('torch.cuda.device_count', return_value=1), \
+            mock.patch('torch.cuda.current_device', return_value=0), \
+            mock.patch('torch.cuda.is_bf16_supported', return_value=True), \
+            mock.patch('torch.cuda.set_device', side_effect=checked_set_device(chosen)), \
+            mock.patch.dict(os.environ, {}, clear=False):
+        for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'):
+            os.environ.pop(k, None)
+        yield
 
 
 class TestMixingMemory(unittest.TestCase):
@@ -67,17 +99,39 @@ class TestPeak(unittest.TestCase):
         self.assertIn('NVIDIA H100 PCIe', what)
 
 
+class Started(Exception):
+    """Raised where train.main would build the model: the device setup is over."""
+
+
 class TestDevice(unittest.TestCase):
+
+    def test_the_mock_refuses_what_torch_refuses(self):
+        with self.assertRaisesRegex(ValueError, 'specified index'):
+            checked_set_device([])('cuda')
+        checked_set_device(chosen := [])('cuda:0')
+        self.assertEqual(chosen, ['cuda:0'])
 
     def test_cuda_n_without_torchrun_becomes_the_current_device(self):
         chosen = []
-        with mock.patch('torch.cuda.is_available', return_value=True), \
-                mock.patch('torch.cuda.set_device', side_effect=chosen.append), \
-                mock.patch.dict(os.environ, {}, clear=False):
-            os.environ.pop('RANK', None)
+        with mocked_cuda(chosen):
             env = machine.setup_device({'device': 'cuda:1', 'dtype': 'float32'})
         self.assertEqual(chosen, ['cuda:1'])
         self.assertEqual(env.dev, 'cuda:1')
+
+    def test_cuda_and_auto_start_train_py_on_the_current_gpu(self):
+        """train.main with --device=cuda and the default --device=auto on a (mocked) CUDA machine
+        gets past the device setup with cuda:0, the current device, where the real set_device
+        refused 'cuda' and every GPU run stopped at start (the first H200 run)."""
+        for device in ('cuda', 'auto'):
+            chosen, seen = [], []
+            with self.subTest(device=device), mocked_cuda(chosen), \
+                    mock.patch.object(train, 'build_run', side_effect=lambda cfg, ckpt, env, meta:
+                                      seen.append(env) or (_ for _ in ()).throw(Started())):
+                with self.assertRaises(Started):
+                    train.main([f'--data_dir={prepared_data()}', f'--out_dir={tempfile.mkdtemp()}',
+                                f'--device={device}'])
+                self.assertEqual(chosen, ['cuda:0'])
+                self.assertEqual((seen[0].dev, seen[0].cuda, seen[0].dtype), ('cuda:0', True, 'bfloat16'))
 
     def test_an_unknown_device_is_one_line(self):
         r = run('train.py', f'--data_dir={prepared_data()}', '--device=tpu', f'--out_dir={tempfile.mkdtemp()}')
@@ -163,14 +217,121 @@ class TestDeviceTuning(unittest.TestCase):
         self.assertIn('cannot change on resume', r.stderr)
 
 
+class TestToeplitzFFT(unittest.TestCase):
+
+    def test_the_fft_transforms_a_contiguous_last_axis(self):
+        """Every FFT of the Toeplitz mixing runs over the last axis of a contiguous tensor: the
+        layout whose strides torch.compile traces as CUDA returns them (over dim 2 of [B, H, T, e],
+        inductor on an H200 failed 'stride 1==8 at dim=2' in aten._fft_r2c)."""
+        layer = mixer.ToeplitzMixing(24, 32, n_head=4, fft_threshold=16)
+        z = torch.randn(2, 4, 24, 8)
+        calls, real = [], {f: getattr(torch.fft, f) for f in ('rfft', 'irfft')}
+
+        def spy(name):
+            def fft(x, n=None, dim=-1, **kw):
+                calls.append((name, dim in (-1, x.dim() - 1), x.is_contiguous()))
+                return real[name](x, n=n, dim=dim, **kw)
+            return fft
+        with mock.patch('torch.fft.rfft', spy('rfft')), mock.patch('torch.fft.irfft', spy('irfft')):
+            y = layer.mix(z, use_fft=True)
+        self.assertEqual(sorted(c[0] for c in calls), ['irfft', 'rfft', 'rfft'])
+        self.assertTrue(all(last and contiguous for _, last, contiguous in calls), calls)
+        torch.testing.assert_close(y, layer.mix(z, use_fft=False), atol=1e-5, rtol=1e-5)
+
+
+class TestReportedSpeed(unittest.TestCase):
+
+    def test_no_mfu_above_100_percent(self):
+        self.assertEqual(machine.fmt_mfu(0.439), '43.9%')
+        self.assertEqual(machine.fmt_mfu(1.0), '100.0%')
+        self.assertNotIn('%', machine.fmt_mfu(1.95))
+        args = bench.parse_args(['--quick', '--variants', 'flat', '--device', 'cpu'])
+        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+            bench.bench_train(args, {'measured': 1e3, 'nominal': None})       # a peak far below any model
+        row = next(l for l in out.getvalue().splitlines() if l.startswith('| flat'))
+        self.assertIn('n/a (peak below the achieved rate)', row)
+        self.assertNotRegex(row, r'\d%')
+        self.assertIn('peak measurement is wrong', err.getvalue())
+
+    def test_decode_rows_print_as_they_are_measured(self):
+        """A decode table cut short (here: its second model fails to build) has printed the rows
+        it measured."""
+        args = bench.parse_args(['--quick', '--decode_variants', 'flat,transformer', '--device', 'cpu'])
+        built = []
+        real_build = bench.build
+
+        def build(name, a, **sizes):
+            built.append(name)
+            if name == 'transformer':
+                raise KeyboardInterrupt
+            return real_build(name, a, **sizes)
+        with mock.patch.object(bench, 'build', build), contextlib.redirect_stdout(io.StringIO()) as out, \
+                contextlib.redirect_stderr(io.StringIO()):
+            with self.assertRaises(KeyboardInterrupt):
+                bench.bench_decode(args)
+        self.assertEqual(built, ['flat', 'transformer'])
+        self.assertTrue(any(l.startswith('| flat | 64 x 2') for l in out.getvalue().splitlines()), out.getvalue())
+
+    def test_summary_gives_the_steady_rate_beside_the_whole_run(self):
+        """steady_tokens_per_s is the rate of the logged intervals after the first (which holds the
+        warm-up); tokens_per_s stays the whole run's."""
+        out = tempfile.mkdtemp()
+        with contextlib.redirect_stdout(io.StringIO()) as console:
+            train.main([f'--data_dir={prepared_data()}', f'--out_dir={out}', '--d_model=32', '--n_layer=1',
+                        '--n_ctx=32', '--batch_size=4', '--max_iters=6', '--eval_interval=6', '--eval_windows=2',
+                        '--log_interval=2', '--device=cpu'])
+        log = read_log(out)
+        trains, (summary,) = [e for e in log if e['event'] == 'train'], [e for e in log if e['event'] == 'summary']
+        tokens = 2 * summary['tokens_seen'] // summary['step']   # tokens a logged interval of 2 steps
+        steady = 2 * tokens / sum(tokens / e['tokens_per_s'] for e in trains[1:])
+        self.assertEqual(len(trains), 3)
+        self.assertAlmostEqual(summary['steady_tokens_per_s'], steady, delta=1e-6 * steady)
+        self.assertAlmostEqual(summary['steady_mfu'] / summary['mfu'],
+                               summary['steady_tokens_per_s'] / summary['tokens_per_s'], places=9)
+        self.assertIsNone(summary['peak_memory_gib'])           # CPU: no GPU memory to report
+        self.assertIn(f'steady {steady:,.0f} tok/s', console.getvalue())
+
+
 class TestGPUCheck(unittest.TestCase):
 
     def test_refuses_without_a_gpu_in_one_line(self):
-        r = run('-m', 'experiments.gpu_check', '--out', tempfile.mkdtemp())
+        """With the GPUs hidden, so that on a GPU machine (gpu_check's own tests step) this test cannot
+        start a second, real check."""
+        r = run('-m', 'experiments.gpu_check', '--out', tempfile.mkdtemp(),
+                env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''})
         self.assertEqual(r.returncode, 2)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertIn('no GPU', r.stderr)
         self.assertNotIn('Traceback', r.stderr)
+
+    def test_a_failed_timed_out_or_late_step_is_a_row_and_the_report_is_written_as_it_goes(self):
+        out = tempfile.mkdtemp()
+        check = gpu_check.Check(out, 'test machine', budget_s=60)
+        check.run(gpu_check.Step('fails', 'a failing step', ['-c', 'import sys; sys.exit(3)'], 30))
+        self.assertIn('FAILED (exit 3)', open(os.path.join(out, 'report.md')).read())
+        check.run(gpu_check.Step('sleeps', 'a slow step', ['-c', 'import time; time.sleep(30)'], 1))
+        check.deadline = 0                                       # the budget is spent
+        check.run(gpu_check.Step('late', 'a late step', ['-c', 'pass'], 30))
+        self.assertEqual([r[1] for r in check.rows], ['FAILED (exit 3)', 'TIMEOUT (1 s)', 'SKIPPED (out of time)'])
+        self.assertIn('0 of 3 steps ok', open(os.path.join(out, 'report.md')).read())
+
+    def test_every_step_runs_on_the_cpu_at_tiny_sizes(self):
+        """The GPU's step list with the device swapped for the CPU and tiny sizes: every command
+        line is right (each step ok), the resumed run ends where the straight one does, every
+        training step's numbers and every table reach the report."""
+        out = tempfile.mkdtemp()
+        check = gpu_check.run_check(prepared_data(), out, 'cpu', gpu_check.TINY, budget_s=400)
+        correctness, configs, tables = gpu_check.plan(prepared_data(), out, 'cpu', gpu_check.TINY)
+        steps = [s for chain in correctness for s in chain] + configs + tables
+        self.assertEqual(len(check.rows), len(steps) + 1)                   # + the resume comparison
+        self.assertEqual([r for r in check.rows if r[1] != 'ok'], [])
+        for s in steps:
+            row = next(r for r in check.rows if r[0] == s.what)
+            if s.run_dir:
+                self.assertIn('tokens/s steady', row[3], row)
+        report = open(os.path.join(out, 'report.md')).read()
+        for title in ('Training throughput', 'Token-mixing paths', 'Decode step', 'Memory vs context length'):
+            self.assertIn(f'## {title}', report)
 
 
 if __name__ == '__main__':

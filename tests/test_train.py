@@ -24,7 +24,8 @@ from tests.common import ROOT, prepared_data, read_log, run
 
 TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
 SUMMARY_KEYS = {'event', 'final_val_loss', 'final_val_bpb', 'final_val_acc', 'best_val_loss', 'step', 'tokens_seen',
-                'epochs', 'train_seconds', 'wall_seconds', 'tokens_per_s', 'mfu'}
+                'epochs', 'train_seconds', 'wall_seconds', 'tokens_per_s', 'mfu', 'steady_tokens_per_s', 'steady_mfu',
+                'peak_memory_gib'}
 
 
 def train(*args):
