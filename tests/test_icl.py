@@ -6,7 +6,6 @@ experiments/icl.py end to end.
 
 Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_icl).
 """
-import concurrent.futures
 import contextlib
 import io
 import json
@@ -26,6 +25,19 @@ from experiments import regression as reg
 from tests.common import cached_results, run
 
 D = reg.D_X + 1
+THREADS = []
+
+
+def setUpModule():
+    """One torch thread for this module's in-process training: on 2 cores that other work shares, two
+    threads made the small float64 steps of TestBatchedTraining and TestTraining 4 to 10 times slower
+    (measured: 75 and 181 s against 20 and 16 s). The thread count is the caller's again afterwards."""
+    THREADS.append(torch.get_num_threads())
+    torch.set_num_threads(1)
+
+
+def tearDownModule():
+    torch.set_num_threads(THREADS.pop())
 NOISE = ('0', '5', 'c13')       # the end-to-end run: every row, three columns (the mixers' two among them)
 
 
@@ -288,6 +300,18 @@ class TestMixerDiagnostic(unittest.TestCase):
         self.assertLess(r['sum_last'], 0.5)
 
 
+def assert_one_line_exit_2(test, cases, out):
+    """icl.parse_args on each case (with --out out) exits 2 with one line 'icl.py: error: ...' on stderr."""
+    for args in cases:
+        with test.subTest(args=args):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), test.assertRaises(SystemExit) as e:
+                icl.parse_args([*args, '--out', out])
+            test.assertEqual(e.exception.code, 2, args)
+            test.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
+            test.assertTrue(err.getvalue().startswith('icl.py: error:'), err.getvalue())
+
+
 def ladder_spec(rung, prev=None, seed=0):
     """A tiny rung of the mixers' ladder (d_model 8, 8 prompts a step, 1x = 20 steps)."""
     return dict(variant='flat', n_layer=2, d_model=8, noise='0', seed=seed, batch_size=8, lr=3e-3, base=20, warmup=2,
@@ -359,15 +383,10 @@ class TestMixerLadder(unittest.TestCase):
 
 
     def test_bad_mixer_ladder_arguments_give_one_line_and_exit_2(self):
-        """The same through icl.parse_args in this process (the checks run before anything starts)."""
-        for args in (['--mixer_ladder', '--mixer_rungs', '2,4'], ['--mixer_ladder', '--mixer_rates', '0,1e-3'],
-                     ['--mixer_ladder', '--docs', 'README.md'], ['--docs', 'docs/icl.md'], ['--mixer_ladder', '--mixers']):
-            err = io.StringIO()
-            with self.subTest(args=args), contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as e:
-                icl.parse_args([*args, '--out', self.tmp])
-            self.assertEqual(e.exception.code, 2)
-            self.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
-            self.assertTrue(err.getvalue().startswith('icl.py: error:'))
+        """Checked by icl.parse_args before anything starts (here in this process)."""
+        assert_one_line_exit_2(self, [['--mixer_ladder', '--mixer_rungs', '2,4'],
+                                      ['--mixer_ladder', '--mixer_rates', '0,1e-3'], ['--mixer_ladder', '--docs', 'README.md'],
+                                      ['--docs', 'docs/icl.md'], ['--mixer_ladder', '--mixers']], self.tmp)
 
 
 class TestMixerLadderCommand(unittest.TestCase):
@@ -483,15 +502,14 @@ class TestCommandLine(unittest.TestCase):
         self.assertEqual(self.second.stdout, self.first.stdout)
 
     def test_bad_arguments_give_one_line_and_exit_2(self):
-        cases = (['--noise', '0,9x'], ['--params', 'dense'], ['--layers', 'two'], ['--iters', '0'],
-                 ['--noise', '=2'], ['--device', 'cuda'])
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            results = list(pool.map(lambda args: run('-m', 'experiments.icl', *args, '--out', self.out), cases))
-        for args, r in zip(cases, results):
-            with self.subTest(args=args):
-                self.assertEqual(r.returncode, 2)
-                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-                self.assertTrue(r.stderr.startswith('icl.py: error:'))
+        """One bad argument through the command line, end to end; the others through icl.parse_args in this
+        process, where the command line meets them (a process each took 2 to 3 s on a busy machine)."""
+        r = run('-m', 'experiments.icl', '--noise', '0,9x', '--out', self.out)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertTrue(r.stderr.startswith('icl.py: error:'))
+        assert_one_line_exit_2(self, [['--params', 'dense'], ['--layers', 'two'], ['--iters', '0'], ['--noise', '=2'],
+                                      ['--device', 'cuda']], self.out)
 
 
 if __name__ == '__main__':
