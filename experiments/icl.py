@@ -190,7 +190,8 @@ def parse_args(argv):
     p.add_argument('--docs', help="with --mixer_ladder: write its section into this page (between its "
                                   "mixer-ladder markers) and its figure into the assets/ folder beside")
     p.add_argument('--ladder_budgets', help="the ladder's multiples of the LSA budget (default 1,3,10)")
-    p.add_argument('--mixer_budget', type=float, help='seconds of training per sequence model (default 60)')
+    p.add_argument('--mixer_budget', type=float,
+                   help='seconds of training per sequence model; with --mixer_ladder its 1x rung (default 60)')
     p.add_argument('--layers', help="comma-separated depths (with --params: that grid; default the paper's rows)")
     p.add_argument('--params', help='comma-separated parameterisations among full,diag,gdpp')
     p.add_argument('--noise', default=','.join(NOISE_NAMES), help='settings: 0..7 = sigma ~ U(0, x), c13, c135 = sets')
@@ -256,9 +257,11 @@ def parse_args(argv):
 
 
 def parse_mixer_ladder(args):
-    """The mixer ladder's settings (icl_ladder.SETTINGS with --mixer_rungs and --mixer_rates), and
+    """The mixer ladder's settings (icl_ladder.SETTINGS with --mixer_rungs, --mixer_rates and --mixer_budget), and
     args.figure (the --docs page's figure path, checked), or a one-line error (exit 2)."""
     L = dict(icl_ladder.SETTINGS['quick' if args.quick else 'full'])
+    if args.mixer_budget is not None:
+        L['budget_s'] = args.mixer_budget
     for flag, key in (('mixer_rungs', 'rungs'), ('mixer_rates', 'rates')):
         value = getattr(args, flag)
         if value is None:

@@ -36,8 +36,9 @@ at 16x) is ~810 min of job time, ~6.8 h on 2 workers):
                        same prompts and 64 takes about 4x the steps: the comparison is steps vs batch.
 Cost (job time; a rung's seconds are fixed by the budget, whatever the step time): per mixer 3 x 4.2 (the
 rates to 4x) + 12.8 (seed 0, 4x -> 16x) + 17 (seed 1) = 42.4 min, x 7 = 297 min; batch 64: 16.8 min; the
-transformer: 8 min; about 322 min of training and ~20 min of evaluations, ~2.9 h on 2 workers. That is
-more than the 2 hours asked: 7 mixers x 2 seeds x the 16x rung alone is 2 h. To fit less, cut in this
+transformer: 8 min; about 322 min of training and 20 to 35 min of evaluations (86 rungs; measured on a busy
+machine: 5 to 30 s a rung, and 5 curve points a 60 s), 2.9 to 3.0 h on 2 workers. That is more than the
+2 hours asked: 7 mixers x 2 seeds x the 16x rung alone is 2 h. To fit less, cut in this
 order: one rate fewer (--mixer_rates, -0.3 h), then the 16x rung (--mixer_rungs 1,4,8: -0.9 h).
 """
 
@@ -51,7 +52,7 @@ import torch
 from checkpoint import write_atomic
 from experiments.icl_mixers import adjusted_loss, diagnose, initialised, stat, zero_loss
 from experiments.regression import fixed_prompts, half_sq, sample_prompts, train
-from experiments.runner import load_json, md_table, say
+from experiments.runner import fmt_s, load_json, md_table, say
 
 MIXERS = tuple((v, L, '0') for v in ('flat', 'toeplitz', 'recurrent') for L in (2, 4)) + (('flat', 4, '5'),)
 SETTINGS = {
@@ -289,6 +290,12 @@ def ladder_runs(runner, out, L):
     def swept(cfg):
         return [r for r in cfg[4] if r <= L['sweep_rung']]
     first = [(cfg, lr) for cfg in cfgs for lr in L['rates']]
+    later = [chain(c, L['rates'][0], 0, c[4][len(swept(c)):], swept(c)[-1]) for c in cfgs if len(c[4]) > len(swept(c))]
+    later += [chain(c, L['rates'][0], s, c[4]) for c in cfgs for s in range(1, L['seeds'])]
+    eta = sum(job[2] for ch in [chain(c, lr, 0, swept(c)) for c, lr in first] + later for job in ch)
+    say(f'mixer ladder: {len(cfgs)} models, {sum(map(len, later)) + sum(len(swept(c)) for c, _ in first)} rungs to '
+        f'train, about {fmt_s(eta)} of jobs in all if none is cached ({fmt_s(eta / runner.workers)} on '
+        f'{runner.workers} workers)')
     res = runner.chains(segment_job, [chain(c, lr, 0, swept(c)) for c, lr in first],
                         f'mixer ladder: every rate, seed 0, up to the {swept(cfgs[0])[-1]:g}x rung')
     sweep, first_runs = {}, {}
@@ -432,7 +439,7 @@ def ladder_report(plan, L, meta=''):
                   'top rung', 'predict 0', 'one GD step', '2L transformer (1x)', 'gap to one GD step closed',
                   'still falling at the top'], summary), '',
         'One GD step: y_hat = eta <x_q, X^T y> with eta fitted on the sweep prompts (the best 1-layer linear '
-        'self-attention). Still falling: the top rung below the rung before it by more than the larger seeds\' '
+        'self-attention), on the same eval prompts as the models. Still falling: the top rung below the rung before it by more than the larger seeds\' '
         'spread (then a higher rung, --mixer_rungs, may move it further).', '',
         md_table(['model', 'batch', 'noise', 'rung', 'rate: adjusted loss on the sweep prompts (seed 0)',
                   'best'], sweeps), '',
@@ -454,6 +461,7 @@ def plot_ladder(plan, L, path):
         import matplotlib
         matplotlib.use('Agg')
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
     noises = sorted({c[2] for c in plan['configs']})
@@ -483,6 +491,7 @@ def plot_ladder(plan, L, path):
         ax.axhline(gd_step_loss(noise, L, 'curve'), color='k', ls=(0, (5, 5)), lw=1, label='one GD step')
         ax.set(xscale='log', yscale='log', xlabel='prompts seen', ylabel=f'adjusted loss ({L["curve_prompts"]} '
                'curve prompts)', title=noise_label(noise).replace('U(0,', 'sigma ~ U(0, '))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
     fig.tight_layout()
