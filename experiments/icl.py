@@ -6,6 +6,7 @@
     python -m experiments.icl --quick --mixers --ladder   # every row and plot at a tiny budget (minutes)
     python -m experiments.icl --layers 1,2,3,4,5,6,7 --params diag --noise 0,3   # any grid of LSA models
     python -m experiments.icl --speed           # the batched trainer against one model at a time (a minute)
+    python -m experiments.icl --mixer_ladder --docs docs/icl.md   # only the mixers' budget ladder (hours)
 
 Reproduces Vladymyrov, von Oswald, Sandler, Ge, "Linear Transformers are Versatile In-Context
 Learners" (NeurIPS 2024, arXiv 2402.14180): a stack of linear self-attention (LSA) layers reads a
@@ -16,6 +17,7 @@ training) are experiments/regression.py's; this file runs them: every model of o
 as one batched job (runner.Runner caches each), then the report (experiments/icl_report.py: Table
 1 ours against the paper's, its claims as verdicts, Theorem 4.1, the budget ladder) and, with
 --mixers, the same prompts through mixer.py's sequence models (experiments/icl_mixers.py).
+--mixer_ladder runs only the masked mixers' budget ladder (experiments/icl_ladder.py: its plan).
 
 Metric: the adjusted evaluation loss, mean over prompts of 0.5 (y_hat - y_t)^2 minus the same
 for the oracle (ridge with the prompt's true sigma), on the same prompts.
@@ -30,7 +32,7 @@ import time
 import torch
 
 from checkpoint import check_folder_writable
-from experiments import icl_mixers, icl_report
+from experiments import icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, check_noise, fixed_prompts,
                                     half_sq, implicit_weights, mean_loss, train, train_batched, y_scale)
@@ -181,8 +183,15 @@ def parse_args(argv):
     p.add_argument('--mixers', action='store_true', help="also the same prompts through mixer.py's sequence models")
     p.add_argument('--ladder', action='store_true', help='also the budget ladder of the verdicts that disagree')
     p.add_argument('--mixer_layers', default='2,4', help='depths of the sequence models')
+    p.add_argument('--mixer_ladder', action='store_true',
+                   help="only the masked mixers' budget ladder in context (experiments/icl_ladder.py)")
+    p.add_argument('--mixer_rungs', help="the mixer ladder's multiples of the 60 s budget, 1 first (default 1,4,16)")
+    p.add_argument('--mixer_rates', help="the mixer ladder's peak learning rates (default 1e-3,3e-3,1e-2)")
+    p.add_argument('--docs', help="with --mixer_ladder: write its section into this page (between its "
+                                  "mixer-ladder markers) and its figure into the assets/ folder beside")
     p.add_argument('--ladder_budgets', help="the ladder's multiples of the LSA budget (default 1,3,10)")
-    p.add_argument('--mixer_budget', type=float, help='seconds of training per sequence model (default 60)')
+    p.add_argument('--mixer_budget', type=float,
+                   help='seconds of training per sequence model; with --mixer_ladder its 1x rung (default 60)')
     p.add_argument('--layers', help="comma-separated depths (with --params: that grid; default the paper's rows)")
     p.add_argument('--params', help='comma-separated parameterisations among full,diag,gdpp')
     p.add_argument('--noise', default=','.join(NOISE_NAMES), help='settings: 0..7 = sigma ~ U(0, x), c13, c135 = sets')
@@ -228,6 +237,7 @@ def parse_args(argv):
             fail(f'--ladder_budgets must be numbers separated by commas, got {args.ladder_budgets!r}')
         if 1 not in s['ladder'] or not all(math.isfinite(x) and x > 0 for x in s['ladder']):
             fail(f'--ladder_budgets must be positive and hold 1 (Table 1\'s runs), got {args.ladder_budgets!r}')
+    args.ladder_settings = parse_mixer_ladder(args)
     params = args.params.split(',') if args.params else None
     if params and any(x not in PARAMS for x in params):
         fail(f'--params: choose among {",".join(PARAMS)}, got {args.params!r}')
@@ -244,6 +254,75 @@ def parse_args(argv):
     except ValueError as e:
         fail(str(e))
     return args
+
+
+def parse_mixer_ladder(args):
+    """The mixer ladder's settings (icl_ladder.SETTINGS with --mixer_rungs, --mixer_rates and --mixer_budget), and
+    args.figure (the --docs page's figure path, checked), or a one-line error (exit 2)."""
+    L = dict(icl_ladder.SETTINGS['quick' if args.quick else 'full'])
+    if args.mixer_budget is not None:
+        L['budget_s'] = args.mixer_budget
+    for flag, key in (('mixer_rungs', 'rungs'), ('mixer_rates', 'rates')):
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        try:
+            L[key] = tuple(float(x) for x in value.split(','))
+        except ValueError:
+            fail(f'--{flag} must be numbers separated by commas, got {value!r}')
+        if not all(math.isfinite(x) and x > 0 for x in L[key]):
+            fail(f'--{flag} must be positive, got {value!r}')
+    if L['rungs'][0] != 1 or list(L['rungs']) != sorted(set(L['rungs'])):
+        fail(f'--mixer_rungs must start at 1 (the 60 s budget) and grow, got {args.mixer_rungs!r}')
+    if (args.mixer_rungs or args.mixer_rates or args.docs) and not args.mixer_ladder:
+        fail('--mixer_rungs, --mixer_rates and --docs go with --mixer_ladder')
+    if args.mixer_ladder and (args.mixers or args.ladder or args.speed):
+        fail('--mixer_ladder runs alone: leave out --mixers, --ladder and --speed')
+    args.figure = None
+    if args.docs:
+        try:
+            args.figure = icl_ladder.check_docs(args.docs)
+        except ValueError as e:
+            fail(str(e))
+    return L
+
+
+def mixer_ladder(args, argv):
+    """--mixer_ladder: run the ladder (icl_ladder.ladder_runs), then write OUT/mixer_ladder.md, its figure
+    (OUT/mixer_ladder.png, or beside the --docs page) and, with --docs, the page's section; print the
+    report and a summary line (jobs run: 0 when everything came from the cache)."""
+    L, out, t0 = args.ladder_settings, args.out, time.time()
+    runner = Runner(out, args.workers, args.threads)
+    say(f'icl: the mixers\' budget ladder, rungs {",".join(f"{r:g}" for r in L["rungs"])} x {L["budget_s"]:g} s, '
+        f'rates {",".join(f"{r:g}" for r in L["rates"])}, {L["seeds"]} seeds; output in {out}')
+    try:
+        plan = icl_ladder.ladder_runs(runner, out, L)
+    except RuntimeError as e:
+        print(f'icl.py: error: {e}', file=sys.stderr)
+        sys.exit(1)
+    finally:
+        runner.pool.shutdown()
+    jobs = plan['results']
+    failed = sum(x['rc'] != 0 for x in jobs)
+    total = sum(x.get('seconds', 0) for x in jobs)
+    meta = (f'`python -m experiments.icl {" ".join(argv)}`: {len(jobs)} training jobs, their own time summed '
+            f'{fmt_s(total)} (about {fmt_s(total / args.workers)} on {args.workers} workers)' +
+            (f'; {failed} failed' if failed else '') + '.')
+    report = icl_ladder.ladder_report(plan, L, meta)
+    figure = args.figure or os.path.join(out, 'mixer_ladder.png')
+    note = icl_ladder.plot_ladder(plan, L, figure)
+    print(report)
+    with open(os.path.join(out, 'mixer_ladder.md.tmp'), 'w') as f:
+        f.write(report + '\n')
+    os.replace(os.path.join(out, 'mixer_ladder.md.tmp'), os.path.join(out, 'mixer_ladder.md'))
+    if args.docs:
+        icl_ladder.write_docs(args.docs, report, figure)
+        note += f'; section written into {args.docs}'
+    say(note)
+    say(f'icl: mixer ladder done in {fmt_s(time.time() - t0)}; {runner.ran} jobs run; report in '
+        f'{os.path.join(out, "mixer_ladder.md")}')
+    if failed:
+        sys.exit(1)
 
 
 def run_ladder(runner, out, s, noises, jobs, results):
@@ -269,11 +348,25 @@ def main(argv=None):
     with --mixers) and prints the report. Exits 2 on bad arguments, 1 if a job failed."""
     args = parse_args(argv)
     s, out = args.s, args.out
+    args.argv = argv
     if args.speed:
         print(speed(s, iters=30 if args.quick else 300))
         return
     os.makedirs(out, exist_ok=True)
     os.environ['OMP_NUM_THREADS'] = str(args.threads)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)      # the report's small tensor work: 2 threads on 2 busy cores
+    try:                                     # were 6x slower than 1
+        if args.mixer_ladder:
+            return mixer_ladder(args, argv if argv is not None else sys.argv[1:])
+        run_all(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_all(args):
+    """Table 1, and the LSA ladder and the mixers as args ask: main's work."""
+    s, out, argv = args.s, args.out, args.argv
     t0, runner = time.time(), Runner(out, args.workers, args.threads)
     say(f'icl: {len(args.models)} LSA models x {len(args.noises)} noise settings x {s["seeds"]} seed(s), '
         f'{s["iters"]} steps of {s["batch_size"]} prompts at lr {s["lr"]:g}, float64; output in {out}')

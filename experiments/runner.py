@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 
@@ -156,6 +156,7 @@ class Runner:
 
     def __init__(self, out, workers, threads):
         self.out, self.workers, self.threads = out, workers, threads
+        self.ran = 0                                 # jobs run (not taken from the cache) so far
         self.pool = self.new_pool()
 
     def new_pool(self):
@@ -252,6 +253,72 @@ class Runner:
             say(f'  [{done}/{len(todo)}] {os.path.relpath(run_dir, self.out)}: '
                 f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {res.get("line", "")}; '
                 f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in this phase')
+        self.ran += done
+        return results
+
+    def chains(self, fn, chains, what):
+        """chains: lists of jobs (run_dir, argv, eta_seconds, prepare) as in map(), each list run in
+        order (a job may read what the job before it left in its folder), the lists side by side:
+        whenever a worker is free it takes the next job of the chain with the most work left (a
+        cached job is skipped). After a failed job the rest of its chain is not run (each gets
+        {'rc': 1, 'line': ...}, not cached) -> a list of results per chain, in order, and
+        self.ran counts the jobs run."""
+        try:
+            return self._chains(fn, chains, what)
+        except KeyboardInterrupt:
+            self.stop(what)
+
+    def _chains(self, fn, chains, what):
+        """chains() itself."""
+        results = [[self.cached(run_dir, argv) for run_dir, argv, _, _ in chain] for chain in chains]
+        todo = sum(r is None for rs in results for r in rs)
+        total = sum(map(len, chains))
+        if todo < total:
+            say(f'{what}: {total - todo} of {total} runs cached')
+        left = sum(job[2] for chain, rs in zip(chains, results) for job, r in zip(chain, rs) if r is None)
+        if todo:
+            say(f'{what}: {todo} runs in {sum(any(r is None for r in rs) for rs in results)} chains, about '
+                f'{fmt_s(left / self.workers)} on {self.workers} workers')
+        cursor, running, t0, done = [0] * len(chains), {}, time.time(), 0
+
+        def advance(c):                       # past the chain's finished (cached) jobs
+            while cursor[c] < len(chains[c]) and results[c][cursor[c]] is not None:
+                cursor[c] += 1
+
+        def work_left(c):
+            return sum(job[2] for job, r in zip(chains[c][cursor[c]:], results[c][cursor[c]:]) if r is None)
+        for c in range(len(chains)):
+            advance(c)
+        while True:
+            ready = [c for c in range(len(chains)) if cursor[c] < len(chains[c]) and c not in running.values()]
+            while ready and len(running) < self.workers:
+                c = max(ready, key=work_left)
+                ready.remove(c)
+                run_dir, argv, _, prepare = chains[c][cursor[c]]
+                (prepare or reset_dir)(run_dir)
+                running[self.submit(fn, argv, run_dir)] = c
+            if not running:
+                break
+            for fut in wait(running, return_when=FIRST_COMPLETED)[0]:
+                c = running.pop(fut)
+                run_dir, argv, eta, _ = chains[c][cursor[c]]
+                res = {'argv': argv, **self.outcome(fut)}
+                if res['rc'] == 0:
+                    cache(self.result_path(run_dir), res)
+                else:                         # the rest of the chain needs this job's output
+                    for i in range(cursor[c] + 1, len(chains[c])):
+                        if results[c][i] is None:
+                            results[c][i] = {'argv': chains[c][i][1], 'rc': 1,
+                                             'line': f'not run: {os.path.relpath(run_dir, self.out)} failed'}
+                results[c][cursor[c]] = res
+                done += 1
+                left -= eta
+                say(f'  [{done}/{todo}] {os.path.relpath(run_dir, self.out)}: '
+                    f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {res.get("line", "")}; '
+                    f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in '
+                    'this phase')
+                advance(c)
+        self.ran += done
         return results
 
     def train_batch(self, jobs, what):

@@ -1,11 +1,13 @@
 """Tests of the in-context regression experiment (Vladymyrov et al. 2024): experiments/regression.py
 (the task, linear self-attention, the ridge baselines, the single and the batched trainer),
-experiments/icl_mixers.py (the sequence models and the diagnostic's features and probes) and
+experiments/icl_mixers.py (the sequence models and the diagnostic's features and probes),
+experiments/icl_ladder.py (the mixers' budget ladder: its rungs, resumption, cache and report) and
 experiments/icl.py end to end.
 
 Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_icl).
 """
-import concurrent.futures
+import contextlib
+import io
 import json
 import math
 import os
@@ -18,11 +20,24 @@ import unittest.mock
 import numpy as np
 import torch
 
-from experiments import icl, icl_mixers, icl_report
+from experiments import icl, icl_ladder, icl_mixers, icl_report
 from experiments import regression as reg
 from tests.common import cached_results, run
 
 D = reg.D_X + 1
+THREADS = []
+
+
+def setUpModule():
+    """One torch thread for this module's in-process training: on 2 cores that other work shares, two
+    threads made the small float64 steps of TestBatchedTraining and TestTraining 4 to 10 times slower
+    (measured: 75 and 181 s against 20 and 16 s). The thread count is the caller's again afterwards."""
+    THREADS.append(torch.get_num_threads())
+    torch.set_num_threads(1)
+
+
+def tearDownModule():
+    torch.set_num_threads(THREADS.pop())
 NOISE = ('0', '5', 'c13')       # the end-to-end run: every row, three columns (the mixers' two among them)
 
 
@@ -285,6 +300,155 @@ class TestMixerDiagnostic(unittest.TestCase):
         self.assertLess(r['sum_last'], 0.5)
 
 
+def assert_one_line_exit_2(test, cases, out):
+    """icl.parse_args on each case (with --out out) exits 2 with one line 'icl.py: error: ...' on stderr."""
+    for args in cases:
+        with test.subTest(args=args):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), test.assertRaises(SystemExit) as e:
+                icl.parse_args([*args, '--out', out])
+            test.assertEqual(e.exception.code, 2, args)
+            test.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
+            test.assertTrue(err.getvalue().startswith('icl.py: error:'), err.getvalue())
+
+
+def ladder_spec(rung, prev=None, seed=0):
+    """A tiny rung of the mixers' ladder (d_model 8, 8 prompts a step, 1x = 20 steps)."""
+    return dict(variant='flat', n_layer=2, d_model=8, noise='0', seed=seed, batch_size=8, lr=3e-3, base=20, warmup=2,
+                decay=0.2, rung=rung, prev=prev, prev_rung=None if prev is None else 1, eval_prompts=300,
+                sweep_prompts=200, curve_prompts=100, curve_every=4, ckpt_every=20)
+
+
+class TestMixerLadder(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+    def job(self, name, spec):
+        """Run a rung as the runner would (its folder made and kept); cache its result.json like the runner."""
+        run_dir = os.path.join(self.tmp, name)
+        icl_ladder.keep_dir(run_dir)
+        res = icl_ladder.segment_job(spec, run_dir)
+        with open(os.path.join(run_dir, 'result.json'), 'w') as f:
+            json.dump({'argv': spec, **res}, f)
+        return res
+
+    def test_wsd_schedule_warms_up_holds_and_decays_to_zero(self):
+        lrs = [icl_ladder.lr_wsd(it, 1.0, 4, 16, 20) for it in range(20)]
+        self.assertEqual(lrs[:4], [0.25, 0.5, 0.75, 1.0])
+        self.assertEqual(lrs[4:17], [1.0] * 13)
+        self.assertEqual(lrs[16:], [1.0, 0.75, 0.5, 0.25])
+        self.assertEqual((icl_ladder.rung_steps(4, 20), icl_ladder.fork_step(4, 20, 0.2)), (80, 64))
+
+    def test_a_rung_forked_from_a_longer_run_equals_a_run_of_that_length(self):
+        """The 2x rung trained on from the 1x rung's fork (the ladder's way) ends where a 2x run from
+        initialisation ends: same losses, same parameters; the 1x rung ends elsewhere."""
+        one = self.job('x1', ladder_spec(1))
+        chained = self.job('x2', ladder_spec(2, prev='x1'))
+        alone = self.job('x2-alone', ladder_spec(2))
+        for k in ('eval', 'sweep', 'branch'):
+            self.assertEqual(chained[k], alone[k], k)
+        self.assertNotEqual(one['eval'], alone['eval'])
+        a, b = (torch.load(os.path.join(self.tmp, d, 'state.pt'), weights_only=True)['model'] for d in ('x2', 'x2-alone'))
+        for k in a:
+            self.assertTrue(torch.equal(a[k], b[k]), k)
+        self.assertEqual((chained['steps'], chained['prompts'], len(alone['curve'])), (40, 320, 8))
+
+    def test_a_stopped_rung_goes_on_to_the_same_numbers(self):
+        """A rung stopped after its second checkpoint (step 40 of 80) resumes from it and ends exactly
+        where the same rung run without a stop ends."""
+        draw, calls = icl_ladder.sample_prompts, {'n': 0}
+
+        def stop_at_50(*args, **kw):
+            calls['n'] += 1
+            if calls['n'] > 50:
+                raise KeyboardInterrupt
+            return draw(*args, **kw)
+        with unittest.mock.patch.object(icl_ladder, 'sample_prompts', stop_at_50), self.assertRaises(KeyboardInterrupt):
+            self.job('stopped', ladder_spec(4))
+        resumed = self.job('stopped', ladder_spec(4))
+        whole = self.job('whole', ladder_spec(4))
+        self.assertEqual((resumed['resumed_at'], whole['resumed_at']), (40, None))
+        for k in ('eval', 'sweep', 'curve', 'branch'):
+            self.assertEqual(resumed[k], whole[k], k)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, 'stopped', 'resume.pt')))
+
+    def test_leaving_the_zero_predictor_needs_a_margin_over_the_seeds_spread(self):
+        self.assertTrue(icl_ladder.left_zero([4.0, 4.2], 4.888))
+        self.assertFalse(icl_ladder.left_zero([4.0, 4.8], 4.888))            # mean 0.49 below, range 0.8
+        self.assertFalse(icl_ladder.left_zero([4.887, 4.8895], 4.888))       # one seed above it
+        self.assertTrue(icl_ladder.left_zero([4.887, 4.8875], 4.888))        # any margin over the range
+        self.assertEqual([icl_ladder.left_zero([x], 4.888) for x in (4.5, 4.9)], [True, False])
+
+
+    def test_bad_mixer_ladder_arguments_give_one_line_and_exit_2(self):
+        """Checked by icl.parse_args before anything starts (here in this process)."""
+        assert_one_line_exit_2(self, [['--mixer_ladder', '--mixer_rungs', '2,4'],
+                                      ['--mixer_ladder', '--mixer_rates', '0,1e-3'], ['--mixer_ladder', '--docs', 'README.md'],
+                                      ['--docs', 'docs/icl.md'], ['--mixer_ladder', '--mixers']], self.tmp)
+
+
+class TestMixerLadderCommand(unittest.TestCase):
+    """python -m experiments.icl --mixer_ladder --quick --docs PAGE, twice: the second run takes every job
+    from the cache and rewrites the same report; the page changes only between its markers."""
+
+    PAGE = 'before\n\n{}\nold section\n{}\n\nafter\n'.format(icl_ladder.BEGIN, icl_ladder.END)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        for d in ('docs', 'assets'):
+            os.makedirs(os.path.join(cls.tmp, d))
+        cls.page, cls.out = os.path.join(cls.tmp, 'docs', 'page.md'), os.path.join(cls.tmp, 'out')
+        with open(cls.page, 'w') as f:
+            f.write(cls.PAGE)
+        args = ('-m', 'experiments.icl', '--mixer_ladder', '--quick', '--docs', cls.page, '--out', cls.out)
+        cls.first = run(*args)
+        cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
+        with open(cls.page) as f:
+            cls.written = f.read()
+        cls.second = run(*args)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_quick_ladder_writes_its_table_plot_and_page_section(self):
+        self.assertEqual(self.first.returncode, 0, self.first.stderr[-2000:])
+        L = icl_ladder.SETTINGS['quick']
+        table = self.first.stdout
+        for cfg in icl_ladder.configs(L):
+            self.assertIn(f'| {cfg[1]}L {cfg[0]} | {cfg[3]} | {icl_ladder.noise_label(cfg[2])} |', table)
+        self.assertIn('| model | batch | noise | rate | 1x | 2x | 4x |', table)
+        self.assertNotIn('diverged', table)
+        self.assertNotIn('nan', table)
+        ladder = table.split('| model | batch | noise | rate | 1x | 2x | 4x |\n|---|---|---|---|---|---|---|\n')[1]
+        rows = re.findall(r'^\| (\d)L (\w+) \| (\d+) \| [^|]+ \| [\d.e-]+ \| (.+) \|$', ladder.split('\n\n')[0], re.M)
+        self.assertEqual(len(rows), len(L['mixers']) + len(L['subset']))
+        for row in rows:
+            self.assertEqual(row[3].count('+-'), 3 if int(row[2]) == L['batch'] else 2, row)   # 2 seeds a rung
+        before, rest = self.written.split(icl_ladder.BEGIN)
+        section, after = rest.split(icl_ladder.END)
+        self.assertEqual((before, after), tuple(p.split(icl_ladder.BEGIN if i == 0 else icl_ladder.END)[i] for i, p in
+                                                enumerate((self.PAGE, self.PAGE))))
+        self.assertIn(table.strip(), section)
+        self.assertIn(f'](../assets/{icl_ladder.FIGURE})', section)
+        self.assertGreater(os.path.getsize(os.path.join(self.tmp, 'assets', icl_ladder.FIGURE)), 10000)
+        with open(os.path.join(self.out, 'mixer_ladder.md')) as f:
+            self.assertEqual(f.read(), table)
+
+    def test_second_run_trains_nothing_and_writes_the_same(self):
+        self.assertEqual(self.second.returncode, 0, self.second.stderr[-2000:])
+        self.assertIn('; 0 jobs run;', self.second.stderr)
+        self.assertRegex(self.first.stderr, r'; [1-9]\d* jobs run;')
+        self.assertEqual({f: os.path.getmtime(f) for f in cached_results(self.out)}, self.stamps)
+        self.assertGreater(len(self.stamps), 20)
+        self.assertEqual(self.second.stdout, self.first.stdout)
+        with open(self.page) as f:
+            self.assertEqual(f.read(), self.written)
+
+
 class TestCommandLine(unittest.TestCase):
 
     @classmethod
@@ -338,15 +502,14 @@ class TestCommandLine(unittest.TestCase):
         self.assertEqual(self.second.stdout, self.first.stdout)
 
     def test_bad_arguments_give_one_line_and_exit_2(self):
-        cases = (['--noise', '0,9x'], ['--params', 'dense'], ['--layers', 'two'], ['--iters', '0'],
-                 ['--noise', '=2'], ['--device', 'cuda'])
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            results = list(pool.map(lambda args: run('-m', 'experiments.icl', *args, '--out', self.out), cases))
-        for args, r in zip(cases, results):
-            with self.subTest(args=args):
-                self.assertEqual(r.returncode, 2)
-                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-                self.assertTrue(r.stderr.startswith('icl.py: error:'))
+        """One bad argument through the command line, end to end; the others through icl.parse_args in this
+        process, where the command line meets them (a process each took 2 to 3 s on a busy machine)."""
+        r = run('-m', 'experiments.icl', '--noise', '0,9x', '--out', self.out)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertTrue(r.stderr.startswith('icl.py: error:'))
+        assert_one_line_exit_2(self, [['--params', 'dense'], ['--layers', 'two'], ['--iters', '0'], ['--noise', '=2'],
+                                      ['--device', 'cuda']], self.out)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,530 @@
+"""The masked mixers' budget ladder in context: at which budget, if any, does each mixer leave the
+zero predictor on icl.py's regression prompts, and does it then form the products y_i x_i?
+
+    python -m experiments.icl --mixer_ladder --docs docs/icl.md    # the ladder; its section of the page
+    python -m experiments.icl --mixer_ladder --quick               # the same at a tiny budget (seconds)
+
+The models are icl_mixers.SequenceRegressor's (mixer.py's blocks, d_model 64): 2- and 4-layer flat,
+Toeplitz and recurrent at sigma = 0 and the 4-layer flat at sigma ~ U(0, 5), batches of 256 prompts, at
+1x, 4x and 16x the 60 s budget of icl_mixers (--mixer_rungs adds rungs); the 4-layer flat at sigma = 0
+also with batches of 64 up to the 4x rung; the 2-layer transformer at the 1x rung as the reference.
+
+Budgets are steps, not seconds. Each (model, depth, batch)'s seconds a step is measured once in the pool
+it trains in (two jobs at a time, one thread each; the median of 5 chunks of steps) and cached; the 1x
+rung is round(60 s / that) steps and rung r is r times as many, so a rerun, a resumed run or a busy
+machine gives the same steps. The report gives prompts seen (steps x batch) and the budget's seconds.
+
+The plan (2 cores; done naively, 7 mixers x 2 batches x (sweep proxies, 1x, 4x and 16x runs, a second seed
+at 16x) is ~810 min of job time, ~6.8 h on 2 workers):
+  one run, every rung  the schedule is warm-up, stable, decay (WSD; Hagele et al. 2024, arXiv 2405.18392):
+                       linear warm-up over 10% of the 1x rung's steps, then the peak rate; rung r leaves
+                       it at 80% of its steps and decays linearly to 0 over the last 20%. A rung's point
+                       is then exactly what a run of that length gives (tested), and one run to the top
+                       gives every lower rung for the price of their decays (17 x 60 s, not 21 x 60 s).
+                       A cosine schedule cannot: inside a 16x run its 4x point is at a high rate, not where
+                       a 4x run ends. Each rung is a job whose folder keeps the stable state at its fork,
+                       where the next rung starts (and a resume.pt every 1x of steps: a stopped job goes on).
+  the rate             seed 0 runs each rate of --mixer_rates (1e-3, 3e-3, 1e-2) up to the 4x rung, so the
+                       1x and 4x rungs are swept with complete runs, not proxies; the rungs above take the
+                       4x rung's best rate (on the sweep prompts): their proxy is the 4x run, a quarter of
+                       their schedule (icl_mixers' proxies: a third). No widening past an edge (icl_mixers:
+                       twice): the report marks a best rate at the edge of a sweep that is not flat.
+  seeds                seed 1 runs at the chosen rate up the whole ladder: two seeds at every rung.
+  batch 64             only the 4-layer flat mixer at sigma = 0 (the model a 256-prompt check saw leave the
+                       zero predictor), up to the 4x rung. A step of 256 prompts costs 3.4 to 3.9 times
+                       one of 64 (measured, one thread), so at equal seconds both batches see about the
+                       same prompts and 64 takes about 4x the steps: the comparison is steps vs batch.
+Cost (job time; a rung's seconds are fixed by the budget, whatever the step time): per mixer 3 x 4.2 (the
+rates to 4x) + 12.8 (seed 0, 4x -> 16x) + 17 (seed 1) = 42.4 min, x 7 = 297 min; batch 64: 16.8 min; the
+transformer: 8 min; about 322 min of training and 20 to 35 min of evaluations (86 rungs; measured on a busy
+machine: 5 to 30 s a rung, and 5 curve points a 60 s), 2.9 to 3.0 h on 2 workers. That is more than the
+2 hours asked: 7 mixers x 2 seeds x the 16x rung alone is 2 h. To fit less, cut in this
+order: one rate fewer (--mixer_rates, -0.3 h), then the 16x rung (--mixer_rungs 1,4,8: -0.9 h).
+"""
+
+import copy
+import math
+import os
+import time
+
+import torch
+
+from checkpoint import write_atomic
+from experiments.icl_mixers import adjusted_loss, diagnose, initialised, stat, zero_loss
+from experiments.regression import fixed_prompts, half_sq, sample_prompts, train
+from experiments.runner import fmt_s, load_json, md_table, say
+
+MIXERS = tuple((v, L, '0') for v in ('flat', 'toeplitz', 'recurrent') for L in (2, 4)) + (('flat', 4, '5'),)
+SETTINGS = {
+    'full': dict(budget_s=60.0, rungs=(1, 4, 16), sweep_rung=4, rates=(1e-3, 3e-3, 1e-2), seeds=2, batch=256,
+                 mixers=MIXERS, subset_batch=64, subset=(('flat', 4, '0'),), subset_top=4,
+                 reference=(('transformer', 2, '0'), ('transformer', 2, '5')), warmup=0.1, decay=0.2,
+                 d_model=64, calib_steps=100, eval_prompts=20000, sweep_prompts=4000, curve_prompts=1000,
+                 curve_points=5),
+    'quick': dict(budget_s=0.15, rungs=(1, 2, 4), sweep_rung=2, rates=(1e-3, 3e-3), seeds=2, batch=32,
+                  mixers=(('flat', 2, '0'), ('flat', 4, '5')), subset_batch=16, subset=(('flat', 2, '0'),),
+                  subset_top=2, reference=(('transformer', 2, '0'), ('transformer', 2, '5')), warmup=0.1,
+                  decay=0.2, d_model=16, calib_steps=10, eval_prompts=1000, sweep_prompts=500, curve_prompts=200,
+                  curve_points=5),
+}
+BEGIN, END = '<!-- mixer-ladder:begin -->', '<!-- mixer-ladder:end -->'     # the page's generated section
+FIGURE = 'icl_mixer_ladder.png'
+
+
+# ----------------------------------------------------------------------------- the schedule and one rung's run
+
+def rung_steps(rung, base):
+    """Steps of rung `rung` (a multiple of the 1x rung's `base` steps) -> int."""
+    return max(1, round(rung * base))
+
+
+def fork_step(rung, base, decay):
+    """The step where rung `rung` leaves the stable phase: its last `decay` fraction decays -> int."""
+    steps = rung_steps(rung, base)
+    return steps - max(1, round(decay * steps))
+
+
+def lr_wsd(it, peak, warmup, fork, end):
+    """The learning rate of step `it` (0-based) of a warm-up, stable, decay schedule (Hagele et al. 2024,
+    arXiv 2405.18392): linear warm-up over `warmup` steps to `peak`, `peak` until step `fork`, then linear
+    decay reaching 0 at step `end`."""
+    if it >= fork:
+        return peak * (end - it) / (end - fork)
+    return peak * min(1.0, (it + 1) / warmup)
+
+
+def load_state(path):
+    """A training state saved by segment_job (torch.load, weights only), or None if there is none or it
+    is damaged (a one-line warning)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:                   # a torn write: start that part again
+        say(f'warning: {path}: a damaged training state ({type(e).__name__}); not used')
+        return None
+
+
+def save_state(path, **state):
+    """torch.save the state whole or not at all (a temporary file, then os.replace)."""
+    tmp = f'{path}.tmp{os.getpid()}'
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def segment_job(spec, run_dir):
+    """Runner job: one rung of one run (a model, noise, batch, peak rate, seed). From the stable state the
+    previous rung left at its fork (spec 'prev': that rung's folder beside run_dir; None: from
+    initialisation, seed spec['seed']) it trains at the peak rate up to this rung's fork, saves the state
+    there (RUN_DIR/state.pt, for the next rung), decays to this rung's last step and evaluates. Adam,
+    gradient clipping at 1, float32, fresh prompts each step from a generator seeded with the seed (the
+    same stream a run from step 0 draws). Every spec['ckpt_every'] steps RUN_DIR/resume.pt keeps the whole
+    state, so a stopped job goes on where it stopped, to the same numbers. A non-finite loss ends the run
+    (finished False; later rungs of the run too). spec also: 'variant', 'n_layer', 'd_model', 'noise',
+    'batch_size', 'lr', 'base', 'warmup', 'decay', 'rung', 'prev_rung', 'eval_prompts', 'sweep_prompts',
+    'curve_prompts', 'curve_every'. -> {'rc', 'line', 'finished', 'steps', 'prompts', 'curve' and
+    'branch' [(step, mean train loss since the last point, adjusted loss on the curve prompts)] of the
+    stable part and of the decay, 'eval', 'sweep' (adjusted losses), 'probes' (icl_mixers.diagnose on the
+    sweep prompts), 'train_seconds' (stable, decay), 'seconds', 'params', 'resumed_at'}."""
+    t0 = time.time()
+    base, decay = spec['base'], spec['decay']
+    end, fork = rung_steps(spec['rung'], base), fork_step(spec['rung'], base, decay)
+    model = initialised(spec['variant'], spec['n_layer'], spec['d_model'], False, spec['seed'])
+    opt = torch.optim.Adam(model.parameters(), lr=spec['lr'])
+    gen = torch.Generator().manual_seed(spec['seed'])
+    st = {'step': 0, 'curve': [], 'branch': [], 'acc': [], 'train_seconds': [0.0, 0.0], 'seconds': 0.0}
+    state_path, resume_path = os.path.join(run_dir, 'state.pt'), os.path.join(run_dir, 'resume.pt')
+    resume, fork_state = load_state(resume_path), load_state(state_path)
+    if resume is not None and resume['spec'] == spec and (resume['step'] <= fork or (
+            fork_state is not None and fork_state['spec'] == spec)):
+        start = resume
+    elif spec['prev']:
+        prev_dir = os.path.join(os.path.dirname(run_dir), spec['prev'])
+        start, prev = load_state(os.path.join(prev_dir, 'state.pt')), load_json(os.path.join(prev_dir, 'result.json'))
+        if start is None or prev is None or start['spec'] != prev.get('argv'):
+            if prev is not None and not prev.get('finished', True):
+                return {'rc': 0, 'finished': False, 'eval': math.inf, 'sweep': math.inf, 'curve': [], 'branch': [],
+                        'line': 'diverged at an earlier rung'}
+            return {'rc': 1, 'line': f'no stable state from the rung before ({spec["prev"]})'}
+        start = {**start, 'curve': [], 'branch': [], 'acc': [], 'train_seconds': [0.0, 0.0], 'seconds': 0.0}
+    else:
+        start = None
+    if start is not None:
+        model.load_state_dict(start['model'])
+        opt.load_state_dict(start['opt'])
+        gen.set_state(start['gen'])
+        st = {k: copy.deepcopy(start[k]) for k in st}
+    resumed_at = st['step'] if start is resume and resume is not None else None
+    curve_set = fixed_prompts(spec['noise'], spec['curve_prompts'], 'curve')
+    finished, t_prev = True, time.time()
+
+    def snapshot(path):
+        save_state(path, spec=spec, model=model.state_dict(), opt=opt.state_dict(), gen=gen.get_state(),
+                   **{**st, 'seconds': st['seconds'] + time.time() - t_prev})
+    while st['step'] < end:
+        it = st['step']
+        if it == fork and (fork_state is None or fork_state['spec'] != spec or fork_state['step'] != fork):
+            snapshot(state_path)                 # the stable state: where the next rung starts
+            fork_state = {'spec': spec, 'step': fork}
+        for g in opt.param_groups:
+            g['lr'] = lr_wsd(it, spec['lr'], spec['warmup'], fork, end)
+        t_step = time.perf_counter()
+        p = sample_prompts(spec['batch_size'], spec['noise'], gen, dtype=torch.float32)
+        loss = half_sq(model(p), p.y_q).mean()
+        if not torch.isfinite(loss):
+            finished = False
+            break
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        st['acc'].append(loss.item())
+        st['train_seconds'][it >= fork] += time.perf_counter() - t_step
+        st['step'] = it = it + 1
+        if it % spec['curve_every'] == 0 or it in (fork, end):
+            st['branch' if it > fork else 'curve'].append(
+                (it, sum(st['acc']) / len(st['acc']), adjusted_loss(model, curve_set)))
+            st['acc'] = []
+        if it % spec['ckpt_every'] == 0 and it < end:
+            snapshot(resume_path)
+    params = sum(p.numel() for p in model.parameters())
+    res = {'rc': 0, 'finished': finished, 'steps': end, 'prompts': end * spec['batch_size'], 'params': params,
+           'curve': st['curve'], 'branch': st['branch'], 'train_seconds': st['train_seconds'],
+           'resumed_at': resumed_at}
+    if finished:
+        model.eval()
+        sweep = fixed_prompts(spec['noise'], spec['sweep_prompts'], 'sweep')
+        res.update(eval=adjusted_loss(model, fixed_prompts(spec['noise'], spec['eval_prompts'], 'eval')),
+                   sweep=adjusted_loss(model, sweep), probes=diagnose(model, sweep))
+    else:
+        res.update(eval=math.inf, sweep=math.inf)
+    res['seconds'] = st['seconds'] + time.time() - t_prev
+    if os.path.exists(resume_path):
+        os.remove(resume_path)
+    res['line'] = (f'adjusted eval loss {res["eval"]:.4g}, ' if finished else 'diverged, ') + \
+        f'{end} steps, {time.time() - t0:.0f} s'
+    return res
+
+
+def calibrate_job(spec, run_dir=None):
+    """Runner job: seconds a training step of spec's model ('variant', 'n_layer', 'd_model', 'batch_size')
+    in this process: 3 warm-up steps, then the median of 5 timed chunks of spec['steps'] // 5 steps (the
+    median: a chunk that another process slowed does not move it) -> {'rc', 's_per_step', 'chunks', 'line'}."""
+    model = initialised(spec['variant'], spec['n_layer'], spec['d_model'], False, 0)
+    train(model, '0', 3, spec['batch_size'], 1e-3, 0)
+    n, chunks = max(1, spec['steps'] // 5), []
+    for k in range(5):
+        t0 = time.perf_counter()
+        train(model, '0', n, spec['batch_size'], 1e-3, k)
+        chunks.append((time.perf_counter() - t0) / n)
+    s = sorted(chunks)[2]
+    return {'rc': 0, 's_per_step': s, 'chunks': chunks, 'line': f'{1000 * s:.1f} ms/step'}
+
+
+# ----------------------------------------------------------------------------- the plan
+
+def configs(L):
+    """The ladder's runs -> [(variant, n_layer, noise, batch, rungs)]: the mixers at L['batch'] up every
+    rung, L['subset'] at L['subset_batch'] up to L['subset_top'], L['reference'] at the 1x rung."""
+    return ([(v, n, noise, L['batch'], tuple(L['rungs'])) for v, n, noise in L['mixers']] +
+            [(v, n, noise, L['subset_batch'], tuple(r for r in L['rungs'] if r <= L['subset_top']))
+             for v, n, noise in L['subset']] +
+            [(v, n, noise, L['batch'], (1,)) for v, n, noise in L['reference']])
+
+
+def label(cfg):
+    return f'{cfg[1]}L {cfg[0]}'
+
+
+def noise_label(noise):
+    return 'sigma = 0' if noise == '0' else f'U(0,{noise})'
+
+
+def keep_dir(run_dir):
+    """A rung's folder before its job: made if missing, kept otherwise (its resume.pt and state.pt are
+    checked against the job's spec by segment_job)."""
+    os.makedirs(run_dir, exist_ok=True)
+
+
+def run_chain(out, L, cfg, base, s_per_step, lr, seed, rungs, prev):
+    """The jobs (run_dir, spec, eta, prepare) of one run's rungs `rungs`, each starting where the one
+    before it forked (the first: where rung `prev` forked, or at initialisation if prev is None)."""
+    v, n, noise, batch, _ = cfg
+    def name(r):
+        return f'{v}-L{n}-d{L["d_model"]}-noise{noise}-b{batch}-lr{lr:g}-seed{seed}-base{base}-x{r:g}'
+    jobs = []
+    for r in rungs:
+        start = fork_step(prev, base, L['decay']) if prev is not None else 0
+        spec = dict(variant=v, n_layer=n, d_model=L['d_model'], noise=noise, seed=seed, batch_size=batch, lr=lr,
+                    base=base, warmup=max(1, round(L['warmup'] * base)), decay=L['decay'], rung=r,
+                    prev=None if prev is None else name(prev), prev_rung=prev, eval_prompts=L['eval_prompts'],
+                    sweep_prompts=L['sweep_prompts'], curve_prompts=L['curve_prompts'],
+                    curve_every=max(1, base // L['curve_points']), ckpt_every=base)
+        eta = (rung_steps(r, base) - start) * s_per_step * 1.05 + 2
+        jobs.append((os.path.join(out, 'mixer_ladder', name(r)), spec, eta, keep_dir))
+        prev = r
+    return jobs
+
+
+def ladder_runs(runner, out, L):
+    """Every job of the ladder (the module docstring's plan), cached in OUT/mixer_ladder -> {'configs',
+    'step_s' {(variant, n_layer, batch): s}, 'base' {same: 1x steps}, 'lr' {cfg: chosen rate}, 'sweep'
+    {cfg: {rung: {rate: result of seed 0}}}, 'runs' {cfg: {rung: [result per seed at the chosen rate]}},
+    'top' {cfg: [the chosen rate's results of seed 0, a rung each]}, 'results' [every rung's result]};
+    cfg: configs()'s tuple. RuntimeError if a calibration job fails (the budgets need every one)."""
+    cfgs = configs(L)
+    keys = sorted({(c[0], c[1], c[3]) for c in cfgs})
+    cal = runner.map(calibrate_job, [(os.path.join(out, 'mixer_ladder', f'calibrate-{v}-L{n}-d{L["d_model"]}-b{b}'),
+                                      dict(variant=v, n_layer=n, d_model=L['d_model'], batch_size=b,
+                                           steps=L['calib_steps']), 3 + L['calib_steps'] * 0.1, None)
+                                     for v, n, b in keys], 'mixer ladder: seconds a step (calibration)')
+    if any(r['rc'] for r in cal):
+        raise RuntimeError('a calibration job failed (' + '; '.join(r.get('line', '') for r in cal if r['rc']) + ')')
+    step_s = {k: r['s_per_step'] for k, r in zip(keys, cal)}
+    base = {k: max(10, round(L['budget_s'] / s)) for k, s in step_s.items()}
+
+    def chain(cfg, lr, seed, rungs, prev=None):
+        k = (cfg[0], cfg[1], cfg[3])
+        return run_chain(out, L, cfg, base[k], step_s[k], lr, seed, rungs, prev)
+
+    def swept(cfg):
+        return [r for r in cfg[4] if r <= L['sweep_rung']]
+    first = [(cfg, lr) for cfg in cfgs for lr in L['rates']]
+    later = [chain(c, L['rates'][0], 0, c[4][len(swept(c)):], swept(c)[-1]) for c in cfgs if len(c[4]) > len(swept(c))]
+    later += [chain(c, L['rates'][0], s, c[4]) for c in cfgs for s in range(1, L['seeds'])]
+    eta = sum(job[2] for ch in [chain(c, lr, 0, swept(c)) for c, lr in first] + later for job in ch)
+    say(f'mixer ladder: {len(cfgs)} models, {sum(map(len, later)) + sum(len(swept(c)) for c, _ in first)} rungs to '
+        f'train, about {fmt_s(eta)} of jobs in all if none is cached ({fmt_s(eta / runner.workers)} on '
+        f'{runner.workers} workers)')
+    res = runner.chains(segment_job, [chain(c, lr, 0, swept(c)) for c, lr in first],
+                        f'mixer ladder: every rate, seed 0, up to the {swept(cfgs[0])[-1]:g}x rung')
+    sweep, first_runs = {}, {}
+    for (cfg, lr), rs in zip(first, res):
+        for r, x in zip(swept(cfg), rs):
+            sweep.setdefault(cfg, {}).setdefault(r, {})[lr] = x
+        first_runs[(cfg, lr)] = rs
+    rate = {}                                # the best at the highest swept rung, on the sweep prompts
+    for cfg in cfgs:
+        at = sweep[cfg][swept(cfg)[-1]]
+        rate[cfg] = min(L['rates'], key=lambda a: at[a].get('sweep', math.inf) if at[a]['rc'] == 0 else math.inf)
+    second = [(cfg, 0) for cfg in cfgs if len(cfg[4]) > len(swept(cfg))] + \
+             [(cfg, s) for cfg in cfgs for s in range(1, L['seeds'])]
+    chains = [chain(cfg, rate[cfg], 0, cfg[4][len(swept(cfg)):], swept(cfg)[-1]) if s == 0 else
+              chain(cfg, rate[cfg], s, cfg[4]) for cfg, s in second]
+    res2 = runner.chains(segment_job, chains, 'mixer ladder: the chosen rates, up every rung, every seed')
+    runs, top = {}, {}
+    for cfg in cfgs:
+        rs = first_runs[(cfg, rate[cfg])]
+        runs[cfg] = {r: [x] for r, x in zip(swept(cfg), rs)}
+        top[cfg] = list(rs)
+    for (cfg, s), rs in zip(second, res2):
+        rungs = cfg[4][len(swept(cfg)):] if s == 0 else cfg[4]
+        for r, x in zip(rungs, rs):
+            runs[cfg].setdefault(r, []).append(x)
+        if s == 0:
+            top[cfg] += rs
+    return {'configs': cfgs, 'step_s': step_s, 'base': base, 'lr': rate, 'sweep': sweep, 'runs': runs, 'top': top,
+            'results': [x for rs in res + res2 for x in rs]}
+
+
+# ----------------------------------------------------------------------------- the report
+
+def gd_step_loss(noise, L, purpose='eval'):
+    """One step of gradient descent from w = 0 with the best step size (von Oswald et al. 2023): y_hat =
+    eta <x_q, X^T y>, eta fitted by least squares on the sweep prompts -> its adjusted loss on the eval
+    prompts (purpose 'curve': the curve prompts) (float; at sigma = 0 about 0.5 d (1 - n / (n + d + 1)) =
+    1.77, what a 1-layer linear self-attention reaches)."""
+    def s(p):
+        return (p.x_q * (p.y[..., None] * p.x).sum(1)).sum(-1)
+    sw = fixed_prompts(noise, L['sweep_prompts'], 'sweep')
+    eta = ((s(sw) * sw.y_q).sum() / (s(sw) ** 2).sum()).item()
+    return adjusted_loss(lambda p: eta * s(p), fixed_prompts(noise, L[f'{purpose}_prompts'], purpose))
+
+
+def losses(xs):
+    """The finished eval losses of a rung's seeds, or None if any seed diverged or failed."""
+    out = [x.get('eval', math.inf) if x['rc'] == 0 else math.inf for x in xs]
+    return out if all(math.isfinite(v) for v in out) else None
+
+
+def left_zero(xs, zero):
+    """Below the zero predictor by more than the seeds' spread: zero minus the mean of the seeds' losses
+    larger than their range, max - min (which puts every seed below it; one seed: below it) -> bool."""
+    return bool(xs) and zero - sum(xs) / len(xs) > max(xs) - min(xs)
+
+
+def fmt_count(n):
+    """A count of prompts: 950, 210k, 3.36M."""
+    return f'{n / 1e6:.2f}M' if n >= 1e6 else f'{n / 1e3:.0f}k' if n >= 1e4 else f'{n:,}'
+
+
+def ladder_report(plan, L, meta=''):
+    """The ladder's markdown section (the plan's results) -> str: the ladder table (adjusted eval loss
+    per rung, mean +- half range over seeds), the budgets (steps, prompts, seconds), each mixer's first
+    rung below the zero predictor by more than the seeds' spread and its top rung beside one step of
+    gradient descent and the 2-layer transformer, the sweeps, and the probes at the top rung, trained
+    and untrained. meta: a line about the run (command, time), put first."""
+    n_ref = len(L['reference'])                  # configs() puts the references last
+    cfgs, refs = plan['configs'][:len(plan['configs']) - n_ref], plan['configs'][len(plan['configs']) - n_ref:]
+    noises = sorted({c[2] for c in plan['configs']})
+    zero = {n: zero_loss(n, L['eval_prompts']) for n in noises}
+    gd = {n: gd_step_loss(n, L) for n in noises}
+    tf = {c[2]: losses(plan['runs'][c][1]) for c in refs}
+    rungs = list(L['rungs'])
+
+    def cell(cfg, r):
+        if r not in plan['runs'][cfg]:
+            return '-'
+        xs = losses(plan['runs'][cfg][r])
+        return stat(xs) if xs else 'diverged'
+    rows = [[label(c), c[3], noise_label(c[2]), f'{plan["lr"][c]:g}', *[cell(c, r) for r in rungs]] for c in cfgs]
+    budget = []
+    for c in cfgs + refs:
+        k = (c[0], c[1], c[3])
+        top = [x for x in plan['top'][c] if x['rc'] == 0 and x.get('train_seconds')]
+        measured = sum(x['train_seconds'][0] for x in top) + top[-1]['train_seconds'][1] if top else math.nan
+        budget.append([label(c), c[3], noise_label(c[2]), f'{1000 * plan["step_s"][k]:.1f}', plan['base'][k],
+                       ' / '.join(fmt_count(rung_steps(r, plan['base'][k]) * c[3]) for r in c[4]),
+                       ' / '.join(f'{r * L["budget_s"]:g}' for r in c[4]),
+                       f'{measured:.0f}' if measured >= 10 else f'{measured:.2f}'])
+    summary = []
+    for c in cfgs:
+        first = next((r for r in c[4] if losses(plan['runs'][c][r]) and left_zero(losses(plan['runs'][c][r]),
+                                                                                 zero[c[2]])), None)
+        top = losses(plan['runs'][c][c[4][-1]])
+        k = (c[0], c[1], c[3])
+        where = (f'{first:g}x ({fmt_count(rung_steps(first, plan["base"][k]) * c[3])} prompts, '
+                 f'{first * L["budget_s"]:g} s)' if first else f'not by {c[4][-1]:g}x')
+        closed = f'{100 * (zero[c[2]] - sum(top) / len(top)) / (zero[c[2]] - gd[c[2]]):.1f}%' if top else '-'
+        falling = '-'
+        if len(c[4]) > 1 and top and losses(plan['runs'][c][c[4][-2]]):
+            before = losses(plan['runs'][c][c[4][-2]])
+            spread = max(max(top) - min(top), max(before) - min(before))
+            falling = 'yes' if sum(before) / len(before) - sum(top) / len(top) > spread else 'no'
+        summary.append([label(c), c[3], noise_label(c[2]), where, f'{c[4][-1]:g}x: {cell(c, c[4][-1])}',
+                        f'{zero[c[2]]:.4g}', f'{gd[c[2]]:.3g}', stat(tf[c[2]]) if tf.get(c[2]) else '-', closed,
+                        falling])
+    sweeps = []
+    for c in cfgs + refs:
+        for r, by_rate in sorted(plan['sweep'][c].items()):
+            vals = {a: x.get('sweep', math.inf) if x['rc'] == 0 else math.inf for a, x in by_rate.items()}
+            finite = [v for v in vals.values() if math.isfinite(v)]
+            best = min(vals, key=vals.get)
+            edge = best in (min(vals), max(vals)) and len(finite) > 1 and max(finite) - min(finite) > 0.01 * zero[c[2]]
+            sweeps.append([label(c), c[3], noise_label(c[2]), f'{r:g}x',
+                           ', '.join(f'{a:g}: {v:.4g}' for a, v in sorted(vals.items())),
+                           f'{best:g}' + (' (edge)' if edge else '')])
+    probes, keys = [], ('products', 'sum_first', 'sum_last')
+    for c in cfgs + refs:
+        xs = [x for x in plan['runs'][c][c[4][-1]] if x['rc'] == 0 and x.get('probes')]
+        sweep_set = fixed_prompts(c[2], L['sweep_prompts'], 'sweep')
+        init = [diagnose(initialised(c[0], c[1], L['d_model'], False, s).eval(), sweep_set)
+                for s in range(len(plan['runs'][c][c[4][-1]]))]
+        probes.append([f'{label(c)}, {c[4][-1]:g}x', c[3], noise_label(c[2]), cell(c, c[4][-1]),
+                       *[stat([x['probes'][k] for x in xs]) for k in keys]])
+        probes.append([f'{label(c)} at initialisation', c[3], noise_label(c[2]), '',
+                       *[stat([p[k] for p in init]) for k in keys]])
+    head = [f'{r:g}x' for r in rungs]
+    swept = max(r for r in rungs if r <= L['sweep_rung'])
+    return '\n'.join([
+        meta, '',
+        md_table(['model', 'batch', 'noise', 'rate', *head], rows), '',
+        f'Adjusted eval loss (model minus the oracle, 0.5 squared error, {L["eval_prompts"]} fresh prompts a noise '
+        f'setting), mean +- half the range over {L["seeds"]} seeds at the chosen rate; rung r: r x '
+        f'{L["budget_s"]:g} s of training (steps from the calibration below), warm-up, stable and the last '
+        f'{100 * L["decay"]:g}% decaying to 0.', '',
+        md_table(['model', 'batch', 'noise', 'ms a step (calibrated)', 'steps at 1x', 'prompts seen at each rung',
+                  'budget seconds at each rung', 'measured training s (top rung, seed 0)'], budget), '',
+        md_table(['model', 'batch', 'noise', 'first rung below predict-0 by more than the seeds\' spread',
+                  'top rung', 'predict 0', 'one GD step', '2L transformer (1x)', 'gap to one GD step closed',
+                  'still falling at the top'], summary), '',
+        'One GD step: y_hat = eta <x_q, X^T y> with eta fitted on the sweep prompts (the best 1-layer linear '
+        'self-attention), on the same eval prompts as the models. Still falling: the top rung below the rung before it by more than the larger seeds\' '
+        'spread (then a higher rung, --mixer_rungs, may move it further).', '',
+        md_table(['model', 'batch', 'noise', 'rung', 'rate: adjusted loss on the sweep prompts (seed 0)',
+                  'best'], sweeps), '',
+        f'The rungs above {swept:g}x use the {swept:g}x rung\'s best rate. (edge): the best '
+        'rate is at the edge of a sweep that is not flat (its rates differ by more than 1% of predict-0).', '',
+        md_table(['model (top rung)', 'batch', 'noise', 'adjusted loss', 'R^2 y_i x_i (context, block 1)',
+                  'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)'], probes), '',
+        'R^2: linear (ridge) probes of the hidden states, fitted on 3/4 of the sweep prompts and scored on the '
+        'rest, mean +- half range over the seeds; "at initialisation": the same seeds before training.'])
+
+
+def plot_ladder(plan, L, path):
+    """Adjusted loss on the curve prompts against prompts seen, a panel per noise setting: each model's
+    rungs (the end of each rung's decay; mean over seeds, bars: the range) joined, batch 64 dotted, seed
+    0's run at the chosen rate through its stable phases as a thin line; predict 0, one GD step and the
+    2-layer transformer's 1x level on the same prompts -> a line saying where, or why not (matplotlib
+    missing). Everything drawn is on the curve prompts (the tables: on the eval prompts)."""
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
+    noises = sorted({c[2] for c in plan['configs']})
+    fig, axes = plt.subplots(1, len(noises), figsize=(7 * len(noises), 5), squeeze=False)
+    variants = sorted({c[0] for c in plan['configs']})
+    for ax, noise in zip(axes[0], noises):
+        for c in (c for c in plan['configs'] if c[2] == noise):
+            ref = c[0] == 'transformer'
+            color, style = 'k' if ref else f'C{variants.index(c[0])}', ':' if c[3] != L['batch'] else '-' if \
+                c[1] == 2 else '--'
+            trace = [pt for x in plan['top'][c] if x['rc'] == 0 for pt in x['curve']]
+            if trace:
+                ax.plot([pt[0] * c[3] for pt in trace], [max(pt[2], 1e-3) for pt in trace], style, color=color,
+                        lw=0.6, alpha=0.5)
+            pts = [(rung_steps(r, plan['base'][(c[0], c[1], c[3])]) * c[3],
+                    [x['branch'][-1][2] for x in plan['runs'][c][r]]) for r in c[4] if losses(plan['runs'][c][r])]
+            if not pts:
+                continue
+            means = [max(sum(ys) / len(ys), 1e-3) for _, ys in pts]
+            ax.errorbar([x for x, _ in pts], means, yerr=[[m - max(min(ys), 1e-3) for m, (_, ys) in zip(means, pts)],
+                                                         [max(ys) - m for m, (_, ys) in zip(means, pts)]],
+                        fmt=style + ('s' if ref else 'o'), color=color, lw=1.5, ms=4, capsize=2,
+                        label=f'{label(c)}, batch {c[3]}' + (' (1x)' if ref else ''))
+            if ref:
+                ax.axhline(means[-1], color='k', ls='-.', lw=1, label='2L transformer level (1x)')
+        ax.axhline(zero_loss(noise, L['curve_prompts'], 'curve'), color='grey', lw=3, alpha=0.4, label='predict 0')
+        ax.axhline(gd_step_loss(noise, L, 'curve'), color='k', ls=(0, (5, 5)), lw=1, label='one GD step')
+        ax.set(xscale='log', yscale='log', xlabel='prompts seen', ylabel=f'adjusted loss ({L["curve_prompts"]} '
+               'curve prompts)', title=noise_label(noise).replace('U(0,', 'sigma ~ U(0, '))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path + '.tmp.png', dpi=90)
+    plt.close(fig)
+    os.replace(path + '.tmp.png', path)
+    return f'plot: {path}'
+
+
+def check_docs(page):
+    """Raise ValueError (one line) unless `page` can take the ladder's section: a file holding BEGIN and
+    END once each, in that order, writable, with an assets/ folder beside its folder for the figure ->
+    the figure's path."""
+    try:
+        with open(page, encoding='utf-8') as f:
+            text = f.read()
+    except OSError as e:
+        raise ValueError(f'--docs {page}: cannot read it ({e.strerror or e})')
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise ValueError(f'--docs {page}: the page needs the lines {BEGIN} and {END}, once each, in that order')
+    assets = os.path.join(os.path.dirname(os.path.abspath(page)), '..', 'assets')
+    if not os.path.isdir(assets) or not os.access(assets, os.W_OK) or not os.access(page, os.W_OK):
+        raise ValueError(f'--docs {page}: the page and an assets/ folder beside its folder must be writable')
+    return os.path.normpath(os.path.join(assets, FIGURE))
+
+
+def write_docs(page, section, figure):
+    """Replace the text between the page's BEGIN and END lines with `section` and a link to `figure`
+    (written whole or not at all; the rest of the page stays byte for byte)."""
+    with open(page, encoding='utf-8') as f:
+        text = f.read()
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    link = os.path.relpath(figure, os.path.dirname(os.path.abspath(page)))
+    body = f'{section}\n\n![The mixers\' budget ladder: adjusted loss against prompts seen]({link})\n'
+    write_atomic(page, f'{head}{BEGIN}\n{body}{END}{tail}')
