@@ -1,7 +1,7 @@
 """Faults at every entry point (issue #35): python test_mixer.py test_faults test_faults_outputs
 
 Every entry point (train.py, sample.py, retrieval.py, data/prepare.py, python -m
-experiments.claims | icl | represent | bench, test_mixer.py) meets bad input and faults
+experiments.claims | icl | represent | bench | mqar, test_mixer.py) meets bad input and faults
 with a non-zero exit (2 for a user's mistake, 1 for a run that stopped, 130 on Ctrl-C),
 no Python traceback, one line on stderr naming the cause, and every file that was there
 before byte-identical afterwards (never a half-written output, nothing a user made
@@ -151,6 +151,13 @@ def table(f):
          ['cannot write'], [], None),
         ('icl: a ladder without its 1x rung', ['-m', 'experiments.icl', '--quick', '--ladder_budgets', '2,3', '--out',
                                               os.path.join(f.tmp, 'icl_ladder')], 2, ['ladder_budgets', 'hold 1'], [], None),
+        # python -m experiments.mqar
+        ('mqar: an --out that cannot be written', ['-m', 'experiments.mqar', '--quick', '--out', f.bad], 2,
+         ['cannot write'], [], None),
+        ('mqar: a cell whose pairs do not fit', ['-m', 'experiments.mqar', '--quick', '--cells', '16:5', '--out',
+                                                os.path.join(f.tmp, 'mqar_cells')], 2, ['T=16', 'kv=5'], [], None),
+        ('mqar: --device cuda without CUDA', ['-m', 'experiments.mqar', '--quick', '--device', 'cuda', '--out',
+                                             os.path.join(f.tmp, 'mqar_cuda')], 2, ['CUDA'], [], no_cuda),
         # test_mixer.py
         ('test_mixer: an unknown option', ['test_mixer.py', '--nonsense'], 2, ['unknown option'], [], None),
         ('test_mixer: an unknown module', ['test_mixer.py', 'test_nope'], 2, ['no test module'], [], None),

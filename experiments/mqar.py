@@ -1,0 +1,580 @@
+"""Multi-query associative recall (MQAR) for every model kind, with the field's protocol.
+
+    python -m experiments.mqar                    # the CPU protocol: 2 cores, about 90 minutes (docs/mqar.md)
+    python -m experiments.mqar --protocol gpu     # Zoology's figure-2 grid on one GPU (days: docs/mqar.md)
+    python -m experiments.mqar --estimate         # only measure step times and print the protocol's time
+    python -m experiments.mqar --quick            # every kind at a tiny cell, well under a minute
+    python -m experiments.mqar --kinds transformer,flat --d_models 64 --cells 64:4   # any part of a grid
+
+The task is Arora, Eyuboglu et al. 2023, "Zoology: Measuring and Improving Recall in Efficient
+Language Models" (arXiv 2312.04927): multi-query associative recall as its section 4.1 defines it,
+the sweep of its figure 2, built as the paper's code builds it (zoology/data/associative_recall.py
+with the figure-2 config: filler 0). A sequence of T tokens opens with kv key-value pairs
+k_1 v_1 ... k_kv v_kv, keys drawn without replacement from [1, V/2) and values from [V/2, V)
+(disjoint halves of the vocabulary); every key is then asked again, once, at a later even position
+2 kv + 2 g, the gaps g drawn without replacement with probability proportional to (g + 1)^(a - 1),
+a = power_a = 0.01 (short gaps are likely); every other position holds the filler token 0. The
+target at a query's position is its key's value (the next token the model predicts); every other
+target is ignored. Loss (cross entropy) and accuracy (the fraction of test queries whose argmax is
+exactly the value) are taken at the answer positions alone, where the logits are computed
+(`answer_logits`: the model's own forward pass, its head applied at those positions).
+
+Every kind of mixer.py (mixer.VARIANTS less `transformer_naive`, the transformer's outputs by
+another attention kernel) trains through its own LanguageModel at the same d_model and n_layer = 2,
+the attention kinds with one head as Zoology's attention (--attention_heads); then the masked mixer
+with the best mean accuracy trains again with 4 layers. Each (kind, layers, T, d_model, lr) is one
+cached job of runner.Runner (OUT/runs/NAME/result.json): a stopped run resumes where it stopped.
+Training is Zoology's trainer: AdamW (betas 0.9, 0.999, weight decay 0.01 on matrices as
+train.param_groups sets it), the learning rate on a cosine over 64 epochs stepped once an epoch
+(nearly constant over the few epochs a run lasts), the test set scored after every epoch and
+training stopped once its accuracy is above 0.99. A cell's number is the best test accuracy over
+its learning rates (Zoology's figure: "the maximum performance for each model over four learning
+rates"), with that rate. The reading of the results is docs/mqar.md's; experiments/mqar_report.py
+writes OUT/mqar.md (tables, command, wall time), OUT/mqar.png (accuracy against d_model, a panel
+per T, a line per kind) and OUT/results.json (every run).
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+import zipfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import mixer
+from checkpoint import check_folder_writable
+from experiments.runner import Runner, fmt_s, say
+
+POWER_A = 0.01            # Zoology's train_power_a = test_power_a
+FILLER = 0                # Zoology's figure-2 data (random_non_queries=False): every other position is token 0
+STOP_ACC = 0.99           # Zoology's early_stopping_threshold on the test accuracy
+WEIGHT_DECAY = 0.01       # torch.optim.AdamW's default: Zoology's optimiser
+SCHEDULE_EPOCHS = 64      # Zoology's max_epochs, the length of its per-epoch cosine
+KINDS = tuple(v for v in mixer.VARIANTS if v != 'transformer_naive')
+MIXER_KINDS = tuple(k for k in KINDS if mixer.variant_config(k).kind == 'mixer')
+
+# The protocols (docs/mqar.md). cells: (T, kv); batch: sequences a step at each T; lrs: the sweep, the
+# best per cell; epochs: at most (a run stops once its test accuracy is above STOP_ACC).
+PROTOCOLS = {
+    # Zoology's figure 2 (zoology/experiments/paper/zoology_figure2.py): 4 learning rates on logspace(-4, -2).
+    'gpu': dict(vocab_size=8192, cells=((64, 4), (128, 8), (256, 16), (512, 64)),
+                batch={64: 512, 128: 512, 256: 256, 512: 128}, d_models=(64, 128, 256, 512),
+                n_train=100_000, n_test=3_000, epochs=64, lrs=tuple(float(x) for x in np.logspace(-4, -2, 4)),
+                deep_layers=4, device='cuda', workers=1, threads=4),
+    # 2 CPU cores, about 90 minutes: calibrated (docs/mqar.md) so that the transformer solves T = 64,
+    # kv = 4 at d_model 64 within the budget (it did by its 2nd epoch in 3 seeds of 3).
+    'cpu': dict(vocab_size=64, cells=((64, 4), (128, 8)), batch={64: 32, 128: 32}, d_models=(64, 128),
+                n_train=16_000, n_test=1_000, epochs=3, lrs=(3e-4, 1e-3),
+                deep_layers=4, device='cpu', workers=2, threads=1),
+    # --quick: every kind at a tiny cell, one rate, for the tests.
+    'quick': dict(vocab_size=32, cells=((16, 2),), batch={16: 32}, d_models=(32,),
+                  n_train=3072, n_test=256, epochs=6, lrs=(1e-3,),
+                  deep_layers=4, device='cpu', workers=2, threads=1),
+}
+N_LAYER = 2               # every kind, as Zoology's attention; the best mixer again at deep_layers
+
+
+def fail(msg):
+    """Print a one-line error and exit with status 2."""
+    print(f'mqar.py: error: {msg}', file=sys.stderr)
+    sys.exit(2)
+
+
+# ----------------------------------------------------------------------------- the task
+
+def check_cell(T, kv, vocab_size):
+    """Raise ValueError (one line) unless kv key-value pairs and their kv queries fit a sequence of
+    T tokens (4 kv <= T, as Zoology asserts) and kv distinct keys and values fit each half of the
+    vocabulary (keys from [1, V/2), values from [V/2, V))."""
+    if kv < 1 or T < 4 * kv:
+        raise ValueError(f'T={T}, kv={kv}: MQAR needs kv >= 1 and T >= 4 kv (the pairs, then room for the queries)')
+    if vocab_size // 2 - 1 < kv:
+        raise ValueError(f'vocab_size={vocab_size} has {max(0, vocab_size // 2 - 1)} keys, fewer than kv={kv}')
+
+
+def distinct_draws(rng, n, k, low, high):
+    """k distinct integers from [low, high) in each of n rows, each drawn uniformly among those not yet
+    drawn (numpy's choice without replacement, one draw after another; a clash is drawn again)
+    -> int64 [n, k]."""
+    out = np.empty((n, k), np.int64)
+    for j in range(k):
+        col = rng.integers(low, high, n)
+        clash = (out[:, :j] == col[:, None]).any(1)
+        while clash.any():
+            col[clash] = rng.integers(low, high, int(clash.sum()))
+            clash = (out[:, :j] == col[:, None]).any(1)
+        out[:, j] = col
+    return out
+
+
+def mqar(n, T, kv, vocab_size, seed, power_a=POWER_A):
+    """n MQAR sequences (Arora et al. 2023, "Zoology", arXiv 2312.04927, section 4.1; as
+    zoology/data/associative_recall.py builds them, filler 0) from np.random.default_rng(seed) ->
+    (inputs int64 [n, T], targets int64 [n, T]): targets[i, t] is the value of the key asked at
+    position t, -1 elsewhere (exactly kv answers a row). Keys: [1, V/2), values: [V/2, V), kv
+    distinct of each a row; the pairs at positions 0..2kv-1 (key j at 2j, its value at 2j + 1); the
+    kv queries at 2 kv + 2 g, the gaps g drawn without replacement from 0..(T - 2 kv) / 2 - 1 with
+    probability proportional to (g + 1)^(power_a - 1), the j-th gap drawn asking the j-th key.
+    Raises ValueError when the cell does not fit (check_cell)."""
+    check_cell(T, kv, vocab_size)
+    rng = np.random.default_rng(seed)
+    half = vocab_size // 2
+    keys = distinct_draws(rng, n, kv, 1, half)
+    values = distinct_draws(rng, n, kv, half, vocab_size)
+    space = (T - 2 * kv) // 2
+    logp = (power_a - 1) * np.log(np.arange(1, space + 1))
+    # kv gaps without replacement, each drawn with probability p among those left: the Gumbel top-k trick
+    gaps = np.argsort(-(logp + rng.gumbel(size=(n, space))), axis=1, kind='stable')[:, :kv]
+    rows, pos = np.arange(n)[:, None], 2 * kv + 2 * gaps
+    inputs = np.full((n, T), FILLER, np.int64)
+    inputs[:, 0:2 * kv:2], inputs[:, 1:2 * kv:2] = keys, values
+    inputs[rows, pos] = keys
+    targets = np.full((n, T), -1, np.int64)
+    targets[rows, pos] = values
+    return inputs, targets
+
+
+def data_name(T, kv, vocab_size, n, seed, split):
+    """File name of a cached split."""
+    return f'mqar-T{T}-kv{kv}-V{vocab_size}-n{n}-seed{seed}-{split}.npz'
+
+
+def split_files(s, T, kv, seed):
+    """{'train': file name, 'test': file name} of a cell: train from seed, test from seed + 10 (another
+    stream, as Zoology does)."""
+    return {'train': data_name(T, kv, s['vocab_size'], s['n_train'], seed, 'train'),
+            'test': data_name(T, kv, s['vocab_size'], s['n_test'], seed + 10, 'test')}
+
+
+def make_data(data_dir, s, seed):
+    """Generate (once) and cache every cell's train and test split under data_dir, int16 in .npz files
+    written whole (a temporary file, then os.replace); the same files serve every model. A damaged
+    file is generated again -> list of the file names generated now."""
+    os.makedirs(data_dir, exist_ok=True)
+    made = []
+    for T, kv in s['cells']:
+        for split, name in split_files(s, T, kv, seed).items():
+            path = os.path.join(data_dir, name)
+            if os.path.isfile(path):
+                try:
+                    load_split(path)
+                    continue
+                except ValueError as e:
+                    say(f'warning: {e}')
+            n, sd = (s['n_train'], seed) if split == 'train' else (s['n_test'], seed + 10)
+            x, y = mqar(n, T, kv, s['vocab_size'], sd)
+            with open(path + '.tmp', 'wb') as f:
+                np.savez(f, inputs=x.astype(np.int16), targets=y.astype(np.int16))
+            os.replace(path + '.tmp', path)
+            made.append(name)
+    return made
+
+
+def load_split(path):
+    """A cached split -> (inputs long [n, T], targets long [n, T]); ValueError if it is damaged."""
+    try:
+        with np.load(path) as z:
+            return torch.from_numpy(z['inputs'].astype(np.int64)), torch.from_numpy(z['targets'].astype(np.int64))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f'{path}: a damaged data file ({type(e).__name__}); it is generated again') from None
+
+
+# ----------------------------------------------------------------------------- models, scoring, training
+
+def model_config(kind, T, vocab_size, d_model, n_layer, attention_heads=1):
+    """mixer.ModelConfig of variant `kind` at n_ctx = T: the variant's own fields, except that the
+    attention kinds (transformer, gpt, hybrids, linear attention) get `attention_heads` heads (Zoology's
+    attention has 1; 0 keeps the variant's). Raises ValueError for a shape the kind refuses."""
+    fields = dict(mixer.VARIANTS[kind])
+    if attention_heads and fields.get('kind', 'mixer') != 'mixer':
+        fields['n_head'] = attention_heads
+    return mixer.ModelConfig(vocab_size=vocab_size, n_ctx=T, d_model=d_model, n_layer=n_layer, **fields)
+
+
+def build(kind, T, vocab_size, d_model, n_layer, seed, attention_heads=1):
+    """The LanguageModel of model_config(...), initialised from torch.manual_seed(seed)."""
+    torch.manual_seed(seed)
+    return mixer.build_model(model_config(kind, T, vocab_size, d_model, n_layer, attention_heads))
+
+
+def answer_logits(model, inputs, targets):
+    """The model's logits at the answer positions alone: float [n_answers, vocab] (rows: the positions
+    where targets >= 0, row-major), and the answers long [n_answers]. The same numbers as
+    model(inputs)[0][targets >= 0] (the head is per position), without the head at every position."""
+    mask = targets >= 0
+    return model.lm_head(model.norm_f(model.hidden(inputs)[mask])), targets[mask]
+
+
+def count_correct(logits, answers):
+    """Exact answers: logits float [n, vocab], answers long [n] -> (how many rows' argmax is the answer,
+    n). A near miss is wrong; so is a tie unless the answer is the first of the tied maxima."""
+    return int((logits.argmax(-1) == answers).sum()), int(answers.numel())
+
+
+@torch.no_grad()
+def evaluate(model, inputs, targets, batch_size):
+    """Test loss (nats per answer) and accuracy (the fraction of answers exactly right) -> (loss, acc)."""
+    model.eval()
+    total, correct, count = 0.0, 0, 0
+    for i in range(0, len(inputs), batch_size):
+        logits, ans = answer_logits(model, inputs[i:i + batch_size], targets[i:i + batch_size])
+        total += F.cross_entropy(logits.float(), ans, reduction='sum').item()
+        c, n = count_correct(logits, ans)
+        correct, count = correct + c, count + n
+    model.train()
+    return total / count, correct / count
+
+
+def optimizer(model, lr):
+    """Zoology's AdamW (betas 0.9, 0.999) at peak rate lr, weight decay WEIGHT_DECAY on matrices
+    (train.param_groups: not on biases, norms or the mixing bias)."""
+    from train import param_groups
+    groups = param_groups(model, {'weight_decay': WEIGHT_DECAY, 'mixing_weight_decay': None, 'mixing_lr_mult': 1.0})
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999))
+
+
+def fit(model, train, test, spec, device):
+    """Train model on train = (inputs, targets) for at most spec['epochs'] epochs of spec['batch_size']
+    sequences, shuffled by spec['seed'], at spec['lr'] times Zoology's cosine over SCHEDULE_EPOCHS epochs
+    (stepped once an epoch), scoring test after every epoch and stopping once its accuracy is above
+    STOP_ACC (Zoology's early stop) or the loss is not finite -> {'curve': [(epoch, mean train loss,
+    test loss, test acc)], 'acc', 'test_loss' (of the last epoch; a diverged run: 0 and inf),
+    'epochs', 'steps', 'diverged', 'seconds'}."""
+    opt = optimizer(model, spec['lr'])
+    n, bs = len(train[0]), spec['batch_size']
+    per_epoch = max(1, n // bs)
+    step, curve, diverged = 0, [], False
+    gen = torch.Generator().manual_seed(spec['seed'])
+    t0 = time.time()
+    model.train()
+    for epoch in range(1, spec['epochs'] + 1):
+        rate = spec['lr'] * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / SCHEDULE_EPOCHS))
+        for g in opt.param_groups:
+            g['lr'] = rate * g['lr_mult']
+        order, losses = torch.randperm(n, generator=gen), []
+        for b in range(per_epoch):
+            idx = order[b * bs:(b + 1) * bs]
+            logits, ans = answer_logits(model, train[0][idx].to(device), train[1][idx].to(device))
+            loss = F.cross_entropy(logits.float(), ans)
+            if not torch.isfinite(loss):
+                diverged = True
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            step += 1
+        if diverged:
+            break
+        test_loss, acc = evaluate(model, test[0].to(device), test[1].to(device), 4 * bs)
+        curve.append((epoch, sum(losses) / len(losses), test_loss, acc))
+        if acc > STOP_ACC:
+            break
+    last = curve[-1] if curve else (0, math.nan, math.inf, 0.0)
+    return {'curve': curve, 'acc': 0.0 if diverged else last[3], 'test_loss': math.inf if diverged else last[2],
+            'epochs': len(curve), 'steps': step, 'diverged': diverged, 'seconds': time.time() - t0}
+
+
+def cell_job(spec, run_dir):
+    """Runner job: one (kind, n_layer, T, kv, d_model, lr) trained and scored. spec: those keys and
+    'vocab_size', 'attention_heads', 'batch_size', 'epochs', 'seed', 'device', 'data' (the file names
+    of split_files, read from OUT/data: run_dir is OUT/runs/NAME) -> {'rc', 'line', 'params', and
+    fit()'s keys}."""
+    device = spec['device']
+    if device == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    data_dir = os.path.join(os.path.dirname(os.path.dirname(run_dir)), 'data')
+    try:
+        train, test = (load_split(os.path.join(data_dir, spec['data'][k])) for k in ('train', 'test'))
+    except ValueError as e:
+        return {'rc': 1, 'line': str(e)}
+    model = build(spec['kind'], spec['T'], spec['vocab_size'], spec['d_model'], spec['n_layer'], spec['seed'],
+                  spec['attention_heads']).to(device)
+    res = fit(model, train, test, spec, device)
+    res.update(rc=0, params=model.num_params(),
+               line=f"acc {res['acc']:.3f}{' (diverged)' if res['diverged'] else ''}, {res['epochs']} epochs, "
+                    f"{res['seconds']:.0f} s")
+    return res
+
+
+# ----------------------------------------------------------------------------- step times and the plan
+
+def time_job(spec, run_dir=None):
+    """Runner job: seconds of one training step of spec's 'kind', 'n_layer', 'T', 'kv', 'd_model' at
+    'batch_size' sequences ('vocab_size', 'attention_heads', 'device'), measured in a pool process as the
+    runs go (two at a time, one thread each on the CPU): the median of 'steps' after 2 warm-ups ->
+    {'rc', 's_per_step', 'line'}."""
+    model = build(spec['kind'], spec['T'], spec['vocab_size'], spec['d_model'], spec['n_layer'], 0,
+                  spec['attention_heads']).to(spec['device'])
+    opt = optimizer(model, 1e-4)
+    x, y = (torch.from_numpy(a).to(spec['device'])
+            for a in mqar(spec['batch_size'], spec['T'], spec['kv'], spec['vocab_size'], 0))
+    sync = torch.cuda.synchronize if spec['device'] == 'cuda' else (lambda: None)
+    times = []
+    for i in range(2 + spec['steps']):
+        sync()
+        t0 = time.perf_counter()
+        logits, ans = answer_logits(model, x, y)
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(logits, ans).backward()
+        opt.step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    sec = sorted(times[2:])[len(times[2:]) // 2]
+    return {'rc': 0, 's_per_step': sec, 'line': f'{1000 * sec:.1f} ms a step'}
+
+
+def step_times(runner, out, s, shapes):
+    """Seconds a step of every shape (kind, n_layer, T, kv, d_model), each a cached job of the pool
+    (OUT/step_times/NAME: time_job), so measured as the runs go -> {shape: seconds}. They give the
+    ETAs and --estimate: a job runs at most its epochs, early stopping only shortens it."""
+    jobs = [(os.path.join(out, 'step_times', '-'.join(map(str, sh))),
+             dict(kind=sh[0], n_layer=sh[1], T=sh[2], kv=sh[3], d_model=sh[4], batch_size=s['batch'][sh[2]],
+                  vocab_size=s['vocab_size'], attention_heads=s['attention_heads'], device=s['device'], steps=6),
+             1.0, None) for sh in shapes]
+    res = runner.map(time_job, jobs, f'step times of {len(shapes)} model shapes (for the ETAs)')
+    if any(r['rc'] != 0 for r in res):
+        raise RuntimeError(next(r['line'] for r in res if r['rc'] != 0))
+    return {sh: r['s_per_step'] for sh, r in zip(shapes, res)}
+
+
+def job_seconds(s, T, step_s):
+    """A job's time at most from its step time at length T: every epoch's steps and its test pass (a
+    forward, about a third of a training step a sequence)."""
+    bs = s['batch'][T]
+    return s['epochs'] * (s['n_train'] // bs + s['n_test'] / bs / 3) * step_s
+
+
+def plan(s, kinds, n_layer, seed):
+    """Every job of the grid for `kinds` at n_layer -> list of (run folder name, spec, shape)."""
+    jobs = []
+    for kind in kinds:
+        for T, kv in s['cells']:
+            for d in s['d_models']:
+                for lr in s['lrs']:
+                    spec = dict(kind=kind, n_layer=n_layer, T=T, kv=kv, d_model=d, lr=lr, vocab_size=s['vocab_size'],
+                                attention_heads=s['attention_heads'], batch_size=s['batch'][T], epochs=s['epochs'],
+                                seed=seed, device=s['device'], data=split_files(s, T, kv, seed))
+                    jobs.append((f'{kind}-L{n_layer}-T{T}-d{d}-lr{lr:.3g}', spec, (kind, n_layer, T, kv, d)))
+    return jobs
+
+
+def run_grid(runner, out, s, jobs, times, what):
+    """Run the jobs of plan() on the pool, longest first -> {(kind, n_layer, T, d_model): {lr: result}}."""
+    eta = {name: job_seconds(s, spec['T'], times[shape]) for name, spec, shape in jobs}
+    jobs = sorted(jobs, key=lambda j: -eta[j[0]])
+    res = runner.map(cell_job, [(os.path.join(out, 'runs', name), spec, eta[name], None) for name, spec, _ in jobs],
+                     what)
+    grid = {}
+    for (_, spec, _), r in zip(jobs, res):
+        grid.setdefault((spec['kind'], spec['n_layer'], spec['T'], spec['d_model']), {})[spec['lr']] = r
+    return grid
+
+
+def best(runs):
+    """{lr: result} -> (best test accuracy, its lr); a failed run counts as 0, a tie goes to the smaller lr."""
+    accs = {lr: (r['acc'] if r.get('rc') == 0 else 0.0) for lr, r in runs.items()}
+    lr = max(sorted(accs), key=lambda x: accs[x])
+    return accs[lr], lr
+
+
+def best_mixer(grid, n_layer):
+    """The masked-mixer kind (MIXER_KINDS) of the grid with the best mean over cells of its best accuracy
+    (the first in MIXER_KINDS on a tie), or None when the grid has none."""
+    means = {}
+    for k in MIXER_KINDS:
+        cells = [best(r)[0] for key, r in grid.items() if key[0] == k and key[1] == n_layer]
+        if cells:
+            means[k] = sum(cells) / len(cells)
+    return max(means, key=means.get) if means else None
+
+
+def train_flops(s, kind, n_layer, T, kv, d_model):
+    """Training FLOPs of one job if it runs all its epochs (machine.flops_per_token, with the head
+    counted at the kv answer positions of a sequence alone, as answer_logits computes it)."""
+    from machine import flops_per_token
+    model = mixer.build_model(model_config(kind, T, s['vocab_size'], d_model, n_layer, s['attention_heads']))
+    head = 3 * 2 * d_model * s['vocab_size']
+    return s['epochs'] * s['n_train'] * (T * (flops_per_token(model, T) - head) + kv * head)
+
+
+def estimate(s, kinds, times, out):
+    """The protocol's time from the measured step times, at most (every job runs all its epochs; early
+    stopping only shortens it), and its FLOPs -> report lines."""
+    per_kind, flops = {}, 0.0
+    deep = [k for k in kinds if k in MIXER_KINDS][:1]
+    jobs = plan(s, kinds, N_LAYER, 0) + (plan(s, deep, s['deep_layers'], 0) if s['deep_layers'] else [])
+    for name, spec, shape in jobs:
+        label = f'{shape[0]} ({shape[1]} layers)'
+        per_kind[label] = per_kind.get(label, 0.0) + job_seconds(s, spec['T'], times[shape])
+        flops += train_flops(s, *shape)
+    total = sum(per_kind.values())
+    long = lambda sec: f'{sec / 3600:.1f} h' if sec >= 7200 else fmt_s(sec)
+    lines = [f'{label:32s} {long(sec):>10s} of jobs' for label, sec in per_kind.items()]
+    lines += [f'{len(s["lrs"])} learning rates, {s["epochs"]} epochs of {s["n_train"]} sequences at most a job; '
+              f'the deep row is {deep[0] if deep else "none"} at {s["deep_layers"]} layers here (in a run, the best '
+              'mixer)',
+              f'estimated time: at most {long(total / s["workers"])} on {s["workers"]} worker(s) '
+              f'(step times measured on {s["device"]} as the runs go, {s["workers"]} at a time, '
+              f'{s["threads"]} thread(s) each: {os.path.join(out, "step_times")})',
+              f'training FLOPs, every job to its last epoch: {flops / 1e15:.2f} PFLOP']
+    return lines
+
+
+# ----------------------------------------------------------------------------- the command
+
+def parse_list(text, cast, what):
+    """'a,b,c' -> [cast(a), ...]; a one-line error (exit 2) naming `what` on a bad item."""
+    try:
+        return [cast(x) for x in text.split(',') if x.strip()]
+    except ValueError:
+        fail(f'{what} must be {cast.__name__}s separated by commas, got {text!r}')
+
+
+def parse_args(argv):
+    """The command line -> argparse.Namespace with .s (the settings), .kinds and .out. Every setting is
+    checked before any work: a one-line error and exit 2 on a bad one."""
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--protocol', choices=('cpu', 'gpu'),
+                   help="cpu (the default): the 2-core protocol, about 90 min; gpu: Zoology's figure-2 grid")
+    p.add_argument('--quick', action='store_true', help='every kind at a tiny cell, one rate (seconds: the tests)')
+    p.add_argument('--estimate', action='store_true', help='only measure step times and print the time it takes')
+    p.add_argument('--kinds', default=','.join(KINDS), help='model kinds (default: every mixer.VARIANTS name '
+                   'but transformer_naive)')
+    p.add_argument('--cells', help="T:kv pairs, e.g. 64:4,128:8 (default the protocol's)")
+    p.add_argument('--d_models', help="widths, e.g. 64,128 (default the protocol's)")
+    p.add_argument('--lrs', help="learning rates of the sweep (default the protocol's)")
+    p.add_argument('--epochs', type=int, help="epochs at most (default the protocol's)")
+    p.add_argument('--n_train', type=int, help="training sequences a cell (default the protocol's)")
+    p.add_argument('--n_test', type=int, help="test sequences a cell (default the protocol's)")
+    p.add_argument('--vocab_size', type=int, help="vocabulary (default the protocol's)")
+    p.add_argument('--batch_size', type=int, help="sequences a step at every T (default the protocol's by T)")
+    p.add_argument('--attention_heads', type=int, default=1, help="heads of the attention kinds (default 1, Zoology's; 0: the variants')")
+    p.add_argument('--deep_layers', type=int, help='layers of the best mixer\'s second row (0: none; default 4)')
+    p.add_argument('--seed', type=int, default=0, help='data (train: seed, test: seed + 10), init and shuffling (default 0)')
+    p.add_argument('--device', choices=('cpu', 'cuda'), help="default: the protocol's")
+    p.add_argument('--workers', type=int, help="jobs at a time (default the protocol's: 2 on cpu, 1 on gpu)")
+    p.add_argument('--threads', type=int, help='torch threads a job (default 1 on cpu)')
+    p.add_argument('--out', help='output folder (default out/mqar, out/mqar_gpu, out/mqar_quick)')
+    args = p.parse_args(argv)
+    if args.quick and args.protocol:
+        fail('--quick is a protocol of its own: give --quick or --protocol, not both')
+    name = 'quick' if args.quick else args.protocol or 'cpu'
+    s = {**PROTOCOLS[name], 'protocol': name, 'attention_heads': args.attention_heads}
+    args.kinds = parse_list(args.kinds, str, '--kinds')
+    unknown = [k for k in args.kinds if k not in KINDS]
+    if unknown or not args.kinds:
+        fail(f'--kinds: unknown {", ".join(unknown) or "(none given)"}; choose from {",".join(KINDS)}')
+    if args.cells:
+        try:
+            s['cells'] = tuple(tuple(int(v) for v in c.split(':')) for c in args.cells.split(','))
+            assert all(len(c) == 2 for c in s['cells'])
+        except (ValueError, AssertionError):
+            fail(f'--cells must be T:kv pairs separated by commas, e.g. 64:4,128:8; got {args.cells!r}')
+    if args.d_models:
+        s['d_models'] = tuple(parse_list(args.d_models, int, '--d_models'))
+    if args.lrs:
+        s['lrs'] = tuple(parse_list(args.lrs, float, '--lrs'))
+    for k in ('epochs', 'n_train', 'n_test', 'vocab_size', 'deep_layers', 'device', 'workers', 'threads'):
+        if getattr(args, k) is not None:
+            s[k] = getattr(args, k)
+    s['batch'] = {T: args.batch_size or s['batch'].get(T, 32) for T, _ in s['cells']}
+    positive = dict(epochs=s['epochs'], n_train=s['n_train'], n_test=s['n_test'], workers=s['workers'],
+                    threads=s['threads'], batch_size=min(s['batch'].values()))
+    for k, v in positive.items():
+        if v < 1:
+            fail(f'--{k} must be >= 1, got {v}')
+    if not s['d_models'] or min(s['d_models']) < 1:
+        fail(f'--d_models must be positive, got {args.d_models!r}')
+    if not s['lrs'] or not all(math.isfinite(x) and x > 0 for x in s['lrs']):
+        fail(f'--lrs must be positive and finite, got {args.lrs!r}')
+    if s['deep_layers'] < 0 or args.attention_heads < 0 or args.seed < 0:
+        fail('--deep_layers, --attention_heads and --seed must be >= 0')
+    if not 4 <= s['vocab_size'] <= 32767:
+        fail(f'--vocab_size must be in 4..32767 (the data are stored as int16), got {s["vocab_size"]}')
+    if s['n_train'] < max(s['batch'].values()):
+        fail(f'--n_train={s["n_train"]} is smaller than a batch ({max(s["batch"].values())} sequences)')
+    for T, kv in s['cells']:
+        try:
+            check_cell(T, kv, s['vocab_size'])
+        except ValueError as e:
+            fail(f'--cells: {e}')
+        for kind in args.kinds:
+            for d in s['d_models']:
+                try:
+                    model_config(kind, T, s['vocab_size'], d, N_LAYER, args.attention_heads)
+                except ValueError as e:
+                    fail(f'{kind} at d_model {d}: {e}')
+    if s['device'] == 'cuda' and not torch.cuda.is_available():
+        fail('--device cuda: CUDA is not available here (the gpu protocol needs a GPU; --device cpu runs it here)')
+    s['seed'] = args.seed
+    args.s = s
+    args.out = os.path.abspath(args.out or os.path.join('out', {'cpu': 'mqar', 'gpu': 'mqar_gpu',
+                                                               'quick': 'mqar_quick'}[name]))
+    try:
+        check_folder_writable(args.out)
+    except ValueError as e:
+        fail(str(e))
+    return args
+
+
+def main(argv=None):
+    """Run the experiment of argv (see --help): OUT/mqar.md, OUT/mqar.png, OUT/results.json, the report
+    on stdout. Exits 2 on bad arguments, 1 if a job failed, 130 on Ctrl-C (what finished stays cached)."""
+    from experiments import mqar_report
+    args = parse_args(argv)
+    s, out, t0 = args.s, args.out, time.time()
+    command = 'python -m experiments.mqar ' + ' '.join(argv if argv is not None else sys.argv[1:])
+    os.makedirs(out, exist_ok=True)
+    try:
+        made = make_data(os.path.join(out, 'data'), s, s['seed'])
+    except KeyboardInterrupt:
+        print('mqar.py: interrupted (Ctrl-C) while generating the data; no run was started', file=sys.stderr)
+        return 130
+    except OSError as e:              # a full disk, a folder made read-only since the check
+        print(f'mqar.py: error: could not write the data under {out} ({e.strerror or e})', file=sys.stderr)
+        return 1
+    say(f'mqar: {s["protocol"]} protocol, {len(args.kinds)} kinds x {len(s["cells"])} (T, kv) x '
+        f'{len(s["d_models"])} d_model x {len(s["lrs"])} lrs, {s["n_train"]} training sequences, at most '
+        f'{s["epochs"]} epochs; data: {len(made)} files generated, in {os.path.join(out, "data")}')
+    os.environ['OMP_NUM_THREADS'] = str(s['threads'])
+    runner = Runner(out, s['workers'], s['threads'])
+    jobs = plan(s, args.kinds, N_LAYER, s['seed'])
+    shapes = [sh for _, _, sh in jobs]
+    if args.estimate:
+        deep = [k for k in args.kinds if k in MIXER_KINDS][:1]
+        shapes += [sh for _, _, sh in plan(s, deep, s['deep_layers'], s['seed'])] if s['deep_layers'] else []
+        print('\n'.join(estimate(s, args.kinds, step_times(runner, out, s, list(dict.fromkeys(shapes))), out)))
+        runner.pool.shutdown()
+        return 0
+    times = step_times(runner, out, s, list(dict.fromkeys(shapes)))
+    cached = sum(runner.cached(os.path.join(out, 'runs', n), spec) is not None for n, spec, _ in jobs)
+    grid = run_grid(runner, out, s, jobs, times, f'{N_LAYER}-layer models')
+    deep = best_mixer(grid, N_LAYER) if s['deep_layers'] else None
+    if deep:
+        jobs = plan(s, [deep], s['deep_layers'], s['seed'])
+        times.update(step_times(runner, out, s, [sh for _, _, sh in jobs]))
+        cached += sum(runner.cached(os.path.join(out, 'runs', n), spec) is not None for n, spec, _ in jobs)
+        grid.update(run_grid(runner, out, s, jobs, times, f'the best mixer ({deep}) at {s["deep_layers"]} layers'))
+    runner.pool.shutdown()
+    total = sum(len(r) for r in grid.values())
+    try:
+        notes = mqar_report.write(out, s, args.kinds, grid, deep, command, time.time() - t0, cached, total)
+    except OSError as e:
+        print(f'mqar.py: error: could not write the report under {out} ({e.strerror or e}); the runs are cached '
+              'there: run the same command again to write it', file=sys.stderr)
+        return 1
+    failed = sum(r.get('rc') != 0 for runs in grid.values() for r in runs.values())
+    for note in notes:
+        say(note)
+    say(f'mqar: done in {fmt_s(time.time() - t0)}'
+        + (f'; {failed} runs FAILED (run again to retry them)' if failed else ''))
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

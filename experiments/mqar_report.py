@@ -1,0 +1,159 @@
+"""The report of experiments/mqar.py (multi-query associative recall, Arora et al. 2023, "Zoology",
+arXiv 2312.04927): the accuracy table (kind x T x d_model: the best test accuracy over the learning
+rates and that rate), every run, and Zoology's figure 2 redrawn for our kinds (test accuracy against
+d_model, a panel per T, a line per kind), each written whole (a temporary file, then os.replace) to
+OUT/mqar.md, OUT/results.json and OUT/mqar.png.
+"""
+
+import json
+import os
+import platform
+
+import torch
+
+from experiments.mqar import N_LAYER, best
+from experiments.runner import fmt_s, md_table
+
+
+def row_keys(grid, kinds, deep, s):
+    """The table's rows in order: (kind, n_layer) of every kind at N_LAYER, then the deep row."""
+    rows = [(k, N_LAYER) for k in kinds]
+    if deep:
+        rows.append((deep, s['deep_layers']))
+    return [r for r in rows if any(key[:2] == r for key in grid)]
+
+
+def label(kind, n_layer):
+    """A row's name: the kind, with its layers when they are not N_LAYER."""
+    return kind if n_layer == N_LAYER else f'{kind}, {n_layer} layers'
+
+
+def accuracy_table(grid, rows, s):
+    """Markdown: a row per (kind, n_layer), a column per (T, d_model): 'accuracy (lr)'; '-' where a cell
+    did not run, 'failed' where every rate failed."""
+    cols = [(T, kv, d) for T, kv in s['cells'] for d in s['d_models']]
+    body = []
+    for kind, L in rows:
+        cells = []
+        for T, kv, d in cols:
+            runs = grid.get((kind, L, T, d))
+            if not runs:
+                cells.append('-')
+            elif all(r.get('rc') != 0 for r in runs.values()):
+                cells.append('failed')
+            else:
+                acc, lr = best(runs)
+                cells.append(f'{acc:.3f} ({lr:.2g})')
+        body.append([label(kind, L), *cells])
+    return md_table(['model', *[f'T={T} kv={kv} d={d}' for T, kv, d in cols]], body)
+
+
+def runs_table(grid, rows):
+    """Markdown: every run (model, T, d_model, lr, test accuracy and loss, epochs, seconds)."""
+    body = []
+    for kind, L in rows:
+        for key in sorted(k for k in grid if k[:2] == (kind, L)):
+            for lr, r in sorted(grid[key].items()):
+                if r.get('rc') != 0:
+                    body.append([label(kind, L), key[2], key[3], f'{lr:.3g}', 'failed', '', '', '', r.get('line', '')])
+                    continue
+                body.append([label(kind, L), key[2], key[3], f'{lr:.3g}', f'{r["acc"]:.4f}', f'{r["test_loss"]:.3f}',
+                             r['epochs'], f'{r["seconds"]:.0f}', 'diverged' if r['diverged'] else ''])
+    return md_table(['model', 'T', 'd_model', 'lr', 'test accuracy', 'test loss (nats)', 'epochs', 'seconds', ''],
+                    body)
+
+
+def machine_line(s):
+    """'Machine: ...' of this run: the device, cores, torch."""
+    if s['device'] == 'cuda':
+        what = torch.cuda.get_device_name()
+    else:
+        what = f'{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()})'
+    return (f'Machine: {what}, torch {torch.__version__}, float32; {s["workers"]} job(s) at a time, '
+            f'{s["threads"]} thread(s) each.')
+
+
+def report_text(s, kinds, grid, deep, command, wall_s, cached, total):
+    """The report (markdown)."""
+    rows = row_keys(grid, kinds, deep, s)
+    cells = ', '.join(f'(T={T}, kv={kv}, batch {s["batch"][T]})' for T, kv in s['cells'])
+    heads = s['attention_heads'] or "their variants'"
+    job_s = sum(r['seconds'] for runs in grid.values() for r in runs.values() if r.get('rc') == 0)
+    return '\n'.join([
+        f'# Multi-query associative recall: the {s["protocol"]} protocol', '',
+        f'Command: `{command}`', '',
+        f'Wall time of this invocation: {fmt_s(wall_s)} ({cached} of {total} runs were cached from an earlier one); '
+        f'the runs trained for {fmt_s(job_s)} in all, about {fmt_s(job_s / s["workers"])} on {s["workers"]} '
+        'worker(s).',
+        machine_line(s), '',
+        f'Settings: vocabulary {s["vocab_size"]} (keys 1..{s["vocab_size"] // 2 - 1}, values '
+        f'{s["vocab_size"] // 2}..{s["vocab_size"] - 1}); {cells}; d_model {", ".join(map(str, s["d_models"]))}; '
+        f'learning rates {", ".join(f"{x:.3g}" for x in s["lrs"])}; {s["n_train"]} training and {s["n_test"]} test '
+        f'sequences a cell; at most {s["epochs"]} epochs, stopped once the test accuracy is above 0.99; '
+        f'attention kinds with {heads} head(s); seed {s["seed"]}.', '',
+        '## Test accuracy (the best over the learning rates; that rate in brackets)', '',
+        accuracy_table(grid, rows, s), '',
+        'Chance: ' + ', '.join(f'T={T}: {1 / (s["vocab_size"] // 2):.3f} for a blind guess among the values, '
+                               f'{1 / kv:.3f} for one of the sequence\'s {kv} values not bound to its key'
+                               for T, kv in s['cells']) + '.', '',
+        (f'Deep row: the masked mixer with the best mean accuracy at {N_LAYER} layers, {deep}, at '
+         f'{s["deep_layers"]} layers.' if deep else 'Deep row: none (--deep_layers 0, or no masked mixer in --kinds).'),
+        '',
+        '## Every run', '',
+        runs_table(grid, rows), ''])
+
+
+def plot(grid, kinds, deep, s, path):
+    """Zoology's figure 2 for our kinds: test accuracy (best over the rates) against d_model, a panel per
+    (T, kv), a line per kind (the deep row dashed), the two chance levels dotted -> a line saying where,
+    or why not (matplotlib missing)."""
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
+    rows = row_keys(grid, kinds, deep, s)
+    fig, axes = plt.subplots(1, len(s['cells']), figsize=(4.2 * len(s['cells']) + 2.5, 4.2), squeeze=False)
+    colors = plt.get_cmap('tab20')
+    for ax, (T, kv) in zip(axes[0], s['cells']):
+        for i, (kind, L) in enumerate(rows):
+            pts = [(d, best(grid[(kind, L, T, d)])[0]) for d in s['d_models'] if (kind, L, T, d) in grid]
+            if pts:
+                k = kinds.index(kind)            # 10 colours twice, the second time paler, each its marker
+                ax.plot(*zip(*pts), '--' if L != N_LAYER else '-', marker='osD^v<>ph*'[k % 10], ms=4, lw=1.4,
+                        color=colors(2 * (k % 10) + (k // 10) % 2), label=label(kind, L))
+        ax.axhline(1 / kv, color='grey', ls=':', lw=1)
+        ax.axhline(1 / (s['vocab_size'] // 2), color='grey', ls=(0, (1, 4)), lw=1)
+        ax.set_xscale('log', base=2)
+        ax.set_xticks(s['d_models'], [str(d) for d in s['d_models']])
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel('d_model')
+        ax.set_title(f'T = {T}, kv = {kv}')
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel('MQAR test accuracy')
+    axes[0][-1].legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(f'MQAR, {s["protocol"]} protocol (vocabulary {s["vocab_size"]}; dotted: 1/kv and chance)', fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path + '.tmp.png', dpi=100)
+    plt.close(fig)
+    os.replace(path + '.tmp.png', path)
+    return f'plot: {path}'
+
+
+def write(out, s, kinds, grid, deep, command, wall_s, cached, total):
+    """Write OUT/mqar.md (printed too), OUT/results.json and OUT/mqar.png -> notes (lines to show)."""
+    text = report_text(s, kinds, grid, deep, command, wall_s, cached, total)
+    print(text)
+    runs = [{'kind': k, 'n_layer': L, 'T': T, 'd_model': d, 'lr': lr, **{x: r.get(x) for x in (
+        'rc', 'acc', 'test_loss', 'epochs', 'steps', 'seconds', 'diverged', 'params', 'curve', 'line')}}
+            for (k, L, T, d), by_lr in grid.items() for lr, r in by_lr.items()]
+    settings = {**s, 'batch': {str(T): b for T, b in s['batch'].items()}}
+    for name, content in (('mqar.md', text),
+                          ('results.json', json.dumps({'command': command, 'wall_s': wall_s, 'settings': settings,
+                                                       'deep': deep, 'runs': runs}, indent=1))):
+        path = os.path.join(out, name)
+        with open(path + '.tmp', 'w') as f:
+            f.write(content)
+        os.replace(path + '.tmp', path)
+    return [plot(grid, kinds, deep, s, os.path.join(out, 'mqar.png')), f'report: {os.path.join(out, "mqar.md")}']

@@ -1,0 +1,250 @@
+"""Tests of the multi-query associative recall experiment (Arora et al. 2023, "Zoology"):
+experiments/mqar.py (the generator, the answer positions, causality through the task for every
+kind, exact-answer accuracy) and experiments/mqar_report.py, and the quick run end to end.
+
+Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_mqar).
+"""
+import concurrent.futures
+import json
+import math
+import os
+import shutil
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+from experiments import mqar, mqar_report
+from tests.common import cached_results, run
+
+T, KV, V = 16, 2, 32            # a tiny cell
+
+
+class OneThread(unittest.TestCase):
+    """Tests of tiny models on one torch thread: two threads on a busy 2-core machine made their many
+    small forward passes 200 times slower (14 s against 0.07 s, measured)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    @classmethod
+    def tearDownClass(cls):
+        torch.set_num_threads(cls.threads)
+
+
+def tiny(kind, seed=0, d_model=16):
+    """A tiny model of `kind` at the tiny cell whose biases and per-position weights are moved off their
+    init (as tests/common.tiny_model does), so that every parameter matters."""
+    model = mqar.build(kind, T, V, d_model, 2, seed).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.split('.')[-1] in ('c', 'c1', 'c2', 'v', 'w', 'W1', 'W2', 'wpe', 'bias'):
+                p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+class TestGenerator(OneThread):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.x, cls.y = mqar.mqar(2000, 64, 4, 64, seed=1)
+
+    def test_keys_and_values_come_from_disjoint_halves_and_are_distinct(self):
+        keys, values = self.x[:, 0:8:2], self.x[:, 1:8:2]
+        self.assertTrue(((keys >= 1) & (keys < 32)).all())
+        self.assertTrue(((values >= 32) & (values < 64)).all())
+        for a in (keys, values):                                   # kv distinct keys (values) a sequence
+            self.assertTrue((np.sort(a, 1)[:, 1:] != np.sort(a, 1)[:, :-1]).all())
+        self.assertEqual(set(np.unique(self.x[:, 8:])) - set(range(1, 32)), {mqar.FILLER})   # then keys and filler
+
+    def test_every_answer_is_the_value_paired_with_that_key_earlier(self):
+        n_checked = 0
+        for x, y in zip(self.x, self.y):
+            asked = []
+            for t in np.flatnonzero(y >= 0):
+                earlier = [j for j in range(0, 8, 2) if x[j] == x[t]]
+                self.assertEqual(len(earlier), 1)                  # the query is a key of this sequence...
+                self.assertLess(earlier[0], t)                     # ...given before it
+                self.assertEqual(y[t], x[earlier[0] + 1])          # its answer: the value paired with it
+                asked.append(x[t])
+                n_checked += 1
+            self.assertEqual(sorted(asked), sorted(x[0:8:2]))      # each key asked exactly once
+        self.assertEqual(n_checked, 2000 * 4)
+
+    def test_the_mask_selects_exactly_the_answer_positions(self):
+        query = np.zeros_like(self.y, dtype=bool)
+        query[:, 8:] = self.x[:, 8:] != mqar.FILLER                # after the pairs: the queries, and filler
+        np.testing.assert_array_equal(self.y >= 0, query)
+        self.assertTrue(((self.y >= 0).sum(1) == 4).all())
+        self.assertTrue((self.y[self.y < 0] == -1).all())
+        self.assertTrue((np.flatnonzero(self.y[0] >= 0) % 2 == 0).all())     # even positions, as Zoology's
+        model = tiny('transformer')                                 # and answer_logits reads exactly those positions
+        x, y = (torch.from_numpy(a[:8, :T]) for a in mqar.mqar(8, T, KV, V, seed=2))
+        logits, answers = mqar.answer_logits(model, x, y)
+        with torch.no_grad():
+            full = model(x)[0]
+        torch.testing.assert_close(logits, full[y >= 0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(answers, y[y >= 0])
+
+    def test_the_same_seed_gives_the_same_sequences(self):
+        a, b, c = (mqar.mqar(300, 128, 8, 64, seed=s) for s in (5, 5, 6))
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+        self.assertFalse(np.array_equal(a[0], c[0]))
+        out = tempfile.mkdtemp()
+        try:                                                         # the cached files hold the same sequences
+            s = {**mqar.PROTOCOLS['quick'], 'cells': ((128, 8),), 'vocab_size': 64, 'n_train': 300, 'n_test': 20}
+            self.assertEqual(len(mqar.make_data(out, s, 5)), 2)
+            self.assertEqual(mqar.make_data(out, s, 5), [])          # made once
+            x, y = mqar.load_split(os.path.join(out, mqar.split_files(s, 128, 8, 5)['train']))
+            np.testing.assert_array_equal(x.numpy(), a[0])
+            np.testing.assert_array_equal(y.numpy(), a[1])
+            x, _ = mqar.load_split(os.path.join(out, mqar.split_files(s, 128, 8, 5)['test']))
+            np.testing.assert_array_equal(x.numpy(), mqar.mqar(20, 128, 8, 64, seed=15)[0])
+        finally:
+            shutil.rmtree(out)
+
+    def test_gaps_follow_the_power_law(self):
+        """With one pair, the query's gap g is drawn with probability proportional to (g + 1)^(a - 1)."""
+        x, y = mqar.mqar(40000, 64, 1, 64, seed=3)
+        gaps = (np.flatnonzero(y >= 0) % 64 - 2) // 2
+        freq = np.bincount(gaps, minlength=31) / len(gaps)
+        p = np.arange(1, 32) ** (mqar.POWER_A - 1)
+        np.testing.assert_allclose(freq, p / p.sum(), atol=0.01)
+
+    def test_a_cell_that_does_not_fit_is_refused(self):
+        for T_, kv, v in ((16, 5, 64), (64, 4, 8)):
+            with self.assertRaises(ValueError):
+                mqar.mqar(2, T_, kv, v, seed=0)
+
+
+class TestCausality(OneThread):
+
+    def test_no_kind_sees_the_answer_it_predicts(self):
+        """For every kind: the logits at a query are unchanged when its answer is placed right after it
+        and every later token is changed; they change when the pair it asks for is changed."""
+        x, y = (torch.from_numpy(a) for a in mqar.mqar(4, T, KV, V, seed=4))
+        g = torch.Generator().manual_seed(0)
+        for kind in mqar.KINDS:
+            model = tiny(kind)
+            with self.subTest(kind=kind), torch.no_grad():
+                logits, _ = mqar.answer_logits(model, x, y)
+                for row, q in torch.nonzero(y >= 0).tolist():
+                    only = torch.full_like(y, -1)
+                    only[row, q] = y[row, q]
+                    after = x.clone()
+                    after[row, q + 1:] = torch.randint(V, (T - q - 1,), generator=g)
+                    if q + 1 < T:
+                        after[row, q + 1] = y[row, q]                      # the answer itself, one step late
+                    ref = logits[(y >= 0).nonzero().tolist().index([row, q])]
+                    torch.testing.assert_close(mqar.answer_logits(model, after, only)[0][0], ref, rtol=0, atol=1e-5)
+                    pair = [j for j in range(0, 2 * KV, 2) if x[row, j] == x[row, q]][0]
+                    before = x.clone()
+                    before[row, pair + 1] = (before[row, pair + 1] - V // 2 + 1) % (V // 2) + V // 2
+                    changed = mqar.answer_logits(model, before, only)[0][0]
+                    self.assertGreater((changed - ref).abs().max().item(), 1e-6)   # the test can see a change
+
+
+class TestAccuracy(OneThread):
+
+    def test_only_exact_answers_count(self):
+        logits = torch.tensor([[0.0, 0.1, 0.2, 0.9],        # answer 3: right
+                               [0.5, 0.4, 0.0, 0.0],        # answer 1: second best, a near miss
+                               [0.7, 0.0, 0.7, 0.0],        # answer 2: tied with 0, which argmax takes first
+                               [0.3, 0.0, 0.0, 0.1]])       # answer 0: right
+        self.assertEqual(mqar.count_correct(logits, torch.tensor([3, 1, 2, 0])), (2, 4))
+
+    def test_evaluate_counts_the_answer_positions_alone(self):
+        """A fake model whose logits are given: right at 3 of 4 answer positions, a near miss at the 4th,
+        wrong at every other position -> accuracy 0.75."""
+        x = torch.tensor([[0, 5, 1, 1], [1, 5, 2, 2]])            # x[:, 0]: the row, for the fake model
+        y = torch.tensor([[-1, 2, -1, 3], [-1, 2, 0, -1]])
+        table = torch.full((2, 4, 4), 0.0)
+        table[..., 1] = 1.0                                        # wrong (1) wherever nothing is set
+        table[0, 1, 2] = table[0, 3, 3] = table[1, 1, 2] = 2.0     # right
+        table[1, 2, 1], table[1, 2, 0] = 2.0, 1.5                  # the answer 0 second best
+
+        class Fake(torch.nn.Module):
+            norm_f = lm_head = torch.nn.Identity()
+
+            def hidden(self, idx):
+                return table[idx[:, 0]]
+        loss, acc = mqar.evaluate(Fake(), x, y, batch_size=1)
+        self.assertEqual(acc, 0.75)
+        self.assertTrue(math.isfinite(loss))
+
+    def test_the_table_takes_each_cells_best_rate(self):
+        ok = lambda acc: {'rc': 0, 'acc': acc, 'test_loss': 0.1, 'epochs': 1, 'seconds': 1, 'diverged': False}
+        grid = {('flat', 2, 64, 64): {1e-3: ok(0.5), 3e-4: ok(0.75)},
+                ('flat', 2, 64, 128): {1e-3: ok(0.4), 3e-4: {'rc': 1, 'line': 'its process died'}},
+                ('transformer', 2, 64, 64): {1e-3: ok(1.0), 3e-4: ok(1.0)}}
+        self.assertEqual(mqar.best(grid[('flat', 2, 64, 64)]), (0.75, 3e-4))
+        self.assertEqual(mqar.best(grid[('flat', 2, 64, 128)]), (0.4, 1e-3))     # a failed rate counts 0
+        self.assertEqual(mqar.best(grid[('transformer', 2, 64, 64)]), (1.0, 3e-4))    # a tie: the smaller rate
+        self.assertEqual(mqar.best_mixer(grid, 2), 'flat')
+        s = {'cells': ((64, 4),), 'd_models': (64, 128)}
+        table = mqar_report.accuracy_table(grid, [('flat', 2), ('transformer', 2)], s)
+        self.assertIn('| flat | 0.750 (0.0003) | 0.400 (0.001) |', table)
+        self.assertIn('| transformer | 1.000 (0.0003) | - |', table)
+
+
+class TestQuickRun(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp()
+        cls.first = run('-m', 'experiments.mqar', '--quick', '--out', cls.out)
+        cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
+        cls.second = run('-m', 'experiments.mqar', '--quick', '--out', cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def test_every_kind_runs_and_the_transformer_recalls(self):
+        self.assertEqual(self.first.returncode, 0, self.first.stderr[-2000:])
+        res = json.load(open(os.path.join(self.out, 'results.json')))
+        runs = {(r['kind'], r['n_layer']): r for r in res['runs']}
+        self.assertEqual({k for k, L in runs if L == 2}, set(mqar.KINDS))
+        self.assertEqual([L for k, L in runs if L != 2], [4])
+        self.assertIn(res['deep'], mqar.MIXER_KINDS)
+        for r in runs.values():
+            self.assertEqual(r['rc'], 0)
+            self.assertTrue(0.0 <= r['acc'] <= 1.0)
+            self.assertLessEqual(r['epochs'], mqar.PROTOCOLS['quick']['epochs'])
+        kv, values = mqar.PROTOCOLS['quick']['cells'][0][1], mqar.PROTOCOLS['quick']['vocab_size'] // 2
+        # above chance (1 / values) and above 1 / kv, what returning any value of the sequence would score
+        self.assertGreater(runs[('transformer', 2)]['acc'], 1 / kv + 0.2)
+        self.assertGreater(1 / kv, 1 / values)
+        text = self.first.stdout
+        for kind in mqar.KINDS:
+            self.assertIn(f'| {kind} | ', text)
+        self.assertIn(f'| {res["deep"]}, 4 layers | ', text)
+        self.assertGreater(os.path.getsize(os.path.join(self.out, 'mqar.png')), 10000)
+
+    def test_rerun_reuses_every_job_and_gives_the_same_table(self):
+        self.assertEqual(self.second.returncode, 0, self.second.stderr[-2000:])
+        self.assertEqual({f: os.path.getmtime(f) for f in cached_results(self.out)}, self.stamps)
+        self.assertIn('14 of 14 runs were cached', self.second.stdout)
+        self.assertEqual(open(os.path.join(self.out, 'mqar.md')).read().strip(), self.second.stdout.strip())
+        table = lambda text: text.split('## Test accuracy')[1].split('## Every run')[0]
+        self.assertEqual(table(self.second.stdout), table(self.first.stdout))
+
+    def test_bad_arguments_give_one_line_and_exit_2(self):
+        cases = (['--kinds', 'flat,nope'], ['--cells', '16:5'], ['--lrs', '0'], ['--quick', '--protocol', 'gpu'],
+                 ['--d_models', '30'])
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda a: run('-m', 'experiments.mqar', *a, '--out', self.out), cases))
+        for args, r in zip(cases, results):
+            with self.subTest(args=args):
+                self.assertEqual(r.returncode, 2)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertTrue(r.stderr.startswith('mqar.py: error:'), r.stderr)
+
+
+if __name__ == '__main__':
+    unittest.main()
