@@ -3,7 +3,7 @@
 Runs every tests/test_*.py module, one file a subject: test_model (causality,
 incremental decoding, each variant's definition), test_train, test_sample,
 test_compile, test_prepare, test_retrieval, test_scale, the experiments'
-(test_claims, test_icl, test_represent, test_bench) and test_docs. Tests assert
+(test_claims, test_icl, test_mqar, test_represent, test_bench) and test_docs. Tests assert
 the properties themselves: a future token changes no earlier logit, cached
 generation equals the full forward, loss on real TinyStories text drops,
 resuming equals not stopping.

@@ -1,6 +1,6 @@
 """Runs many training jobs on a pool of processes, caches what finished, and reports
-progress with an ETA: the engine under claims.py (train.py runs at equal compute) and
-icl.py (in-context regression models).
+progress with an ETA: the engine under claims.py (train.py runs at equal compute),
+icl.py (in-context regression models) and mqar.py (associative recall).
 
     runner = Runner(out, workers=2, threads=1)
     results = runner.train_batch([(run_dir, train_argv, eta_seconds, None), ...], 'what')
