@@ -306,8 +306,8 @@ def cell_job(spec, run_dir):
 def time_job(spec, run_dir=None):
     """Runner job: seconds of one training step of spec's 'kind', 'n_layer', 'T', 'kv', 'd_model' at
     'batch_size' sequences ('vocab_size', 'attention_heads', 'device'), measured in a pool process as the
-    runs go (two at a time, one thread each on the CPU): the median of 'steps' after 2 warm-ups ->
-    {'rc', 's_per_step', 'line'}."""
+    runs go (two at a time, one thread each on the CPU): the median of 'steps' after 2 warm-ups, and
+    the fastest -> {'rc', 's_per_step', 's_fastest', 'line'}."""
     model = build(spec['kind'], spec['T'], spec['vocab_size'], spec['d_model'], spec['n_layer'], 0,
                   spec['attention_heads']).to(spec['device'])
     opt = optimizer(model, 1e-4)
@@ -324,14 +324,16 @@ def time_job(spec, run_dir=None):
         opt.step()
         sync()
         times.append(time.perf_counter() - t0)
-    sec = sorted(times[2:])[len(times[2:]) // 2]
-    return {'rc': 0, 's_per_step': sec, 'line': f'{1000 * sec:.1f} ms a step'}
+    timed = sorted(times[2:])
+    sec = timed[len(timed) // 2]
+    return {'rc': 0, 's_per_step': sec, 's_fastest': timed[0], 'line': f'{1000 * sec:.1f} ms a step'}
 
 
-def step_times(runner, out, s, shapes):
+def step_times(runner, out, s, shapes, key='s_per_step'):
     """Seconds a step of every shape (kind, n_layer, T, kv, d_model), each a cached job of the pool
-    (OUT/step_times/NAME: time_job), so measured as the runs go -> {shape: seconds}. They give the
-    ETAs and --estimate: a job runs at most its epochs, early stopping only shortens it."""
+    (OUT/step_times/NAME: time_job), so measured as the runs go -> {shape: seconds}, the median step
+    (key 's_fastest': the fastest). They give the ETAs and --estimate: a job runs at most its epochs,
+    early stopping only shortens it."""
     jobs = [(os.path.join(out, 'step_times', '-'.join(map(str, sh))),
              dict(kind=sh[0], n_layer=sh[1], T=sh[2], kv=sh[3], d_model=sh[4], batch_size=s['batch'][sh[2]],
                   vocab_size=s['vocab_size'], attention_heads=s['attention_heads'], device=s['device'], steps=6),
@@ -339,7 +341,7 @@ def step_times(runner, out, s, shapes):
     res = runner.map(time_job, jobs, f'step times of {len(shapes)} model shapes (for the ETAs)')
     if any(r['rc'] != 0 for r in res):
         raise RuntimeError(next(r['line'] for r in res if r['rc'] != 0))
-    return {sh: r['s_per_step'] for sh, r in zip(shapes, res)}
+    return {sh: r[key] for sh, r in zip(shapes, res)}
 
 
 def job_seconds(s, T, step_s):
@@ -402,15 +404,17 @@ def train_flops(s, kind, n_layer, T, kv, d_model):
     return s['epochs'] * s['n_train'] * (T * (flops_per_token(model, T) - head) + kv * head)
 
 
-def estimate(s, kinds, times, out):
-    """The protocol's time from the measured step times, at most (every job runs all its epochs; early
-    stopping only shortens it), and its FLOPs -> report lines."""
-    per_kind, flops = {}, 0.0
+def estimate(s, kinds, times, fastest, out):
+    """The protocol's time from the measured step times (times: the median steps; fastest: each shape's
+    fastest step, what an uncontended machine would give), at most (every job runs all its epochs;
+    early stopping only shortens it), and its FLOPs -> report lines."""
+    per_kind, flops, best_case = {}, 0.0, 0.0
     deep = [k for k in kinds if k in MIXER_KINDS][:1]
     jobs = plan(s, kinds, N_LAYER, 0) + (plan(s, deep, s['deep_layers'], 0) if s['deep_layers'] else [])
     for name, spec, shape in jobs:
         label = f'{shape[0]} ({shape[1]} layers)'
         per_kind[label] = per_kind.get(label, 0.0) + job_seconds(s, spec['T'], times[shape])
+        best_case += job_seconds(s, spec['T'], fastest[shape])
         flops += train_flops(s, *shape)
     total = sum(per_kind.values())
     long = lambda sec: f'{sec / 3600:.1f} h' if sec >= 7200 else fmt_s(sec)
@@ -419,8 +423,9 @@ def estimate(s, kinds, times, out):
               f'the deep row is {deep[0] if deep else "none"} at {s["deep_layers"]} layers here (in a run, the best '
               'mixer)',
               f'estimated time: at most {long(total / s["workers"])} on {s["workers"]} worker(s) '
-              f'(step times measured on {s["device"]} as the runs go, {s["workers"]} at a time, '
-              f'{s["threads"]} thread(s) each: {os.path.join(out, "step_times")})',
+              f'(each shape\'s median step, measured on {s["device"]} as the runs go, {s["workers"]} at a time, '
+              f'{s["threads"]} thread(s) each: {os.path.join(out, "step_times")}); '
+              f'{long(best_case / s["workers"])} from each shape\'s fastest step (an uncontended machine)',
               f'training FLOPs, every job to its last epoch: {flops / 1e15:.2f} PFLOP']
     return lines
 
@@ -453,9 +458,11 @@ def parse_args(argv):
     p.add_argument('--n_test', type=int, help="test sequences a cell (default the protocol's)")
     p.add_argument('--vocab_size', type=int, help="vocabulary (default the protocol's)")
     p.add_argument('--batch_size', type=int, help="sequences a step at every T (default the protocol's by T)")
-    p.add_argument('--attention_heads', type=int, default=1, help="heads of the attention kinds (default 1, Zoology's; 0: the variants')")
+    p.add_argument('--attention_heads', type=int, default=1,
+                   help="heads of the attention kinds (default 1, Zoology's; 0: the variants')")
     p.add_argument('--deep_layers', type=int, help='layers of the best mixer\'s second row (0: none; default 4)')
-    p.add_argument('--seed', type=int, default=0, help='data (train: seed, test: seed + 10), init and shuffling (default 0)')
+    p.add_argument('--seed', type=int, default=0,
+                   help='data (train: seed, test: seed + 10), init and shuffling (default 0)')
     p.add_argument('--device', choices=('cpu', 'cuda'), help="default: the protocol's")
     p.add_argument('--workers', type=int, help="jobs at a time (default the protocol's: 2 on cpu, 1 on gpu)")
     p.add_argument('--threads', type=int, help='torch threads a job (default 1 on cpu)')
@@ -548,7 +555,9 @@ def main(argv=None):
     if args.estimate:
         deep = [k for k in args.kinds if k in MIXER_KINDS][:1]
         shapes += [sh for _, _, sh in plan(s, deep, s['deep_layers'], s['seed'])] if s['deep_layers'] else []
-        print('\n'.join(estimate(s, args.kinds, step_times(runner, out, s, list(dict.fromkeys(shapes))), out)))
+        shapes = list(dict.fromkeys(shapes))
+        times, fastest = (step_times(runner, out, s, shapes, key) for key in ('s_per_step', 's_fastest'))
+        print('\n'.join(estimate(s, args.kinds, times, fastest, out)))
         runner.pool.shutdown()
         return 0
     times = step_times(runner, out, s, list(dict.fromkeys(shapes)))
