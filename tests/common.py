@@ -21,6 +21,7 @@ import sys
 import tempfile
 import traceback
 import unittest
+import warnings
 from types import SimpleNamespace
 
 import torch
@@ -69,6 +70,11 @@ def run(*args, **kw):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, **kw)
 
 
+# the warning filters a Python process starts with (ResourceWarning ignored, ...): unittest's runner shows
+# every warning, but run_in_process shows what the command shows (at import, before the runner runs)
+PROCESS_WARNING_FILTERS = list(warnings.filters)
+
+
 @contextlib.contextmanager
 def captured_output():
     """stdout and stderr captured at their file descriptors (what C code writes counts too) and
@@ -103,8 +109,8 @@ def run_in_process(*args, env=None, timeout=None):
     """Run a project command line (python args..., as run() takes it: a script path or -m
     module, then its arguments) in this process: the script's own __main__ code through
     runpy, with sys.argv, sys.path[0], the working directory (ROOT) and `env` as the
-    interpreter would set them (and torch's threads from env's OMP_NUM_THREADS, as a process
-    started with it would use), stdout and stderr captured at their file descriptors. An
+    interpreter would set them (and torch's threads from env's OMP_NUM_THREADS and the warning
+    filters, as a process would have them), stdout and stderr captured at their file descriptors. An
     exception that escapes is printed as the interpreter prints it (a traceback, exit 1);
     SystemExit gives the exit code as the interpreter does. The working directory, the
     environment, sys.argv, sys.path, torch's thread count and the SIGINT / SIGTERM handlers
@@ -128,7 +134,8 @@ def run_in_process(*args, env=None, timeout=None):
                 torch.set_num_threads(int(env['OMP_NUM_THREADS']))
         sys.argv = [args[0] if args[0] != '-m' else target, *argv]     # -m: runpy sets the module's path
         sys.path.insert(0, path0)
-        with captured_output() as got:
+        with captured_output() as got, warnings.catch_warnings():
+            warnings.filters[:] = PROCESS_WARNING_FILTERS
             try:
                 if args[0] == '-m':
                     runpy.run_module(target, run_name='__main__', alter_sys=True)
