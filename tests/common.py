@@ -165,6 +165,58 @@ def run_in_process(*args, env=None, timeout=None):
 
 
 
+# ----------------------------------------------------------------------------- test_mixer.py --fast
+
+FAST_SKIP = '--fast: starts a Python process (python test_mixer.py runs it)'
+
+
+def is_python(prog):
+    """True if `prog` (a path or command name) is a Python interpreter."""
+    prog = os.fsdecode(prog)
+    return os.path.basename(prog).startswith('python') or os.path.realpath(prog) == os.path.realpath(sys.executable)
+
+
+_REFUSED = [0]          # Python processes python_processes_forbidden() refused so far
+
+
+def refused_python_processes():
+    """How many Python processes python_processes_forbidden() has refused to start so far: a test
+    (or class setup) during which this grew tried to start one, and whatever error followed is
+    that (test_mixer.TimedResult reports it as --fast's skip)."""
+    return _REFUSED[0]
+
+
+@contextlib.contextmanager
+def python_processes_forbidden():
+    """test_mixer.py --fast: inside, a test that starts a Python process (a project script, torchrun, a
+    spawned pool process, inductor's compiler probes and workers) is stopped at that moment by
+    unittest.SkipTest(FAST_SKIP), and counted (refused_python_processes): the edit loop runs what runs
+    in this process, and no test needs marking (a new module's tests sort themselves). Other
+    programs (git, true) still start."""
+    import multiprocessing.util
+    popen_init, spawn = subprocess.Popen.__init__, multiprocessing.util.spawnv_passfds
+
+    def refuse():
+        _REFUSED[0] += 1
+        raise unittest.SkipTest(FAST_SKIP)
+
+    def guarded_popen(self, args, *a, **kw):
+        prog = args if isinstance(args, (str, bytes, os.PathLike)) else args[0]
+        if is_python(prog.split()[0] if isinstance(prog, str) and kw.get('shell') else prog):
+            refuse()
+        popen_init(self, args, *a, **kw)
+
+    def guarded_spawn(path, args, passfds):
+        if is_python(path):
+            refuse()
+        return spawn(path, args, passfds)
+    subprocess.Popen.__init__, multiprocessing.util.spawnv_passfds = guarded_popen, guarded_spawn
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__, multiprocessing.util.spawnv_passfds = popen_init, spawn
+
+
 _DATA = {}
 
 
