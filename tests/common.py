@@ -137,8 +137,13 @@ def run_in_process(*args, env=None, timeout=None):
         with captured_output() as got, warnings.catch_warnings():
             warnings.filters[:] = PROCESS_WARNING_FILTERS
             try:
-                if args[0] == '-m':
-                    runpy.run_module(target, run_name='__main__', alter_sys=True)
+                if args[0] == '-m':         # a module the tests imported: out of sys.modules for the run, as
+                    imported = sys.modules.pop(target, None)     # in a fresh process (runpy warns otherwise)
+                    try:
+                        runpy.run_module(target, run_name='__main__', alter_sys=True)
+                    finally:
+                        if imported is not None:
+                            sys.modules[target] = imported
                 else:
                     runpy.run_path(target, run_name='__main__')
                 code = 0
