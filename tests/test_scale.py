@@ -299,15 +299,15 @@ class TestCheckpointTravels(unittest.TestCase):
 
     def test_retrieval_from_checkpoint_alone(self):
         text = slice_file(real_path('valid.txt'), os.path.join(self.tmp, 'ret.txt'), 60_000)
-        r = run_in_process('retrieval.py', '--ckpt', self.alone, '--text', text, '--max_pairs', '40', '--steps', '2',
-                '--n_candidates', '4', '--eval_rounds', '1', '--no_cache')
+        r = run_in_process('retrieval.py', '--ckpt', self.alone, '--text', text, '--max_pairs', '40', '--steps',
+                           '2', '--n_candidates', '4', '--eval_rounds', '1', '--no_cache')
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn('4', r.stdout)
 
     def test_prompt_longer_than_context_keeps_its_tail(self):
         n_ctx = torch.load(self.alone, map_location='cpu', weights_only=True)['model_config']['n_ctx']
         r = run_in_process('sample.py', '--ckpt', self.alone, '--start', 'HEAD START ' + 'word ' * 200 + 'THE END',
-                '--num_samples', '1', '--max_new_tokens', '3', '--temperature', '0')
+                           '--num_samples', '1', '--max_new_tokens', '3', '--temperature', '0')
         self.assertEqual(r.returncode, 0, r.stderr)
         warn = [l for l in r.stderr.splitlines() if 'warning' in l]
         self.assertEqual(len(warn), 1, r.stderr)
