@@ -133,8 +133,8 @@ class TestCompile(unittest.TestCase):
         greedy = ['sample.py', '--ckpt', os.path.join(out + '_sampled', 'ckpt.pt'), '--max_new_tokens', '12',
                   '--num_samples', '1', '--start', 'Once', '--temperature', '0']
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            r, rc, resumed = pool.map(lambda args: run(*args, env=env), (
-                greedy, [*greedy, '--compile'], ['train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=32']))
+            resume = ['train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=32']
+            r, rc, resumed = pool.map(lambda args: run(*args, env=env), (greedy, [*greedy, '--compile'], resume))
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertEqual(rc.returncode, 0, rc.stderr[-2000:])
         assert_samples(self, r.stdout, 'Once', 1, 12)

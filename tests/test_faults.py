@@ -152,7 +152,8 @@ def table(f):
         ('icl: an --out that cannot be written', ['-m', 'experiments.icl', '--quick', '--out', f.bad], 2,
          ['cannot write'], [], None),
         ('icl: a ladder without its 1x rung', ['-m', 'experiments.icl', '--quick', '--ladder_budgets', '2,3', '--out',
-                                              os.path.join(fresh, 'icl_ladder')], 2, ['ladder_budgets', 'hold 1'], [], None),
+                                              os.path.join(fresh, 'icl_ladder')], 2, ['ladder_budgets', 'hold 1'], [],
+         None),
         # test_mixer.py
         ('test_mixer: an unknown option', ['test_mixer.py', '--nonsense'], 2, ['unknown option'], [], None),
         ('test_mixer: an unknown module', ['test_mixer.py', 'test_nope'], 2, ['no test module'], [], None),
