@@ -217,7 +217,9 @@ class TestRunner(unittest.TestCase):
 
 def main(argv):
     """Run the modules named in argv (default all, and this file's own tests); --fast: only the
-    tests that start no Python process -> exit code."""
+    tests that start no Python process -> exit code. Every process the suite starts runs one torch
+    thread (OMP_NUM_THREADS=1 unless set): its models are tiny, and two threads that wait for a
+    core spin (the measurements: tests/common.py)."""
     fast = '--fast' in argv
     names = [a for a in argv if a != '--fast']
     if any(a.startswith('-') for a in names):
@@ -229,6 +231,7 @@ def main(argv):
     except ValueError as e:
         print(f'test_mixer.py: error: {e}', file=sys.stderr)
         return 2
+    os.environ.setdefault('OMP_NUM_THREADS', '1')
     loader = unittest.defaultTestLoader
     suite = unittest.TestSuite([loader.loadTestsFromModule(m) for m in modules])
     if not names:
