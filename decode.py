@@ -23,7 +23,6 @@ decoding.
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from torch._inductor.compile_fx import compile_fx
 
 from mixer import (Attention, HeadMixing, HybridMixing, LinearAttention, MaskedMixing, RecurrentMixing,
                    ToeplitzMixing, apply_rope, mix_tokens)
@@ -233,6 +232,7 @@ class StaticDecoder:
         def counted(gm, example_inputs):
             self.compiles += 1
             if backend == 'inductor':        # torch.compile's mode='reduce-overhead' is this config patch
+                from torch._inductor.compile_fx import compile_fx   # here: 4 of import decode's 6 s
                 return compile_fx(gm, example_inputs, config_patches={'triton.cudagraphs': self.cuda_graphs})
             return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
         self._eager = lambda idx, pos, layers: model_step(model, idx, pos, layers)    # noqa: E731

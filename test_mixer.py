@@ -12,17 +12,29 @@ Real text comes from $TINYSTORIES_DIR (train.txt, valid.txt), by default
 ../shared/data/tinystories; a test that needs it is skipped with a reason if it is
 absent, and with CI=true in the environment such a skip counts as a failure.
 
-    python test_mixer.py                  # everything
+    python test_mixer.py                  # everything (what CI runs)
     python test_mixer.py test_model       # some modules of tests/ (names, with or without .py)
+    python test_mixer.py --fast           # the edit loop: only what runs in this process
+    python test_mixer.py --fast test_model
+
+--fast runs the tests that start no Python process, in about 2 minutes on 2 cores: a
+test that starts one (a project script's command line, torchrun, a process pool) is
+skipped the moment it tries, with the reason '--fast: starts a Python process', and
+counted on the last line. It checks the models, the functions and the entry points'
+main code in this process; the whole suite also runs every command line end to end
+(exit codes, stdout, stderr of a real process), DDP, the compiled training run and the
+experiments' --quick runs. No test is marked by hand, so a new tests/test_*.py module
+takes part as it is.
 """
 
+import contextlib
 import importlib
 import os
 import sys
 import time
 import unittest
 
-from tests.common import NO_TEXT, ROOT
+from tests.common import FAST_SKIP, NO_TEXT, ROOT, python_processes_forbidden, refused_python_processes
 
 TESTS = os.path.join(ROOT, 'tests')
 
@@ -44,9 +56,9 @@ def test_modules(names=None):
 
 
 def summarize(result, ci):
-    """(exit code, last line 'N passed, M failed, K skipped') of a unittest result.
-    With ci=True a test skipped for missing real text (reason NO_TEXT) counts as failed:
-    CI cannot pass by skipping."""
+    """(exit code, last line 'N passed, M failed, K skipped') of a unittest result; the skipped
+    count says how many were --fast's (FAST_SKIP). With ci=True a test skipped for missing real
+    text (reason NO_TEXT) counts as failed: CI cannot pass by skipping."""
     data_skips = [t for t, reason in result.skipped if reason.startswith(NO_TEXT.split(':')[0])] if ci else []
     for t in data_skips:
         print(f'FAIL (CI=true, skipped for missing data): {t.id()}')
@@ -54,17 +66,22 @@ def summarize(result, ci):
     skipped = len(result.skipped) - len(data_skips)
     passed = result.testsRun - len(result.failures) - len(result.errors) - len(result.unexpectedSuccesses) \
         - len(result.skipped)
-    return (1 if failed else 0), f'{passed} passed, {failed} failed, {skipped} skipped'
+    fast = sum(reason == FAST_SKIP for _, reason in result.skipped)
+    note = f' ({fast} of them start a Python process: --fast skips them)' if fast else ''
+    return (1 if failed else 0), f'{passed} passed, {failed} failed, {skipped} skipped{note}'
 
 
 class TimedResult(unittest.TextTestResult):
     """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's
     (its id), and the time between two classes' tests (the next class's setUpClass and the last
-    one's tearDownClass) as 'module.Class (class setup)'."""
+    one's tearDownClass) as 'module.Class (class setup)'. Under --fast, an error or failure of a
+    test (or class setup) that tried to start a Python process is --fast's skip: a library may
+    wrap the SkipTest (inductor turns it into an InductorError)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.seconds, self._stop, self._cls = {}, time.perf_counter(), None
+        self._refused = refused_python_processes()
 
     def startTest(self, test):
         self._t0 = time.perf_counter()
@@ -77,6 +94,26 @@ class TimedResult(unittest.TextTestResult):
         self._stop = time.perf_counter()
         self.seconds[test.id()] = self._stop - self._t0
         super().stopTest(test)
+        self._refused = refused_python_processes()
+
+    def refused(self):
+        """True if a Python process was refused since the last test ended (this test or class setup)."""
+        return refused_python_processes() > self._refused
+
+    def addError(self, test, err):
+        if self.refused():
+            return self.addSkip(test, FAST_SKIP)
+        super().addError(test, err)
+
+    def addFailure(self, test, err):
+        if self.refused():
+            return self.addSkip(test, FAST_SKIP)
+        super().addFailure(test, err)
+
+    def addSubTest(self, test, subtest, err):
+        if err is not None and self.refused():
+            return self.addSkip(subtest, FAST_SKIP)
+        super().addSubTest(test, subtest, err)
 
 
 def slowest(seconds, n=10):
@@ -122,6 +159,42 @@ class TestRunner(unittest.TestCase):
             self.assertEqual(summarize(result, ci=True), (1, '1 passed, 1 failed, 1 skipped'))
         self.assertIn('test_needs_text', out.getvalue())
 
+    def test_fast_skips_a_test_that_starts_python_and_only_that(self):
+        import subprocess
+        from tests.common import run
+
+        class Fake(unittest.TestCase):
+            def test_starts_python(self):
+                run('-c', 'pass')
+
+            def test_starts_a_pool(self):
+                import concurrent.futures
+                import multiprocessing
+                with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn')) as p:
+                    p.submit(int, 1).result()
+
+            def test_starts_another_program(self):
+                self.assertEqual(subprocess.run(['true']).returncode, 0)
+
+            def test_a_library_wraps_the_skip(self):          # as inductor does
+                try:
+                    run('-c', 'pass')
+                except Exception as e:
+                    raise RuntimeError('wrapped') from e
+
+            def test_fails_by_itself(self):
+                self.fail('a real failure')
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
+        with open(os.devnull, 'w') as devnull, python_processes_forbidden():
+            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
+        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
+                         [('test_a_library_wraps_the_skip', FAST_SKIP), ('test_starts_a_pool', FAST_SKIP),
+                          ('test_starts_python', FAST_SKIP)])
+        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
+        self.assertEqual((result.testsRun, len(result.errors)), (5, 0))
+        self.assertEqual(run('-c', 'print(6 * 7)').stdout, '42\n')        # outside, processes start again
+        self.assertIn('(3 of them start a Python process: --fast skips them)', summarize(result, ci=True)[1])
+
     def test_names_the_slowest_tests(self):
         lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2)
         self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
@@ -143,21 +216,28 @@ class TestRunner(unittest.TestCase):
 
 
 def main(argv):
-    """Run the modules named in argv (default all) and this file's own tests -> exit code."""
-    if any(a.startswith('-') for a in argv):
-        print(f'test_mixer.py: error: unknown option {next(a for a in argv if a.startswith("-"))!r}; '
-              'usage: python test_mixer.py [test_module ...]', file=sys.stderr)
+    """Run the modules named in argv (default all, and this file's own tests); --fast: only the
+    tests that start no Python process -> exit code. Every process the suite starts runs one torch
+    thread (OMP_NUM_THREADS=1 unless set): its models are tiny, and two threads that wait for a
+    core spin (the measurements: tests/common.py)."""
+    fast = '--fast' in argv
+    names = [a for a in argv if a != '--fast']
+    if any(a.startswith('-') for a in names):
+        print(f'test_mixer.py: error: unknown option {next(a for a in names if a.startswith("-"))!r}; '
+              'usage: python test_mixer.py [--fast] [test_module ...]', file=sys.stderr)
         return 2
     try:
-        modules = test_modules(argv)
+        modules = test_modules(names)
     except ValueError as e:
         print(f'test_mixer.py: error: {e}', file=sys.stderr)
         return 2
+    os.environ.setdefault('OMP_NUM_THREADS', '1')
     loader = unittest.defaultTestLoader
     suite = unittest.TestSuite([loader.loadTestsFromModule(m) for m in modules])
-    if not argv:
+    if not names:
         suite.addTests(loader.loadTestsFromTestCase(TestRunner))
-    result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
+    with python_processes_forbidden() if fast else contextlib.nullcontext():
+        result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
     print('\n'.join(slowest(result.seconds)))
     code, line = summarize(result, ci=os.environ.get('CI', '').lower() == 'true')
     print(line)

@@ -1,5 +1,7 @@
 """What the test modules share: paths, the real text, tiny models, prepared data and a
-tiny checkpoint made once per run, and a helper to run the project's scripts.
+tiny checkpoint made once per run, and two ways to run the project's command lines: run()
+in a fresh Python process, run_in_process() in this one (no interpreter start, no torch
+import: a few seconds less a command).
 
 Real text comes from $TINYSTORIES_DIR (train.txt, valid.txt), by default
 ../shared/data/tinystories beside the repository; tests that need it are skipped
@@ -7,12 +9,20 @@ with the reason NO_TEXT if it is absent, and with CI=true such a skip counts as 
 failure (test_mixer.summarize).
 """
 
+import contextlib
+import faulthandler
+import io
 import json
 import os
+import runpy
+import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 import unittest
+import warnings
+from types import SimpleNamespace
 
 import torch
 
@@ -22,7 +32,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repos
 TEXT_DIR = os.environ.get('TINYSTORIES_DIR', os.path.join(ROOT, '..', 'shared', 'data', 'tinystories'))
 HAVE_TEXT = all(os.path.isfile(os.path.join(TEXT_DIR, f)) for f in ('train.txt', 'valid.txt'))
 NO_TEXT = f'no real text: set TINYSTORIES_DIR to a folder with train.txt and valid.txt (tried {TEXT_DIR})'
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One torch thread in the test process: its models are tiny, and two threads that wait for a core spin.
+# Measured on the shared 2-core machine (load 5 to 7): test_represent's TestRecover took 1.1 and 1.4 s
+# of CPU at one thread, 4.5 and 29.5 s at two; test_compile's test_training_tracks_float32 2.4 and
+# 2.5 s against 63 and 46 s. (The scripts the tests start as processes choose their own threads.)
+torch.set_num_threads(1)
 
 TINY = dict(vocab_size=64, n_ctx=24, d_model=32, n_layer=2, chunk_size=8, fft_threshold=16)
 
@@ -56,12 +70,163 @@ def run(*args, **kw):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, **kw)
 
 
+# the warning filters a Python process starts with (ResourceWarning ignored, ...): unittest's runner shows
+# every warning, but run_in_process shows what the command shows (at import, before the runner runs)
+PROCESS_WARNING_FILTERS = list(warnings.filters)
+
+
+@contextlib.contextmanager
+def captured_output():
+    """stdout and stderr captured at their file descriptors (what C code writes counts too) and
+    at sys.stdout / sys.stderr -> a namespace whose .stdout and .stderr (str) are set on exit."""
+    got = SimpleNamespace(stdout='', stderr='')
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+    saved = [os.dup(1), os.dup(2)]
+    streams = sys.stdout, sys.stderr
+    os.dup2(files[0].fileno(), 1)
+    os.dup2(files[1].fileno(), 2)
+    sys.stdout, sys.stderr = (io.TextIOWrapper(open(fd, 'wb', buffering=0, closefd=False), write_through=True)
+                              for fd in (1, 2))
+    try:
+        yield got
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
+        for fd, old in zip((1, 2), saved):
+            os.dup2(old, fd)
+            os.close(old)
+        for f, name in zip(files, ('stdout', 'stderr')):
+            f.seek(0)
+            setattr(got, name, f.read().decode('utf-8', errors='replace'))
+            f.close()
+
+
+def run_in_process(*args, env=None, timeout=None):
+    """Run a project command line (python args..., as run() takes it: a script path or -m
+    module, then its arguments) in this process: the script's own __main__ code through
+    runpy, with sys.argv, sys.path[0], the working directory (ROOT) and `env` as the
+    interpreter would set them (and torch's threads from env's OMP_NUM_THREADS and the warning
+    filters, as a process would have them), stdout and stderr captured at their file descriptors. An
+    exception that escapes is printed as the interpreter prints it (a traceback, exit 1);
+    SystemExit gives the exit code as the interpreter does. The working directory, the
+    environment, sys.argv, sys.path, torch's thread count and the SIGINT / SIGTERM handlers
+    are put back afterwards. timeout: seconds after which the whole test process is stopped
+    with every thread's traceback (a hang must not hang the suite) -> CompletedProcess (text)."""
+    if args[0] == '-m':
+        target, argv, path0 = args[1], list(args[2:]), ROOT
+    else:
+        target, argv = os.path.join(ROOT, args[0]), list(args[1:])
+        path0 = os.path.dirname(target)
+    state = (os.getcwd(), dict(os.environ), sys.argv, list(sys.path), torch.get_num_threads(),
+             signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    if timeout:
+        faulthandler.dump_traceback_later(timeout, exit=True)
+    try:
+        os.chdir(ROOT)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+            if env.get('OMP_NUM_THREADS', '').isdigit():      # what a process started with it would use
+                torch.set_num_threads(int(env['OMP_NUM_THREADS']))
+        sys.argv = [args[0] if args[0] != '-m' else target, *argv]     # -m: runpy sets the module's path
+        sys.path.insert(0, path0)
+        with captured_output() as got, warnings.catch_warnings():
+            warnings.filters[:] = PROCESS_WARNING_FILTERS
+            try:
+                if args[0] == '-m':         # a module the tests imported: out of sys.modules for the run, as
+                    imported = sys.modules.pop(target, None)     # in a fresh process (runpy warns otherwise)
+                    try:
+                        runpy.run_module(target, run_name='__main__', alter_sys=True)
+                    finally:
+                        if imported is not None:
+                            sys.modules[target] = imported
+                else:
+                    runpy.run_path(target, run_name='__main__')
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+                if not isinstance(e.code, int) and e.code is not None:
+                    print(e.code, file=sys.stderr)
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+    finally:
+        if timeout:
+            faulthandler.cancel_dump_traceback_later()
+        cwd, environ, sys.argv, sys.path[:], threads, sigint, sigterm = state
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+        torch.set_num_threads(threads)
+        signal.signal(signal.SIGINT, sigint)
+        signal.signal(signal.SIGTERM, sigterm)
+    return subprocess.CompletedProcess(['python', *args], code, got.stdout, got.stderr)
+
+
+
+# ----------------------------------------------------------------------------- test_mixer.py --fast
+
+FAST_SKIP = '--fast: starts a Python process (python test_mixer.py runs it)'
+
+
+def is_python(prog):
+    """True if `prog` (a path or command name) is a Python interpreter."""
+    prog = os.fsdecode(prog)
+    return os.path.basename(prog).startswith('python') or os.path.realpath(prog) == os.path.realpath(sys.executable)
+
+
+_REFUSED = [0]          # Python processes python_processes_forbidden() refused so far
+
+
+def refused_python_processes():
+    """How many Python processes python_processes_forbidden() has refused to start so far: a test
+    (or class setup) during which this grew tried to start one, and whatever error followed is
+    that (test_mixer.TimedResult reports it as --fast's skip)."""
+    return _REFUSED[0]
+
+
+@contextlib.contextmanager
+def python_processes_forbidden():
+    """test_mixer.py --fast: inside, a test that starts a Python process (a project script, torchrun, a
+    spawned pool process, inductor's compiler probes and workers) is stopped at that moment by
+    unittest.SkipTest(FAST_SKIP), and counted (refused_python_processes): the edit loop runs what runs
+    in this process, and no test needs marking (a new module's tests sort themselves). Other
+    programs (git, true) still start."""
+    import multiprocessing.util
+    popen_init, spawn = subprocess.Popen.__init__, multiprocessing.util.spawnv_passfds
+
+    def refuse():
+        _REFUSED[0] += 1
+        raise unittest.SkipTest(FAST_SKIP)
+
+    def guarded_popen(self, args, *a, **kw):
+        prog = args if isinstance(args, (str, bytes, os.PathLike)) else args[0]
+        if is_python(prog.split()[0] if isinstance(prog, str) and kw.get('shell') else prog):
+            refuse()
+        popen_init(self, args, *a, **kw)
+
+    def guarded_spawn(path, args, passfds):
+        if is_python(path):
+            refuse()
+        return spawn(path, args, passfds)
+    subprocess.Popen.__init__, multiprocessing.util.spawnv_passfds = guarded_popen, guarded_spawn
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__, multiprocessing.util.spawnv_passfds = popen_init, spawn
+
 
 _DATA = {}
 
 
 def prepared_data(whole=False):
-    """The tests' data dir, prepared once by data/prepare.py (512-token BPE): from
+    """The tests' data dir, prepared once by data/prepare.py (in this process; 512-token BPE): from
     slices of the real text (400 kB train, 100 kB valid), or with whole=True from all
     of it (claims.py's retrieval rows need its 1,841 validation stories). -> path of a
     dir with train.bin, val.bin, meta.json, tokenizer.tiktoken."""
@@ -77,21 +242,23 @@ def prepared_data(whole=False):
             with open(src[name], 'w', encoding='utf-8') as f:
                 f.write(text[:text.rindex('<|endoftext|>')])
         out = os.path.join(tmp, 'data')
-        r = run('data/prepare.py', '--train', src['train.txt'], '--valid', src['valid.txt'], '--out', out,
-                '--vocab_size', '512')
-        assert r.returncode == 0, r.stderr
+        from data import prepare            # in this process: a fixture, not prepare.py's command line
+        with captured_output() as got:
+            code = prepare.main(['--train', src['train.txt'], '--valid', src['valid.txt'], '--out', out,
+                                 '--vocab_size', '512'])
+        assert code == 0, got.stderr
         _DATA[key] = out
     return _DATA[key]
 
 
 def tiny_checkpoint():
-    """A checkpoint made once by train.py on prepared_data(): a flat mixer, d_model 32,
+    """A checkpoint made once by train.py (in this process) on prepared_data(): a flat mixer, d_model 32,
     2 layers, n_ctx 128, after 2 steps (still in the learning-rate warm-up, so close to
     its init, whose uniform causal mixing makes the last token's vector a bag of the
     text's words: a small but clear retrieval signal). -> path of ckpt.pt"""
     if 'tiny_ckpt' not in _DATA:
         out = os.path.join(os.path.dirname(prepared_data()), 'tiny_ckpt')
-        r = run('train.py', f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=2', '--n_ctx=128',
+        r = run_in_process('train.py', f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=2', '--n_ctx=128',
                 '--batch_size=8', '--max_iters=2', '--eval_interval=2', '--eval_windows=4', '--log_interval=2',
                 f'--out_dir={out}')
         assert r.returncode == 0, r.stderr

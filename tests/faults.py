@@ -2,9 +2,10 @@
 
 The tiny settings, train.main under staged faults (WRAPPER: a NaN, SIGKILL, a pause, a full disk,
 Ctrl-C in and after a save, each set by an environment variable), the fixtures made once a suite
-(prepared data, damaged copies of it, a data dir of another tokenizer, a finished 2-step run; removed
-at exit), file hashes, the one-error-line reader, process helpers, and Base.assert_fault: a fault
-ends with its exit code, no traceback and one line on stderr naming the cause.
+(prepared data, damaged copies of it, a data dir of another tokenizer, a finished 2-step run; made
+in this process, as staging, not as the commands under test; removed at exit), file hashes, the
+one-error-line reader, process helpers, and Base.assert_fault: a fault ends with its exit code, no
+traceback and one line on stderr naming the cause.
 """
 
 import atexit
@@ -24,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from tests.common import ROOT, prepared_data, run, tiny_checkpoint
+from tests.common import ROOT, prepared_data, run, run_in_process, tiny_checkpoint
 
 
 TINY = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
@@ -213,8 +214,8 @@ def fixtures():
     f.old_json = write(os.path.join(tmp, 'results', 'old.json'), '{"made by": "a user"}\n')
     text = os.path.dirname(data)                                 # prepared_data's slices of the text
     f.other = os.path.join(tmp, 'other_tokenizer')               # the same text, a 300-token BPE
-    r = run('data/prepare.py', '--train', os.path.join(text, 'train.txt'), '--valid',
-            os.path.join(text, 'valid.txt'), '--out', f.other, '--vocab_size', '300')
+    r = run_in_process('data/prepare.py', '--train', os.path.join(text, 'train.txt'), '--valid',
+                       os.path.join(text, 'valid.txt'), '--out', f.other, '--vocab_size', '300')
     assert r.returncode == 0, r.stderr
     f.sha, f.other_sha = (read_json(os.path.join(d, 'meta.json'))['tokenizer_sha256'] for d in (data, f.other))
 
@@ -235,16 +236,19 @@ def fixtures():
     f.swapped = damaged('swapped_tokenizer', lambda d: shutil.copy(os.path.join(f.other, 'tokenizer.tiktoken'),
                                                                     os.path.join(d, 'tokenizer.tiktoken')))
     f.run = os.path.join(tmp, 'run')                             # a finished run: ckpt.pt (step 2), log.jsonl
-    r = train('--max_iters=2', '--eval_interval=2', '--log_interval=1', f'--out_dir={f.run}')
+    r = run_in_process('train.py', f'--data_dir={data}', *TINY, '--max_iters=2', '--eval_interval=2',
+                       '--log_interval=1', f'--out_dir={f.run}', env=ENV)
     assert r.returncode == 0, r.stderr
     _FIXTURES['f'] = f
     atexit.register(remove_fixtures)
     return f
 
 
-def train(*args, data=None):
-    """train.py on the prepared data (or `data`) with the tiny settings -> CompletedProcess."""
-    return run('train.py', f'--data_dir={data or prepared_data()}', *TINY, *args, env=ENV, timeout=300)
+def train(*args, data=None, in_process=False):
+    """train.py on the prepared data (or `data`) with the tiny settings, as a process (or in this one:
+    tests.common.run_in_process) -> CompletedProcess."""
+    return (run_in_process if in_process else run)('train.py', f'--data_dir={data or prepared_data()}', *TINY, *args,
+                                                   env=ENV, timeout=300)
 
 
 def run_copy(f, name, stale_record=False):

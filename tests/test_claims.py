@@ -15,7 +15,7 @@ import torch
 import decode
 import mixer
 from experiments import claims_report
-from tests.common import HAVE_TEXT, NO_TEXT, cached_results, prepared_data, run, tiny_model
+from tests.common import HAVE_TEXT, NO_TEXT, cached_results, prepared_data, run, run_in_process, tiny_model
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -166,10 +166,11 @@ class TestClaimsQuick(unittest.TestCase):
         self.assertEqual(self.second.stdout, self.first.stdout)     # the same table, from the cache
 
     def test_bad_arguments_are_one_line_errors(self):
+        """(In this process: test_faults runs a bad claims.py argument as a process.)"""
         for args, msg in ((['--models', 'nope'], 'unknown model'), (['--budget', '0'], 'positive'),
                           (['--budgets', '1,x'], '--budgets must be numbers'), (['--budgets', '0,1'], 'positive'),
                           (['--data_dir', os.path.join(self.tmp, 'missing')], 'prepare.py')):
-            r = run('-m', 'experiments.claims', *args)
+            r = run_in_process('-m', 'experiments.claims', *args)
             with self.subTest(args=args):
                 self.assertEqual(r.returncode, 2)
                 self.assertIn(msg, r.stderr)

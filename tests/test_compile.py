@@ -15,7 +15,9 @@ GPU-specific breaks here first:
 - train.py --compile=True trains and its checkpoint loads uncompiled.
 """
 
+import concurrent.futures
 import os
+import shutil
 import tempfile
 import unittest
 
@@ -119,20 +121,26 @@ class TestCompile(unittest.TestCase):
         out = tempfile.mkdtemp(prefix='mixer_compile_')
         args = [f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4',
                 '--eval_windows=4', f'--out_dir={out}', '--compile=True']
-        r = run('train.py', *args, '--max_iters=30', '--eval_interval=30', '--learning_rate=1e-2')
+        env = {**os.environ, 'OMP_NUM_THREADS': '1'}                   # a tiny model: one thread
+        r = run('train.py', *args, '--max_iters=30', '--eval_interval=30', '--learning_rate=1e-2', env=env)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         ckpt = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=True)
         self.assertFalse([k for k in ckpt['model'] if k.startswith('_orig_mod.')])
         self.assertLess(ckpt['best_val_loss'], 5.5)          # from ln(512) = 6.2 at init
-        greedy = ['sample.py', '--ckpt', os.path.join(out, 'ckpt.pt'), '--max_new_tokens', '12', '--num_samples',
-                  '1', '--start', 'Once', '--temperature', '0']
-        r, rc = run(*greedy), run(*greedy, '--compile')
+        # the three runs from the checkpoint go side by side, one thread each (the samples read a copy:
+        # the resume replaces ckpt.pt)
+        shutil.copytree(out, out + '_sampled')
+        greedy = ['sample.py', '--ckpt', os.path.join(out + '_sampled', 'ckpt.pt'), '--max_new_tokens', '12',
+                  '--num_samples', '1', '--start', 'Once', '--temperature', '0']
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            resume = ['train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=32']
+            r, rc, resumed = pool.map(lambda args: run(*args, env=env), (greedy, [*greedy, '--compile'], resume))
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertEqual(rc.returncode, 0, rc.stderr[-2000:])
         assert_samples(self, r.stdout, 'Once', 1, 12)
         self.assertEqual(rc.stdout, r.stdout)                    # sample.py --compile: the same greedy tokens
-        r = run('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=32')
-        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
+        self.assertIn('resumed', resumed.stdout)
 
 
 class TestBF16(unittest.TestCase):

@@ -31,13 +31,14 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 from types import SimpleNamespace
 
 import torch
 
-from tests.common import ROOT, run
+from tests.common import ROOT, run, run_in_process
 from tests.faults import (ENV, TINY, Base, ckpt_step, default_sigint, error_lines, hashes, kill_session,
                           popen, records, run_copy, train)
 
@@ -47,16 +48,17 @@ from tests.faults import (ENV, TINY, Base, ckpt_step, default_sigint, error_line
 def table(f):
     """The rows: (name, argv of python, exit code, words of the one stderr line, folders or files whose
     every file must stay byte-identical, skip reason or None)."""
-    out = os.path.join(f.tmp, 'out')                     # fresh run folders, one a row
+    fresh = tempfile.mkdtemp(dir=f.tmp, prefix='table_')   # each call its own folders: the rows run twice
+    out = os.path.join(fresh, 'out')                     # fresh run folders, one a row
     t = ['train.py', *TINY]
     data = f'--data_dir={f.data}'
     no_cuda = None if not torch.cuda.is_available() else 'CUDA is available here'
-    resume_other = run_copy(f, 'resume_other_tokenizer', stale_record=True)
+    resume_other = run_copy(f, f'{os.path.basename(fresh)}/resume_other_tokenizer', stale_record=True)
     corrupt_run = os.path.dirname(f.corrupt_ckpt)
-    held = run_copy(f, 'held')
+    held = run_copy(f, f'{os.path.basename(fresh)}/held')
     sample = ['sample.py', '--ckpt', f.ckpt, '--max_new_tokens', '4', '--num_samples', '1']
     ret = ['retrieval.py', '--ckpt', f.ckpt, '--data_dir', f.data, '--max_pairs', '60', '--steps', '5',
-           '--cache_dir', os.path.join(f.tmp, 'retrieval_cache')]
+           '--cache_dir', os.path.join(fresh, 'retrieval_cache')]
     prep = ['data/prepare.py', '--train', os.path.join(os.path.dirname(f.data), 'train.txt'),
             '--valid', os.path.join(os.path.dirname(f.data), 'valid.txt'), '--vocab_size', '300']
     claims = ['-m', 'experiments.claims', '--quick', '--data_dir', f.data]
@@ -124,15 +126,15 @@ def table(f):
          [f.sha, f.other_sha], [f.swapped], None),
         # data/prepare.py
         ('prepare: an --out that cannot be written', [*prep, '--out', f.bad], 2, ['prepare.py: error:'], [], None),
-        ('prepare: --vocab_size out of range', [*prep[:-1], '10', '--out', os.path.join(f.tmp, 'p1')], 2,
+        ('prepare: --vocab_size out of range', [*prep[:-1], '10', '--out', os.path.join(fresh, 'p1')], 2,
          ['--vocab_size'], [], None),
         ('prepare: a missing --train file', ['data/prepare.py', '--train', f'{f.tmp}/nowhere.txt', '--valid',
-                                             prep[4], '--out', os.path.join(f.tmp, 'p2')], 2, ['not found'], [], None),
+                                             prep[4], '--out', os.path.join(fresh, 'p2')], 2, ['not found'], [], None),
         # python -m experiments.claims
         ('claims: an --out that cannot be written', [*claims, '--out', f.bad], 2, ['cannot write'], [], None),
-        ('claims: a corrupt meta.json', [*claims, '--data_dir', f.bad_meta, '--out', os.path.join(f.tmp, 'c1')], 2,
+        ('claims: a corrupt meta.json', [*claims, '--data_dir', f.bad_meta, '--out', os.path.join(fresh, 'c1')], 2,
          ['meta.json', 'damaged'], [f.bad_meta], None),
-        ('claims: an unknown model', [*claims, '--models', 'nope', '--out', os.path.join(f.tmp, 'c2')], 2,
+        ('claims: an unknown model', [*claims, '--models', 'nope', '--out', os.path.join(fresh, 'c2')], 2,
          ['nope'], [], None),
         # python -m experiments.represent
         ('represent: a --json that cannot be written', [*rep, '--json', os.path.join(f.bad, 'r.json')], 2,
@@ -150,31 +152,44 @@ def table(f):
         ('icl: an --out that cannot be written', ['-m', 'experiments.icl', '--quick', '--out', f.bad], 2,
          ['cannot write'], [], None),
         ('icl: a ladder without its 1x rung', ['-m', 'experiments.icl', '--quick', '--ladder_budgets', '2,3', '--out',
-                                              os.path.join(f.tmp, 'icl_ladder')], 2, ['ladder_budgets', 'hold 1'], [], None),
+                                              os.path.join(fresh, 'icl_ladder')], 2, ['ladder_budgets', 'hold 1'], [],
+         None),
         # python -m experiments.mqar
         ('mqar: an --out that cannot be written', ['-m', 'experiments.mqar', '--quick', '--out', f.bad], 2,
          ['cannot write'], [], None),
         ('mqar: a cell whose pairs do not fit', ['-m', 'experiments.mqar', '--quick', '--cells', '16:5', '--out',
-                                                os.path.join(f.tmp, 'mqar_cells')], 2, ['T=16', 'kv=5'], [], None),
+                                                os.path.join(fresh, 'mqar_cells')], 2, ['T=16', 'kv=5'], [], None),
         ('mqar: --device cuda without CUDA', ['-m', 'experiments.mqar', '--quick', '--device', 'cuda', '--out',
-                                             os.path.join(f.tmp, 'mqar_cuda')], 2, ['CUDA'], [], no_cuda),
+                                             os.path.join(fresh, 'mqar_cuda')], 2, ['CUDA'], [], no_cuda),
         # test_mixer.py
         ('test_mixer: an unknown option', ['test_mixer.py', '--nonsense'], 2, ['unknown option'], [], None),
         ('test_mixer: an unknown module', ['test_mixer.py', 'test_nope'], 2, ['no test module'], [], None),
     ]
 
 
+# the row of each entry point that also runs as a real process (test_each_command_line_...): the one that
+# goes furthest into its program (checkpoint and data read, or argparse's usage lines)
+PROCESS_ROWS = ('train: the tokenizer changed under a resume', 'sample: a corrupt checkpoint',
+                "retrieval: a tokenizer that is not meta.json's", 'prepare: a missing --train file',
+                'claims: a corrupt meta.json', "represent: a data dir of another tokenizer than the checkpoint's",
+                'bench: a --d_model the heads do not divide', 'icl: a ladder without its 1x rung',
+                'test_mixer: an unknown module')
+
+
 class TestBadInput(Base):
     """Each row of table(): a command meets bad input -> its exit code, no traceback, one line naming the
-    cause, the files it was given byte-identical. The rows run two at a time (each its own folders)."""
+    cause, the files it was given byte-identical. Every row runs in this process (the script's __main__
+    code through runpy, stdout and stderr read at their file descriptors: tests.common.run_in_process),
+    which spares each row the 3 to 6 s start of a Python that imports torch; one row of each entry
+    point (PROCESS_ROWS) also runs as a real process, two at a time, for what only a process shows
+    (the interpreter's start, output at import, the exit status it returns)."""
 
-    def test_every_entry_point_refuses_bad_input_in_one_line(self):
+    def check_rows(self, rows, runner):
+        """Run the rows that are not skipped here with runner(row) -> CompletedProcess and check each."""
         f = self.f
-        rows = table(f)
         todo = [row for row in rows if row[5] is None]
         before = hashes(f.data, f.ckpt, *{p for row in todo for p in row[4]})
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            results = list(pool.map(lambda row: run(*row[1], env=ENV, timeout=120), todo))
+        results = runner(todo)
         after = hashes(f.data, f.ckpt, *{p for row in todo for p in row[4]})
         for (name, argv, code, words, paths, _), r in zip(todo, results):
             with self.subTest(name):
@@ -187,6 +202,24 @@ class TestBadInput(Base):
             if skip:
                 with self.subTest(name):
                     self.skipTest(skip)
+
+    def test_every_entry_point_refuses_bad_input_in_one_line(self):
+        self.check_rows(table(self.f), lambda todo: [run_in_process(*row[1], env=ENV, timeout=120) for row in todo])
+
+    def test_each_command_line_refuses_bad_input_in_one_line(self):
+        rows = [row for row in table(self.f) if row[0] in PROCESS_ROWS]
+        self.assertEqual(sorted(row[0] for row in rows), sorted(PROCESS_ROWS))
+        self.assertEqual({entry_point(row[1]) for row in rows}, {entry_point(row[1]) for row in table(self.f)})
+
+        def in_processes(todo):
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                return list(pool.map(lambda row: run(*row[1], env=ENV, timeout=120), todo))
+        self.check_rows(rows, in_processes)
+
+
+def entry_point(argv):
+    """The program a row's argv runs: a script path, or the module of -m."""
+    return argv[1] if argv[0] == '-m' else argv[0]
 
 
 # ----------------------------------------------------------------------------- train.py's run folder
@@ -204,7 +237,7 @@ class TestRunFolder(Base):
         for name, args in (('device', ['--device=tpu']), ('data', [f'--data_dir={self.f.empty_train}'])):
             with self.subTest(name):
                 out = self.folder(f'refused_{name}')
-                self.assert_fault(train(f'--out_dir={out}', *args), 2, [])
+                self.assert_fault(train(f'--out_dir={out}', *args, in_process=True), 2, [])
                 left = sorted(set(os.listdir(out)) - {'.lock'}) if os.path.isdir(out) else []
                 self.assertEqual(left, [], 'a refused start left files that make the folder "hold a run"')
 
@@ -256,7 +289,7 @@ class TestRunFolder(Base):
         self.assertEqual(ckpt_step(os.path.join(out, 'ckpt.pt')), 10)
         steps = [x['step'] for x in records(os.path.join(out, 'log.jsonl')) if x['event'] == 'train']
         self.assertEqual(max(steps), 12, 'staging: the log should go past the checkpoint')
-        r = train('--init_from=resume', f'--out_dir={out}')
+        r = train('--init_from=resume', f'--out_dir={out}', in_process=True)      # the resume: in this process
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertNotIn('Traceback', r.stderr)
         self.assertEqual(error_lines(r.stderr, allow=[r'warning: .*dropped 2 records after step 10']), [])
@@ -267,7 +300,7 @@ class TestRunFolder(Base):
     def stopped_run(self, name):
         """A run folder holding a checkpoint of step 5 -> (folder, hashes of its files)."""
         out = self.folder(name)
-        r = train('--max_iters=5', '--eval_interval=5', '--log_interval=5', f'--out_dir={out}')
+        r = train('--max_iters=5', '--eval_interval=5', '--log_interval=5', f'--out_dir={out}', in_process=True)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         return out, hashes(os.path.join(out, 'ckpt.pt'))
 

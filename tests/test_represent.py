@@ -10,7 +10,7 @@ import torch
 
 import mixer
 from experiments import represent
-from tests.common import prepared_data, run, tiny_checkpoint
+from tests.common import prepared_data, run, run_in_process, tiny_checkpoint
 
 SHAPE = dict(vocab_size=64, n_ctx=16, d_model=16, n_layer=1)
 
@@ -85,6 +85,8 @@ class TestRecover(unittest.TestCase):
 
 
 class TestCommandLine(unittest.TestCase):
+    """The --quick table as a process (the command line end to end); the bad arguments and the
+    checkpoint runs in this process (tests.common.run_in_process: the same __main__ code)."""
 
     def test_quick_table_and_one_line_errors(self):
         r = run('-m', 'experiments.represent', '--quick', '--variants', 'flat,transformer', '--steps', '20', '--depths', '1',
@@ -95,7 +97,7 @@ class TestCommandLine(unittest.TestCase):
         for args, msg in ((['--variants', 'nope'], 'unknown variant'), (['--depths', 'x'], '--depths'),
                           (['--variants', '', '--ckpt', '/nonexistent.pt'], 'not found'),
                           (['--quick', '--T', '99'], 'n_ctx')):
-            r = run('-m', 'experiments.represent', *args)
+            r = run_in_process('-m', 'experiments.represent', *args)
             with self.subTest(args=args):
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(msg, r.stderr)
@@ -110,15 +112,15 @@ class TestCommandLine(unittest.TestCase):
         out = os.path.join(tmp, 'r.json')
         args = ['-m', 'experiments.represent', '--variants', '', '--untrained', '--ckpt', ckpt, '--data_dir', prepared_data(),
                 '--T', '12', '--steps', '10', '--depths', 'all', '--windows', '1', '--positions', '3', '--json', out]
-        r = run(*args)
+        r = run_in_process(*args)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         res = json.load(open(out))['results']
         self.assertEqual([(x['ckpt'], x['trained'], x['depth']) for x in res], [(ckpt, True, 2), (ckpt, False, 2)])
         self.assertNotEqual(res[0]['self']['loss'], res[1]['self']['loss'])      # two different models
-        r = run(*args)
+        r = run_in_process(*args)
         self.assertEqual(r.returncode, 2)
         self.assertIn('exists', r.stderr)
-        self.assertEqual(run(*args, '--overwrite').returncode, 0)
+        self.assertEqual(run_in_process(*args, '--overwrite').returncode, 0)
         self.assertEqual(json.load(open(out))['results'], res)                  # seeded: the same numbers
 
 

@@ -25,7 +25,7 @@ import mixer
 import retrieval
 from data import pairs as data_pairs
 
-from tests.common import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, prepared_data
+from tests.common import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, prepared_data, run_in_process
 from tests.common import tiny_checkpoint as shared_checkpoint
 
 
@@ -35,10 +35,36 @@ def need_text():
         raise unittest.SkipTest(NO_TEXT)
 
 
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
+
+
 def run(*args):
     """Run retrieval.py (or another project script) -> CompletedProcess (text)."""
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=ENV)
+
+
+def start(*args):
+    """Start retrieval.py (or another project script), its stdout and stderr to temporary files (a pipe
+    nobody reads could fill and stop it) -> Popen; finished(p) waits for it."""
+    out, err = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
+    p = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=out, stderr=err, text=True, env=ENV)
+    p.files = out, err
+    return p
+
+
+def finished(p):
+    """Popen p (from start) waited for -> CompletedProcess (text)."""
+    p.wait()
+    texts = []
+    for f in p.files:
+        f.seek(0)
+        texts.append(f.read())
+    return subprocess.CompletedProcess(p.args, p.returncode, *texts)
+
+
+def run_here(*args):
+    """retrieval.py's command line in this process (tests.common.run_in_process) -> CompletedProcess."""
+    return run_in_process(*args, env=ENV, timeout=600)
 
 
 def tiny_checkpoint():
@@ -202,6 +228,25 @@ class TestEmbeddings(unittest.TestCase):
 
 
 class TestEndToEnd(unittest.TestCase):
+    """Two retrieval.py runs end to end. They go side by side, one thread each: the controls' run
+    starts in setUpClass and its test waits for it."""
+
+    @classmethod
+    def setUpClass(cls):
+        data, cls.ckpt = tiny_checkpoint()
+        cls.tmp = tempfile.mkdtemp(prefix='retrieval_ctl_')
+        cls.out = os.path.join(cls.tmp, 'res.json')
+        cls.controls = start('retrieval.py', '--ckpt', cls.ckpt, '--text', os.path.join(TEXT_DIR, 'valid.txt'),
+                             '--steps', '250', '--max_pairs', '600', '--d_r', '16', '--train_n', '8', '--batch_size',
+                             '32', '--untrained', '--pool', 'last', 'mean', '--n_candidates', '2', '32', '--cache_dir',
+                             os.path.join(cls.tmp, 'cache'), '--json', cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.controls.poll() is None:
+            cls.controls.kill()
+        finished(cls.controls)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_short_run_beats_chance_and_uses_the_cache(self):
         # Inverse cloze on the 1,841 stories of the shared valid.txt (4 pairs a story), embedded
@@ -232,22 +277,16 @@ class TestEndToEnd(unittest.TestCase):
         self.assertGreater(trained['8'], 1.15 / 8, acc)
         self.assertGreater(trained['128'], 1.5 / 128, acc)
         self.assertEqual(len(os.listdir(os.path.join(tmp, 'cache'))), 1)
-        # second run: embeddings from the cache, the same numbers (fixed seeds and draws); --json replaced
-        # only when asked
-        r2 = run(*args, '--overwrite')
+        # second run (in this process): embeddings from the cache, the same numbers (fixed seeds and draws);
+        # --json replaced only when asked
+        r2 = run_here(*args, '--overwrite')
         self.assertEqual(r2.returncode, 0, r2.stderr[-2000:])
         self.assertIn('from cache', r2.stderr)
         self.assertEqual(read_json(out)['results'][0]['accuracy'], acc)
 
     def test_controls_untrained_and_mean_pool_and_the_loss_curve(self):
-        data, ckpt = tiny_checkpoint()
-        tmp = tempfile.mkdtemp(prefix='retrieval_ctl_')
-        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
-        out = os.path.join(tmp, 'res.json')
-        r = run('retrieval.py', '--ckpt', ckpt, '--text', os.path.join(TEXT_DIR, 'valid.txt'), '--steps', '250',
-                '--max_pairs', '600', '--d_r', '16', '--train_n', '8', '--batch_size', '32', '--untrained',
-                '--pool', 'last', 'mean', '--n_candidates', '2', '32', '--cache_dir', os.path.join(tmp, 'cache'),
-                '--json', out)
+        ckpt, tmp, out = self.ckpt, self.tmp, self.out
+        r = finished(self.controls)                      # started in setUpClass
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         res = read_json(out)
         names = [x['name'] for x in res['results']]
@@ -266,6 +305,7 @@ class TestEndToEnd(unittest.TestCase):
 
 
 class TestBadInputs(unittest.TestCase):
+    """retrieval.py's command line in this process (test_faults runs one of its bad inputs as a process)."""
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix='retrieval_bad_')
@@ -291,17 +331,17 @@ class TestBadInputs(unittest.TestCase):
         good = json.dumps({'query': 'a cat', 'target': 'the cat sat on the mat'})
         for bad in ('{"query": "x", "target": ', '{"query": "x"}', '["x", "y"]', '{"query": 3, "target": "y"}'):
             self.write_pairs([good, good, '', bad, good])
-            r = run('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs)
+            r = run_here('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs)
             with self.subTest(line=bad):
                 self.check_error(r, 'line 4')
 
     def test_missing_and_corrupt_checkpoint_and_too_large_n(self):
         self.write_pairs([json.dumps({'query': f'q{i}', 'target': f't{i}'}) for i in range(20)])
-        r = run('retrieval.py', '--ckpt', self.fake_ckpt + '.missing', '--pairs', self.pairs)
+        r = run_here('retrieval.py', '--ckpt', self.fake_ckpt + '.missing', '--pairs', self.pairs)
         self.check_error(r, 'not found')
-        r = run('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs, '--n_candidates', '2', '8')
+        r = run_here('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs, '--n_candidates', '2', '8')
         self.check_error(r, 'larger than the test set')
-        r = run('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs, '--n_candidates', '2',
+        r = run_here('retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs, '--n_candidates', '2',
                 '--no_cache')
         self.check_error(r, 'corrupt')
 

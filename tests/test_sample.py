@@ -4,7 +4,7 @@ import os
 import tempfile
 import unittest
 
-from tests.common import assert_samples, run, tiny_checkpoint
+from tests.common import assert_samples, run, run_in_process, tiny_checkpoint
 
 
 class TestSample(unittest.TestCase):
@@ -21,8 +21,8 @@ class TestSample(unittest.TestCase):
             f.write(b'not a checkpoint')
         cases = ((['--ckpt', bad], 'corrupt'), (['--ckpt', bad + '.missing'], 'not found'))
         # (a prompt longer than n_ctx is kept by its tail with a warning: test_scale.TestCheckpointTravels)
-        for args, msg in cases:
-            r = run('sample.py', *args)
+        for args, msg in cases:                  # in this process (test_faults runs one as a process)
+            r = run_in_process('sample.py', *args)
             with self.subTest(args=args[:2]):
                 self.assertEqual(r.returncode, 2)
                 self.assertIn(msg, r.stderr)

@@ -20,7 +20,7 @@ import unittest
 import torch
 
 import mixer
-from tests.common import ROOT, prepared_data, read_log, run
+from tests.common import ROOT, prepared_data, read_log, run, run_in_process
 
 TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
 SUMMARY_KEYS = {'event', 'final_val_loss', 'final_val_bpb', 'final_val_acc', 'best_val_loss', 'step', 'tokens_seen',
@@ -28,16 +28,44 @@ SUMMARY_KEYS = {'event', 'final_val_loss', 'final_val_bpb', 'final_val_acc', 'be
                 'peak_memory_gib'}
 
 
+ONE_THREAD = {**os.environ, 'OMP_NUM_THREADS': '1'}
+
+
+def here(*args):
+    """A command line (python args...) in this process, one thread (tests.common.run_in_process: the
+    script's __main__ code, stdout and stderr as a process prints them) -> CompletedProcess. train.py's
+    command line itself runs as processes in test_train_py_learns_and_resume_equals_uninterrupted, the
+    DDP tests and test_train_py_rejects_bad_settings."""
+    return run_in_process(*args, env=ONE_THREAD, timeout=600)
+
+
 def train(*args):
-    """train.py on the prepared data with the tiny settings -> CompletedProcess."""
-    return run('train.py', f'--data_dir={prepared_data()}', *TINY_ARGS, *args)
+    """train.py on the prepared data with the tiny settings, in this process (here) -> CompletedProcess."""
+    return here('train.py', f'--data_dir={prepared_data()}', *TINY_ARGS, *args)
+
+
+def start(*args):
+    """Start python args... (one thread), stdout and stderr to temporary files -> Popen; finished(p)."""
+    out, err = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
+    p = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=out, stderr=err, text=True, env=ONE_THREAD)
+    p.files = out, err
+    return p
+
+
+def finished(p):
+    """Popen p (from start) waited for -> CompletedProcess (text)."""
+    p.wait()
+    texts = []
+    for f in p.files:
+        f.seek(0)
+        texts.append(f.read())
+    return subprocess.CompletedProcess(p.args, p.returncode, *texts)
 
 
 def torchrun(*args, nproc=2):
-    """train.py under torchrun --standalone on CPU (gloo) -> CompletedProcess."""
-    return subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}',
-                           'train.py', f'--data_dir={prepared_data()}', *TINY_ARGS, *args],
-                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    """Start train.py under torchrun --standalone on CPU (gloo) -> Popen; finished(p) waits for it."""
+    return start('-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', 'train.py',
+                 f'--data_dir={prepared_data()}', *TINY_ARGS, *args)
 
 
 def sha(path):
@@ -102,12 +130,14 @@ class TestTrainPy(Base):
                   '--eval_interval=10', '--eval_windows=16', '--log_interval=1', '--lr_decay_iters=20',
                   '--warmup_iters=5', '--learning_rate=3e-3']
         full, part = os.path.join(tmp, 'full'), os.path.join(tmp, 'part')
-        r = run('train.py', *common, '--max_iters=20', f'--out_dir={full}')
+        a, b = start('train.py', *common, '--max_iters=20', f'--out_dir={full}'), \
+            start('train.py', *common, '--max_iters=10', f'--out_dir={part}')         # side by side, one thread each
+        r = finished(a)
         self.assert_ok(r)
         self.assertIn('bits/byte', r.stdout)
-        r = run('train.py', *common, '--max_iters=10', f'--out_dir={part}')
-        self.assert_ok(r)
-        r = run('train.py', '--max_iters=20', f'--out_dir={part}', '--init_from=resume')   # nothing else given
+        self.assert_ok(finished(b))
+        r = run('train.py', '--max_iters=20', f'--out_dir={part}', '--init_from=resume',    # nothing else given
+                env=ONE_THREAD)
         self.assert_ok(r)
         self.assertIn('resumed', r.stdout)
         self.assertIn('changed on resume: max_iters = 20 (saved run: 10)', r.stdout)
@@ -127,7 +157,7 @@ class TestTrainPy(Base):
         saved = ['--learning_rate=3e-3', '--min_lr=1e-4', '--warmup_iters=2', '--weight_decay=0.05', '--beta2=0.9',
                  '--eval_interval=4', '--log_interval=2', '--seed=7']
         self.assert_ok(train(*saved, '--max_iters=4', f'--out_dir={out}'))
-        r = run('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=6', '--weight_decay=0.02')
+        r = here('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=6', '--weight_decay=0.02')
         self.assert_ok(r)
         self.assertIn('changed on resume: weight_decay = 0.02 (saved run: 0.05)', r.stdout)
         self.assertNotIn('changed on resume: learning_rate', r.stdout)
@@ -145,7 +175,7 @@ class TestTrainPy(Base):
                          (4, 6, 6))
         self.assertEqual([e['step'] for e in read_log(out) if e['event'] == 'train'], [2, 4, 6])
         # the architecture cannot change
-        r = run('train.py', f'--out_dir={out}', '--init_from=resume', '--d_model=64')
+        r = here('train.py', f'--out_dir={out}', '--init_from=resume', '--d_model=64')
         self.assert_one_line_error(r, 2, 'd_model cannot change on resume')
 
     def test_fresh_run_refuses_an_out_dir_that_holds_a_run(self):
@@ -165,8 +195,8 @@ class TestTrainPy(Base):
         self.assert_ok(train('--max_iters=2', '--eval_interval=2', '--warmup_iters=0', f'--out_dir={out}'))
         good = sha(os.path.join(out, 'ckpt.pt'))
         # an absurd learning rate overflows the weights: the loss becomes inf / nan
-        r = run('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=8', '--learning_rate=1e38',
-                '--grad_clip=0')
+        r = here('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=8', '--learning_rate=1e38',
+                 '--grad_clip=0')
         self.assert_one_line_error(r, 1, 'non-finite train loss')
         self.assertRegex(r.stderr, r'at step [3-8]\b')
         self.assertEqual(sha(os.path.join(out, 'ckpt.pt')), good)
@@ -187,17 +217,19 @@ class TestTrainPy(Base):
         model, _, _ = checkpoint.load_checkpoint(path)
         idx = torch.randint(0, 100, (1, 16))
         self.assertTrue(torch.equal(model(idx)[0], plain(idx)[0]))
-        self.assert_ok(run('sample.py', '--ckpt', path, '--max_new_tokens', '2', '--num_samples', '1'))
-        self.assert_ok(run('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=3'))
+        self.assert_ok(here('sample.py', '--ckpt', path, '--max_new_tokens', '2', '--num_samples', '1'))
+        self.assert_ok(here('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=3'))
         with open(path, 'wb') as f:
             f.write(b'not a checkpoint')
-        r = run('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=4')
+        r = here('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=4')
         self.assert_one_line_error(r, 2, 'corrupt or not from train.py')
 
     def test_train_py_rejects_bad_settings(self):
         out = tempfile.mkdtemp()
-        for args, msg in ((['--no_such_key=1'], 'unknown setting'), (['--eval_interval=0'], 'eval_interval')):
-            r = run('train.py', *args, '--data_dir=' + prepared_data(), '--out_dir=' + out)
+        cases = ((['--no_such_key=1'], 'unknown setting'), (['--eval_interval=0'], 'eval_interval'))
+        procs = [start('train.py', *args, '--data_dir=' + prepared_data(), '--out_dir=' + out) for args, _ in cases]
+        for (args, msg), p in zip(cases, procs):            # as processes, side by side
+            r = finished(p)
             with self.subTest(args=args):
                 self.assert_one_line_error(r, 2, msg)
         for args, msg in ((['--no_such_key=1'], 'unknown setting'), (['--d_model=big'], 'must be int'),
@@ -282,7 +314,7 @@ class TestTrainPy(Base):
         shutil.copy(os.path.join(data, 'train.bin'), os.path.join(data, 'val.bin'))
         for data_dir, same in ((data, True), (prepared_data(), False)):
             out = tempfile.mkdtemp(prefix='mixer_eval_train_')
-            r = run('train.py', f'--data_dir={data_dir}', *TINY_ARGS, '--max_iters=4', '--eval_interval=2',
+            r = here('train.py', f'--data_dir={data_dir}', *TINY_ARGS, '--max_iters=4', '--eval_interval=2',
                     '--eval_train=True', f'--out_dir={out}')
             self.assert_ok(r)
             self.assertIn('train windows ', r.stdout)
@@ -319,11 +351,12 @@ class TestDistributed(Base):
         ddp, one = os.path.join(tmp, 'ddp'), os.path.join(tmp, 'one')
         common = [*args, '--variant=multihead', '--max_iters=3', '--eval_interval=3', '--log_interval=1',
                   '--warmup_iters=1', '--learning_rate=1e-2', f'--grad_accum={grad_accum}']
-        r = torchrun(*common, f'--out_dir={ddp}')
+        p = torchrun(*common, f'--out_dir={ddp}')
+        one_process = train(*common, '--batch_size=8', f'--out_dir={one}')    # here, while the ranks run
+        r = finished(p)
         self.assertEqual(r.returncode, 0, r.stderr[:3000] + '\n...\n' + r.stderr[-1000:])
         self.assertEqual(read_log(ddp)[0]['world_size'], 2)
-        r = train(*common, '--batch_size=8', f'--out_dir={one}')
-        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(one_process.returncode, 0, one_process.stderr)
         self.assert_same_update(ddp, one)
         logged = [e['loss'] for e in read_log(ddp) if e['event'] == 'train']
         single = [e['loss'] for e in read_log(one) if e['event'] == 'train']
@@ -388,7 +421,7 @@ class TestMuon(unittest.TestCase):
         n_tensors = len(mixer.build_model(mixer.ModelConfig(**ckpt["model_config"])).state_dict()) - 1
         self.assertEqual(len(ckpt['optimizer']['state']), n_tensors - 4)   # AdamW: the rest (lm_head is wte)
         self.assertEqual(train(*common, '--max_iters=6', f'--out_dir={part}').returncode, 0)
-        r = run('train.py', '--init_from=resume', f'--out_dir={part}', '--max_iters=12')
+        r = here('train.py', '--init_from=resume', f'--out_dir={part}', '--max_iters=12')
         self.assertEqual(r.returncode, 0, r.stderr)
         a = {e['step']: e['loss'] for e in read_log(full) if e['event'] == 'train'}
         b = {e['step']: e['loss'] for e in read_log(part) if e['event'] == 'train'}
@@ -407,7 +440,7 @@ class TestCuda(unittest.TestCase):
                   '--lr_decay_iters=8']
         self.assertEqual(train(*common, '--max_iters=8', f'--out_dir={full}').returncode, 0)
         self.assertEqual(train(*common, '--max_iters=4', f'--out_dir={part}').returncode, 0)
-        r = run('train.py', '--init_from=resume', f'--out_dir={part}', '--max_iters=8')
+        r = here('train.py', '--init_from=resume', f'--out_dir={part}', '--max_iters=8')
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIsNotNone(torch.load(os.path.join(part, 'ckpt.pt'), weights_only=True)['rng'][0]['cuda'])
         a = {e['step']: e['loss'] for e in read_log(full) if e['event'] == 'train'}
