@@ -135,15 +135,23 @@ def nominal_peak(device):
     return NOMINAL_PEAK.get(torch.cuda.get_device_name(device).strip())
 
 
+_MEASURED_PEAK = {}      # (device, dtype, torch threads) -> FLOP/s, measured once a process
+
+
 def peak_flops(device, dtype):
     """The peak MFU is reported against -> (FLOP/s, what it is): a GPU's nominal dense bf16 peak where
-    NOMINAL_PEAK knows it (a measured one would be low: 1024-sized matmuls do not fill an H100, and the
-    MFU too high), else this machine's measured `dtype` matmul peak (measure_matmul_flops)."""
+    NOMINAL_PEAK knows it (MFU's convention: the datasheet, not what a library reaches), else this
+    machine's measured `dtype` matmul peak (measure_matmul_flops, about a second), measured once a
+    process for each device, dtype and thread count: a pool process of claims.py trains dozens of
+    runs."""
     nominal = nominal_peak(device)
     if nominal:
         name = torch.cuda.get_device_name(device)
         return nominal, f'the nominal bf16 dense peak of {name}, {nominal / 1e12:.0f} TFLOP/s'
-    measured = measure_matmul_flops(device, dtype)
+    key = (str(device), dtype, torch.get_num_threads())
+    if key not in _MEASURED_PEAK:
+        _MEASURED_PEAK[key] = measure_matmul_flops(device, dtype)
+    measured = _MEASURED_PEAK[key]
     return measured, f'the measured {str(dtype).split(".")[-1]} matmul peak, {measured / 1e9:.0f} GFLOP/s per process'
 
 

@@ -173,7 +173,7 @@ PROCESS_ROWS = ('train: the tokenizer changed under a resume', 'sample: a corrup
                 "retrieval: a tokenizer that is not meta.json's", 'prepare: a missing --train file',
                 'claims: a corrupt meta.json', "represent: a data dir of another tokenizer than the checkpoint's",
                 'bench: a --d_model the heads do not divide', 'icl: a ladder without its 1x rung',
-                'test_mixer: an unknown module')
+                'mqar: a cell whose pairs do not fit', 'test_mixer: an unknown module')
 
 
 class TestBadInput(Base):

@@ -103,6 +103,20 @@ class Started(Exception):
     """Raised where train.main would build the model: the device setup is over."""
 
 
+    def test_a_measured_peak_is_measured_once_a_process(self):
+        """Without a nominal peak (a CPU) the matmul peak is measured once for each thread count: a
+        pool process that trains many runs (claims.py) does not pay a second a run again."""
+        with mock.patch.dict(machine._MEASURED_PEAK, clear=True), \
+                mock.patch.object(machine, 'measure_matmul_flops', return_value=7e10) as measure:
+            first = machine.peak_flops('cpu', torch.float32)
+            self.assertEqual(machine.peak_flops('cpu', torch.float32), first)
+            self.assertEqual(measure.call_count, 1)
+            with mock.patch('torch.get_num_threads', return_value=torch.get_num_threads() + 1):
+                machine.peak_flops('cpu', torch.float32)
+            self.assertEqual(measure.call_count, 2)
+        self.assertEqual(first[0], 7e10)
+
+
 class TestDevice(unittest.TestCase):
 
     def test_the_mock_refuses_what_torch_refuses(self):
