@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from experiments.runner import md_table
+from experiments.runner import md_table, save_figure
 
 # name -> (train.py arguments, family). Families decide the "best of" row.
 MODELS = {
@@ -438,13 +438,6 @@ def pyplot():
 NO_PLOT = 'no plot: matplotlib is not installed (pip install matplotlib)'
 
 
-def save(fig, plt, path):
-    """Write the figure to path (PNG), close it -> 'plot: path'."""
-    fig.tight_layout()
-    fig.savefig(path + '.tmp.png', dpi=110)
-    os.replace(path + '.tmp.png', path)
-    plt.close(fig)
-    return f'plot: {path}'
 
 
 def plot_budgets(extras, path):
@@ -477,7 +470,7 @@ def plot_budgets(extras, path):
         ax.legend(fontsize=8)
     axes[0].set_title('Equal wall-clock budgets: mean over seeds, range shaded')
     axes[1].set_title('Generalisation gap at the end of each run')
-    return save(fig, plt, path)
+    return save_figure(fig, path, dpi=110)
 
 
 def plot(plan, step_s, path, ae_runs=None):
@@ -515,7 +508,7 @@ def plot(plan, step_s, path, ae_runs=None):
         ax.set_title('Autoencoders (every seed)')
         ax.legend(loc='center right', fontsize=8)
         ax.grid(alpha=0.3)
-    return save(fig, plt, path)
+    return save_figure(fig, path, dpi=110)
 
 
 # ----------------------------------------------------------------------------- the report

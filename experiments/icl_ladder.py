@@ -52,7 +52,7 @@ import torch
 from checkpoint import write_atomic
 from experiments.icl_mixers import adjusted_loss, diagnose, initialised, stat, zero_loss
 from experiments.regression import fixed_prompts, half_sq, sample_prompts, train
-from experiments.runner import fmt_s, load_json, md_table, say
+from experiments.runner import fmt_s, load_json, md_table, save_figure, say
 
 MIXERS = tuple((v, L, '0') for v in ('flat', 'toeplitz', 'recurrent') for L in (2, 4)) + (('flat', 4, '5'),)
 SETTINGS = {
@@ -494,11 +494,7 @@ def plot_ladder(plan, L, path):
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path + '.tmp.png', dpi=90)
-    plt.close(fig)
-    os.replace(path + '.tmp.png', path)
-    return f'plot: {path}'
+    return save_figure(fig, path)
 
 
 def check_docs(page):

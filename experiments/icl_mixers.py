@@ -29,7 +29,7 @@ import torch.nn as nn
 
 import mixer
 from experiments.regression import D_X, N_CTX, PARAM_NAMES, fixed_prompts, half_sq, mean_loss, oracle, train
-from experiments.runner import md_table
+from experiments.runner import md_table, save_figure
 
 MIXER_VARIANTS = ('transformer', 'flat', 'toeplitz', 'recurrent', 'linear_attention')
 MIXER_LAYERS = (2, 4)
@@ -320,8 +320,4 @@ def plot_mixers(plan, lsa, path, s):
         ax.set_title('sigma = 0' if noise == '0' else f'sigma ~ U(0, {noise})')
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path + '.tmp.png', dpi=90)
-    plt.close(fig)
-    os.replace(path + '.tmp.png', path)
-    return f'plot: {path}'
+    return save_figure(fig, path)

@@ -5,14 +5,13 @@ report_text puts icl.md together.
 """
 
 import math
-import os
 
 import torch
 
 from experiments import icl_mixers
 from experiments.regression import (NOISE_NAMES, PARAM_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, adarr,
                                     fixed_prompts, half_sq, oracle, tune_baselines, y_scale)
-from experiments.runner import md_table
+from experiments.runner import md_table, save_figure
 
 
 # Table 1 of the paper (adjusted evaluation loss, columns NOISE_NAMES). 1-layer models
@@ -177,11 +176,7 @@ def plot(adj, base, sig, noises, models, path):
         ax.set_xlabel('sigma (fixed)', fontsize=8)
         ax.set_title(f'trained on {trained_on[k]}', fontsize=9)
     axes[-1][0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path + '.tmp.png', dpi=90)
-    plt.close(fig)
-    os.replace(path + '.tmp.png', path)
-    return f'plot: {path}'
+    return save_figure(fig, path)
 
 
 def lsa_report(results, jobs, models, noises, s, seeds):

@@ -12,7 +12,7 @@ import platform
 import torch
 
 from experiments.mqar import N_LAYER, best
-from experiments.runner import fmt_s, md_table
+from experiments.runner import fmt_s, md_table, save_figure
 
 
 def row_keys(grid, kinds, deep, s):
@@ -134,11 +134,7 @@ def plot(grid, kinds, deep, s, path):
     axes[0][0].set_ylabel('MQAR test accuracy')
     axes[0][-1].legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(f'MQAR, {s["protocol"]} protocol (vocabulary {s["vocab_size"]}; dotted: 1/kv and chance)', fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path + '.tmp.png', dpi=100)
-    plt.close(fig)
-    os.replace(path + '.tmp.png', path)
-    return f'plot: {path}'
+    return save_figure(fig, path, dpi=100)
 
 
 def write(out, s, kinds, grid, deep, command, wall_s, cached, total):

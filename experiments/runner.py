@@ -385,6 +385,17 @@ def fmt_s(s):
     return f'{s / 60:.1f} min' if s >= 90 else f'{s:.0f} s'
 
 
+def save_figure(fig, path, dpi=90):
+    """Lay out a matplotlib figure, write it to `path` (PNG) whole (a temporary file beside it, then a
+    rename: a stopped run leaves no half-written image) and close it -> 'plot: path'."""
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
+    fig.savefig(path + '.tmp.png', dpi=dpi)
+    plt.close(fig)
+    os.replace(path + '.tmp.png', path)
+    return f'plot: {path}'
+
+
 def md_row(cells):
     """One markdown table line of a list of cells (a table printed a row at a time keeps its
     rows when the run is cut short)."""

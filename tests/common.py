@@ -70,6 +70,28 @@ def run(*args, **kw):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, **kw)
 
 
+def start(*args, env=None):
+    """Start a project script with the current Python, one torch thread (OMP_NUM_THREADS=1) unless
+    `env` says otherwise, stdout and stderr to temporary files (a pipe nobody reads could fill and
+    stop it) -> Popen; finished(p) waits for it. For command lines that run side by side."""
+    out, err = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
+    p = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=out, stderr=err, text=True,
+                         env=env or {**os.environ, 'OMP_NUM_THREADS': '1'})
+    p.files = out, err
+    return p
+
+
+def finished(p):
+    """Popen p (from start) waited for -> CompletedProcess (text)."""
+    p.wait()
+    texts = []
+    for f in p.files:
+        f.seek(0)
+        texts.append(f.read())
+        f.close()
+    return subprocess.CompletedProcess(p.args, p.returncode, *texts)
+
+
 # the warning filters a Python process starts with (ResourceWarning ignored, ...): unittest's runner shows
 # every warning, but run_in_process shows what the command shows (at import, before the runner runs)
 PROCESS_WARNING_FILTERS = list(warnings.filters)

@@ -25,7 +25,7 @@ import mixer
 import retrieval
 from data import pairs as data_pairs
 
-from tests.common import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, prepared_data, run_in_process
+from tests.common import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, finished, prepared_data, run_in_process, start
 from tests.common import tiny_checkpoint as shared_checkpoint
 
 
@@ -41,25 +41,6 @@ ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
 def run(*args):
     """Run retrieval.py (or another project script) -> CompletedProcess (text)."""
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=ENV)
-
-
-def start(*args):
-    """Start retrieval.py (or another project script), its stdout and stderr to temporary files (a pipe
-    nobody reads could fill and stop it) -> Popen; finished(p) waits for it."""
-    out, err = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
-    p = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=out, stderr=err, text=True, env=ENV)
-    p.files = out, err
-    return p
-
-
-def finished(p):
-    """Popen p (from start) waited for -> CompletedProcess (text)."""
-    p.wait()
-    texts = []
-    for f in p.files:
-        f.seek(0)
-        texts.append(f.read())
-    return subprocess.CompletedProcess(p.args, p.returncode, *texts)
 
 
 def run_here(*args):

@@ -12,15 +12,13 @@ import hashlib
 import os
 import platform
 import shutil
-import subprocess
-import sys
 import tempfile
 import unittest
 
 import torch
 
 import mixer
-from tests.common import ROOT, prepared_data, read_log, run, run_in_process
+from tests.common import finished, prepared_data, read_log, run, run_in_process, start
 
 TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
 SUMMARY_KEYS = {'event', 'final_val_loss', 'final_val_bpb', 'final_val_acc', 'best_val_loss', 'step', 'tokens_seen',
@@ -42,24 +40,6 @@ def here(*args):
 def train(*args):
     """train.py on the prepared data with the tiny settings, in this process (here) -> CompletedProcess."""
     return here('train.py', f'--data_dir={prepared_data()}', *TINY_ARGS, *args)
-
-
-def start(*args):
-    """Start python args... (one thread), stdout and stderr to temporary files -> Popen; finished(p)."""
-    out, err = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
-    p = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=out, stderr=err, text=True, env=ONE_THREAD)
-    p.files = out, err
-    return p
-
-
-def finished(p):
-    """Popen p (from start) waited for -> CompletedProcess (text)."""
-    p.wait()
-    texts = []
-    for f in p.files:
-        f.seek(0)
-        texts.append(f.read())
-    return subprocess.CompletedProcess(p.args, p.returncode, *texts)
 
 
 def torchrun(*args, nproc=2):
