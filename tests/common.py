@@ -82,14 +82,17 @@ def start(*args, env=None):
 
 
 def finished(p):
-    """Popen p (from start) waited for -> CompletedProcess (text)."""
-    p.wait()
-    texts = []
-    for f in p.files:
-        f.seek(0)
-        texts.append(f.read())
-        f.close()
-    return subprocess.CompletedProcess(p.args, p.returncode, *texts)
+    """Popen p (from start) waited for -> CompletedProcess (text); the same one on a second call
+    (a test reads it, the class's tearDown waits for it again)."""
+    if not hasattr(p, 'result'):
+        p.wait()
+        texts = []
+        for f in p.files:
+            f.seek(0)
+            texts.append(f.read())
+            f.close()
+        p.result = subprocess.CompletedProcess(p.args, p.returncode, *texts)
+    return p.result
 
 
 # the warning filters a Python process starts with (ResourceWarning ignored, ...): unittest's runner shows
