@@ -1,6 +1,6 @@
 """Multi-query associative recall (MQAR) for every model kind, with the field's protocol.
 
-    python -m experiments.mqar                    # the CPU protocol: 2 cores, about 90 minutes (docs/mqar.md)
+    python -m experiments.mqar                    # the CPU protocol: 2 cores, about 1 h 45 min measured (docs/mqar.md)
     python -m experiments.mqar --protocol gpu     # Zoology's figure-2 grid on one GPU (days: docs/mqar.md)
     python -m experiments.mqar --estimate         # only measure step times and print the protocol's time
     python -m experiments.mqar --quick            # every kind at a tiny cell, well under a minute
@@ -65,8 +65,9 @@ PROTOCOLS = {
                 batch={64: 512, 128: 512, 256: 256, 512: 128}, d_models=(64, 128, 256, 512),
                 n_train=100_000, n_test=3_000, epochs=64, lrs=tuple(float(x) for x in np.logspace(-4, -2, 4)),
                 deep_layers=4, device='cuda', workers=1, threads=4),
-    # 2 CPU cores, about 90 minutes: calibrated (docs/mqar.md) so that the transformer solves T = 64,
-    # kv = 4 at d_model 64 within the budget (it did by its 2nd epoch in 3 seeds of 3).
+    # 2 CPU cores (sized at about 90 minutes; the run measured 1 h 45 min): calibrated (docs/mqar.md) so
+    # that the transformer solves T = 64, kv = 4 at d_model 64 within the budget (it did by its 2nd epoch
+    # in 3 seeds of 3, and in the run).
     'cpu': dict(vocab_size=64, cells=((64, 4), (128, 8)), batch={64: 32, 128: 32}, d_models=(64, 128),
                 n_train=16_000, n_test=1_000, epochs=3, lrs=(3e-4, 1e-3),
                 deep_layers=4, device='cpu', workers=2, threads=1),
@@ -445,7 +446,7 @@ def parse_args(argv):
     checked before any work: a one-line error and exit 2 on a bad one."""
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--protocol', choices=('cpu', 'gpu'),
-                   help="cpu (the default): the 2-core protocol, about 90 min; gpu: Zoology's figure-2 grid")
+                   help="cpu (the default): the 2-core protocol, about 1 h 45 min; gpu: Zoology's figure-2 grid")
     p.add_argument('--quick', action='store_true', help='every kind at a tiny cell, one rate (seconds: the tests)')
     p.add_argument('--estimate', action='store_true', help='only measure step times and print the time it takes')
     p.add_argument('--kinds', default=','.join(KINDS), help='model kinds (default: every mixer.VARIANTS name '

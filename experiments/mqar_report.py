@@ -59,7 +59,7 @@ def runs_table(grid, rows):
                     continue
                 body.append([label(kind, L), key[2], key[3], f'{lr:.3g}', f'{r["acc"]:.4f}', f'{r["test_loss"]:.3f}',
                              r['epochs'], f'{r["seconds"]:.0f}', 'diverged' if r['diverged'] else ''])
-    return md_table(['model', 'T', 'd_model', 'lr', 'test accuracy', 'test loss (nats)', 'epochs', 'seconds', ''],
+    return md_table(['model', 'T', 'd_model', 'lr', 'test accuracy', 'test loss (nats)', 'epochs', 'seconds', 'note'],
                     body)
 
 
