@@ -124,6 +124,17 @@ def slowest(seconds, n=10):
         [f'  {s:6.1f} s  {name}' for name, s in top]
 
 
+def by_module(seconds):
+    """One line of {test id: seconds} summed a module (tests.test_x.Class.test -> test_x; this file's
+    own tests -> test_mixer), slowest first: where the suite's time goes."""
+    total = {}
+    for name, s in seconds.items():
+        parts = name.split(' ')[0].split('.')
+        module = parts[1] if parts[0] == 'tests' else 'test_mixer'
+        total[module] = total.get(module, 0.0) + s
+    return 'seconds a module: ' + ', '.join(f'{m} {s:.0f}' for m, s in sorted(total.items(), key=lambda kv: -kv[1]))
+
+
 class TestRunner(unittest.TestCase):
     """The runner itself: it finds every module, refuses unknown ones, and CI cannot pass by skipping."""
 
@@ -200,6 +211,11 @@ class TestRunner(unittest.TestCase):
         self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
         self.assertEqual([x.split()[-1] for x in lines[1:]], ['c', 'b'])
 
+    def test_sums_the_seconds_a_module(self):
+        line = by_module({'tests.test_a.C.test_x': 1.0, 'tests.test_a.C (class setup)': 2.0,
+                          'tests.test_b.D.test_y': 4.0, '__main__.TestRunner.test_z': 0.4})
+        self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
+
     def test_class_setup_time_is_counted(self):
         class Slow(unittest.TestCase):
             @classmethod
@@ -239,6 +255,7 @@ def main(argv):
     with python_processes_forbidden() if fast else contextlib.nullcontext():
         result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
     print('\n'.join(slowest(result.seconds)))
+    print(by_module(result.seconds))
     code, line = summarize(result, ci=os.environ.get('CI', '').lower() == 'true')
     print(line)
     return code
