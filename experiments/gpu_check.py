@@ -17,12 +17,15 @@ as skipped. A step that fails or times out is reported and the next one runs.
   2. the README's GPU commands, one at a time: config/mixer_gpu.py, transformer_gpu.py and
      hybrid_gpu.py as they are (compiled, bf16, their micro-batch) for a short run each: steady
      tokens/s and MFU against the GPU's nominal peak, and the peak GPU memory the run took
-     (torch.cuda.max_memory_allocated: the configs' micro-batch is estimated for an 80 GB card);
+     (torch.cuda.max_memory_allocated: what a card with less memory than the H200 the configs' comments
+     were measured on needs to hold);
   3. bench.py's timing tables, one at a time: training throughput (eager and compiled), the
      token-mixing paths (behind machine.DEVICE_TUNING['cuda']) and decode.
 Output: OUT/report.md, rewritten after every step (a summary row a step, then each finished
 table), and every step's console in OUT/<step>.txt. Without a GPU it says so in one line and
-exits 2; it exits 1 if any step failed, timed out or was skipped.
+exits 2; it exits 1 if any step failed, timed out or was skipped; Ctrl-C stops every running step (each
+runs in a session of its own, which the terminal's Ctrl-C does not reach) and exits 130, the report
+kept as far as it got. Preparing the data counts against the budget.
 """
 
 import argparse
@@ -86,16 +89,25 @@ class Check:
     """The check's state: its steps' rows and tables, the deadline, and the report written
     after every step."""
 
-    def __init__(self, out, machine_line, budget_s):
-        self.out, self.machine_line, self.t0 = out, machine_line, time.time()
+    def __init__(self, out, machine_line, budget_s, t0=None):
+        self.out, self.machine_line, self.t0 = out, machine_line, t0 or time.time()
         self.deadline = self.t0 + budget_s
         self.rows, self.tables, self.lock = [], [], threading.Lock()
+        self.live, self.stopped = set(), False          # the steps' running processes; set by stop()
+
+    def stop(self):
+        """Ctrl-C: kill every running step's process group (the steps after them are skipped)."""
+        with self.lock:
+            self.stopped = True
+            for p in self.live:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
 
     def run(self, s):
         """Run step s, or skip it when the budget is spent; adds its row."""
         left = self.deadline - time.time()
-        if left < 5:
-            self.add(s.what, 'SKIPPED (out of time)', '-', '-')
+        if left < 5 or self.stopped:
+            self.add(s.what, 'SKIPPED (interrupted)' if self.stopped else 'SKIPPED (out of time)', '-', '-')
             return
         limit = min(s.limit_s, left)
         t0 = time.time()
@@ -106,6 +118,8 @@ class Check:
             p = subprocess.Popen([sys.executable, *s.argv], cwd=ROOT, stdout=table if s.table else log,
                                  stderr=log if s.table else subprocess.STDOUT, env={**os.environ, **s.env},
                                  start_new_session=True)
+            with self.lock:
+                self.live.add(p)
             try:
                 rc = p.wait(timeout=limit)
                 status = 'ok' if rc == 0 else f'FAILED (exit {rc})'
@@ -116,6 +130,10 @@ class Check:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
+                with self.lock:
+                    self.live.discard(p)
+        if self.stopped:
+            status = 'STOPPED (Ctrl-C)'
         self.record(s, status, time.time() - t0)
 
     def record(self, s, status, seconds):
@@ -125,14 +143,17 @@ class Check:
         if s.run_dir and status == 'ok':
             numbers = describe_run(s.run_dir)
         elif s.name.startswith('tests'):                 # unittest's last line: 'OK' or 'FAILED (failures=1)'
-            lines = open(os.path.join(self.out, f'{s.name}.txt')).read().strip().splitlines()
+            with open(os.path.join(self.out, f'{s.name}.txt')) as f:
+                lines = f.read().strip().splitlines()
             numbers = next((l for l in reversed(lines) if l.startswith(('Ran ', 'OK', 'FAILED'))), '-')
         if s.table and os.path.isfile(os.path.join(self.out, f'{s.name}.md')):
-            text = open(os.path.join(self.out, f'{s.name}.md')).read()
+            with open(os.path.join(self.out, f'{s.name}.md')) as f:
+                text = f.read()
             body = text[text.find('## '):] if '## ' in text else ''
             if body.strip():
-                self.tables.append(body.strip() + ('' if status == 'ok' else f'\n\n_({s.name}: {status}; the rows '
-                                                                              'above are what it measured)_'))
+                with self.lock:                            # steps of phase 1 finish side by side
+                    self.tables.append(body.strip() + ('' if status == 'ok' else f'\n\n_({s.name}: {status}; the '
+                                                                                  'rows above are what it measured)_'))
                 numbers = 'below'
         self.add(s.what, status, fmt_s(seconds), numbers)
 
@@ -144,6 +165,7 @@ class Check:
             write_atomic(os.path.join(self.out, 'report.md'), self.report())
 
     def report(self):
+        """The report's markdown (str): the machine, the time so far, a row a step, the tables."""
         ok = sum(r[1] == 'ok' for r in self.rows)
         return '\n'.join([f'# GPU check\n\n{self.machine_line}; {fmt_s(time.time() - self.t0)} so far, {ok} of '
                           f'{len(self.rows)} steps ok.\n', md_table(['step', 'result', 'time', 'numbers'], self.rows),
@@ -155,7 +177,8 @@ def summary_of(run_dir):
     path = os.path.join(run_dir, 'log.jsonl')
     if not os.path.isfile(path):
         return None
-    s = [json.loads(line) for line in open(path) if '"summary"' in line]
+    with open(path) as f:
+        s = [json.loads(line) for line in f if '"summary"' in line]
     return s[-1] if s else None
 
 
@@ -209,13 +232,21 @@ def plan(data, out, device, sizes):
     return correctness, configs, tables
 
 
-def run_check(data, out, device='cuda', sizes=GPU, budget_s=BUDGET_S, machine_line=None):
-    """Run every step of plan() into `out` -> the Check (its rows: [what, status, time, numbers]).
-    device 'cpu' with sizes=TINY runs every command line on the CPU in about a minute (the suite)."""
-    check = Check(out, machine_line or f'device {device}', budget_s)
+def run_check(data, out, device='cuda', sizes=GPU, budget_s=BUDGET_S, machine_line=None, t0=None):
+    """Run every step of plan() into `out`, within budget_s seconds of t0 (default: now) -> the Check
+    (its rows: [what, status, time, numbers]). KeyboardInterrupt (Ctrl-C) kills the running steps,
+    adds their rows and is raised again. device 'cpu' with sizes=TINY runs every command line on the
+    CPU in about a minute (the suite)."""
+    check = Check(out, machine_line or f'device {device}', budget_s, t0)
     correctness, configs, tables = plan(data, out, device, sizes)
-    with ThreadPoolExecutor(len(correctness)) as pool:               # nothing here is timed: side by side
+    pool = ThreadPoolExecutor(len(correctness))                      # nothing here is timed: side by side
+    try:
         list(pool.map(lambda chain: [check.run(s) for s in chain], correctness))
+    except KeyboardInterrupt:
+        check.stop()                   # before the pool is waited for: its threads wait on the steps
+        raise
+    finally:
+        pool.shutdown()
     a, b = (summary_of(os.path.join(out, n)) for n in ('resume_straight', 'resume_split'))
     a, b = (s and s['final_val_loss'] for s in (a, b))
     same = a is not None and b is not None and abs(a - b) <= 1e-4 * abs(a)
@@ -225,15 +256,19 @@ def run_check(data, out, device='cuda', sizes=GPU, budget_s=BUDGET_S, machine_li
     return check
 
 
-def prepare(args, out):
-    """The data dir: --data_dir if prepared, else prepared from --text_dir into OUT/data (exit 2 if
-    that fails)."""
+def prepare(args, out, timeout_s):
+    """The data dir: --data_dir if prepared, else prepared from --text_dir into OUT/data within
+    timeout_s seconds (exit 2 if that fails or takes longer)."""
     if os.path.isfile(os.path.join(args.data_dir, 'meta.json')):
         return os.path.abspath(args.data_dir)
     data = os.path.join(out, 'data')
-    r = subprocess.run([sys.executable, 'data/prepare.py', '--train', os.path.join(args.text_dir, 'train.txt'),
-                        '--valid', os.path.join(args.text_dir, 'valid.txt'), '--out', data], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    try:
+        r = subprocess.run([sys.executable, 'data/prepare.py', '--train', os.path.join(args.text_dir, 'train.txt'),
+                            '--valid', os.path.join(args.text_dir, 'valid.txt'), '--out', data], cwd=ROOT,
+                           capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        fail(f'preparing {args.text_dir} took more than {fmt_s(timeout_s)}, half the check\'s budget: prepare '
+             f'it once with data/prepare.py and pass --data_dir')
     if r.returncode:
         fail(f'no prepared data in {args.data_dir}, and preparing {args.text_dir} failed: '
              f'{(r.stderr.strip().splitlines() or ["?"])[-1]}')
@@ -247,6 +282,7 @@ def fail(msg):
 
 
 def parse_args(argv):
+    """The command line -> argparse.Namespace (--budget_s under 60: a one-line error, exit 2)."""
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--data_dir', default=os.path.join('data', 'tinystories'), help='prepared data, if there is one')
     p.add_argument('--text_dir', default=os.path.join('..', 'shared', 'data', 'tinystories'),
@@ -260,6 +296,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    """The check from the command line: exit 0 when every step is ok, 1 when one is not, 2 without a
+    GPU or data, 130 on Ctrl-C."""
     args = parse_args(argv)
     if not torch.cuda.is_available():
         fail('no GPU here (torch.cuda.is_available() is False): run it on a machine with a CUDA GPU')
@@ -271,7 +309,13 @@ def main(argv=None):
     machine_line = (f'{torch.cuda.get_device_name()}; torch {torch.__version__}, CUDA {torch.version.cuda}, '
                     f'cuDNN {torch.backends.cudnn.version()}')
     say(f'gpu_check on {machine_line}; at most {fmt_s(args.budget_s)}; output in {out}')
-    check = run_check(prepare(args, out), out, 'cuda', GPU, args.budget_s, machine_line)
+    t0 = time.time()
+    try:
+        check = run_check(prepare(args, out, args.budget_s / 2), out, 'cuda', GPU, args.budget_s, machine_line, t0)
+    except KeyboardInterrupt:
+        print(f'gpu_check: interrupted (Ctrl-C): the running steps were stopped; the report so far is in '
+              f'{os.path.join(out, "report.md")}', file=sys.stderr)
+        sys.exit(130)
     ok = sum(r[1] == 'ok' for r in check.rows)
     print(check.report())
     say(f'gpu_check: {ok} of {len(check.rows)} steps ok in {fmt_s(time.time() - check.t0)}; report in '

@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from checkpoint import check_folder_writable
+from checkpoint import check_folder_writable, write_atomic
 from experiments import icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, check_noise, fixed_prompts,
@@ -273,7 +273,7 @@ def parse_mixer_ladder(args):
         if not all(math.isfinite(x) and x > 0 for x in L[key]):
             fail(f'--{flag} must be positive, got {value!r}')
     if L['rungs'][0] != 1 or list(L['rungs']) != sorted(set(L['rungs'])):
-        fail(f'--mixer_rungs must start at 1 (the 60 s budget) and grow, got {args.mixer_rungs!r}')
+        fail(f'--mixer_rungs must start at 1 (the --mixer_budget budget) and grow, got {args.mixer_rungs!r}')
     if (args.mixer_rungs or args.mixer_rates or args.docs) and not args.mixer_ladder:
         fail('--mixer_rungs, --mixer_rates and --docs go with --mixer_ladder')
     if args.mixer_ladder and (args.mixers or args.ladder or args.speed):
@@ -285,6 +285,17 @@ def parse_mixer_ladder(args):
         except ValueError as e:
             fail(str(e))
     return L
+
+
+def write_report(path, text):
+    """Write a report whole (checkpoint.write_atomic), after it was printed; a failed write: one line
+    naming the cause, and exit 1."""
+    try:
+        write_atomic(path, text)
+    except OSError as e:
+        print(f'icl.py: error: could not write {path} ({e.strerror or e}); the report is the text above',
+              file=sys.stderr)
+        sys.exit(1)
 
 
 def mixer_ladder(args, argv):
@@ -312,11 +323,14 @@ def mixer_ladder(args, argv):
     figure = args.figure or os.path.join(out, 'mixer_ladder.png')
     note = icl_ladder.plot_ladder(plan, L, figure)
     print(report)
-    with open(os.path.join(out, 'mixer_ladder.md.tmp'), 'w') as f:
-        f.write(report + '\n')
-    os.replace(os.path.join(out, 'mixer_ladder.md.tmp'), os.path.join(out, 'mixer_ladder.md'))
+    write_report(os.path.join(out, 'mixer_ladder.md'), report + '\n')
     if args.docs:
-        icl_ladder.write_docs(args.docs, report, figure)
+        try:
+            icl_ladder.write_docs(args.docs, report, figure)
+        except OSError as e:
+            print(f'icl.py: error: could not write {args.docs} ({e.strerror or e}); the report is above and in '
+                  f'{os.path.join(out, "mixer_ladder.md")}', file=sys.stderr)
+            sys.exit(1)
         note += f'; section written into {args.docs}'
     say(note)
     say(f'icl: mixer ladder done in {fmt_s(time.time() - t0)}; {runner.ran} jobs run; report in '
@@ -387,9 +401,7 @@ def run_all(args):
     report = icl_report.report_text(table, adj, base, sig, noises, results, jobs, s, ladder, plan,
                                     ' '.join(argv if argv is not None else sys.argv[1:]))
     print(report)
-    with open(os.path.join(out, 'icl.md.tmp'), 'w') as f:
-        f.write(report)
-    os.replace(os.path.join(out, 'icl.md.tmp'), os.path.join(out, 'icl.md'))
+    write_report(os.path.join(out, 'icl.md'), report)
     runner.pool.shutdown()
     for note in notes:
         say(note)

@@ -11,8 +11,8 @@ also with batches of 64 up to the 4x rung; the 2-layer transformer at the 1x run
 
 Budgets are steps, not seconds. Each (model, depth, batch)'s seconds a step is measured once in the pool
 it trains in (two jobs at a time, one thread each; the median of 5 chunks of steps) and cached; the 1x
-rung is round(60 s / that) steps and rung r is r times as many, so a rerun, a resumed run or a busy
-machine gives the same steps. The report gives prompts seen (steps x batch) and the budget's seconds.
+rung is round(60 s / that) steps (at least 10) and rung r is r times as many, so a rerun, a resumed run
+or a busy machine gives the same steps. The report gives prompts seen (steps x batch) and the budget's seconds.
 
 The plan (2 cores; done naively, 7 mixers x 2 batches x (sweep proxies, 1x, 4x and 16x runs, a second seed
 at 16x) is ~810 min of job time, ~6.8 h on 2 workers):
@@ -119,8 +119,9 @@ def segment_job(spec, run_dir):
     there (RUN_DIR/state.pt, for the next rung), decays to this rung's last step and evaluates. Adam,
     gradient clipping at 1, float32, fresh prompts each step from a generator seeded with the seed (the
     same stream a run from step 0 draws). Every spec['ckpt_every'] steps RUN_DIR/resume.pt keeps the whole
-    state, so a stopped job goes on where it stopped, to the same numbers. A non-finite loss ends the run
-    (finished False; later rungs of the run too). spec also: 'variant', 'n_layer', 'd_model', 'noise',
+    state, so a stopped job goes on where it stopped, to the same numbers. A non-finite loss ends the job
+    (finished False); before the fork no state.pt is saved, so the later rungs fail too, while a loss that
+    turns non-finite in the decay leaves the later rungs to train on from the fork. spec also: 'variant', 'n_layer', 'd_model', 'noise',
     'batch_size', 'lr', 'base', 'warmup', 'decay', 'rung', 'prev_rung', 'eval_prompts', 'sweep_prompts',
     'curve_prompts', 'curve_every'. -> {'rc', 'line', 'finished', 'steps', 'prompts', 'curve' and
     'branch' [(step, mean train loss since the last point, adjusted loss on the curve prompts)] of the
@@ -233,10 +234,12 @@ def configs(L):
 
 
 def label(cfg):
+    """A configs() tuple -> its name in the tables, e.g. '4L flat'."""
     return f'{cfg[1]}L {cfg[0]}'
 
 
 def noise_label(noise):
+    """A noise setting ('0' or the top of U(0, x)) -> its name in the tables, e.g. 'sigma = 0'."""
     return 'sigma = 0' if noise == '0' else f'U(0,{noise})'
 
 

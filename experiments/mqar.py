@@ -243,7 +243,7 @@ def fit(model, train, test, spec, device):
     sequences, shuffled by spec['seed'], at spec['lr'] times Zoology's cosine over SCHEDULE_EPOCHS epochs
     (stepped once an epoch), scoring test after every epoch and stopping once its accuracy is above
     STOP_ACC (Zoology's early stop) or the loss is not finite -> {'curve': [(epoch, mean train loss,
-    test loss, test acc)], 'acc', 'test_loss' (of the last epoch; a diverged run: 0 and inf),
+    test loss, test acc)], 'acc', 'test_loss' (of the last epoch; a diverged run: 0 and None, JSON's null),
     'epochs', 'steps', 'diverged', 'seconds'}."""
     opt = optimizer(model, spec['lr'])
     n, bs = len(train[0]), spec['batch_size']
@@ -275,8 +275,8 @@ def fit(model, train, test, spec, device):
         curve.append((epoch, sum(losses) / len(losses), test_loss, acc))
         if acc > STOP_ACC:
             break
-    last = curve[-1] if curve else (0, math.nan, math.inf, 0.0)
-    return {'curve': curve, 'acc': 0.0 if diverged else last[3], 'test_loss': math.inf if diverged else last[2],
+    last = curve[-1] if curve else (0, None, None, 0.0)
+    return {'curve': curve, 'acc': 0.0 if diverged else last[3], 'test_loss': None if diverged else last[2],
             'epochs': len(curve), 'steps': step, 'diverged': diverged, 'seconds': time.time() - t0}
 
 
@@ -490,7 +490,7 @@ def parse_args(argv):
     for k in ('epochs', 'n_train', 'n_test', 'vocab_size', 'deep_layers', 'device', 'workers', 'threads'):
         if getattr(args, k) is not None:
             s[k] = getattr(args, k)
-    s['batch'] = {T: args.batch_size or s['batch'].get(T, 32) for T, _ in s['cells']}
+    s['batch'] = {T: s['batch'].get(T, 32) if args.batch_size is None else args.batch_size for T, _ in s['cells']}
     positive = dict(epochs=s['epochs'], n_train=s['n_train'], n_test=s['n_test'], workers=s['workers'],
                     threads=s['threads'], batch_size=min(s['batch'].values()))
     for k, v in positive.items():
@@ -553,24 +553,28 @@ def main(argv=None):
     runner = Runner(out, s['workers'], s['threads'])
     jobs = plan(s, args.kinds, N_LAYER, s['seed'])
     shapes = [sh for _, _, sh in jobs]
-    if args.estimate:
-        deep = [k for k in args.kinds if k in MIXER_KINDS][:1]
-        shapes += [sh for _, _, sh in plan(s, deep, s['deep_layers'], s['seed'])] if s['deep_layers'] else []
-        shapes = list(dict.fromkeys(shapes))
-        times, fastest = (step_times(runner, out, s, shapes, key) for key in ('s_per_step', 's_fastest'))
-        print('\n'.join(estimate(s, args.kinds, times, fastest, out)))
+    try:
+        if args.estimate:
+            deep = [k for k in args.kinds if k in MIXER_KINDS][:1]
+            shapes += [sh for _, _, sh in plan(s, deep, s['deep_layers'], s['seed'])] if s['deep_layers'] else []
+            shapes = list(dict.fromkeys(shapes))
+            times, fastest = (step_times(runner, out, s, shapes, key) for key in ('s_per_step', 's_fastest'))
+            print('\n'.join(estimate(s, args.kinds, times, fastest, out)))
+            return 0
+        times = step_times(runner, out, s, list(dict.fromkeys(shapes)))
+        cached = sum(runner.cached(os.path.join(out, 'runs', n), spec) is not None for n, spec, _ in jobs)
+        grid = run_grid(runner, out, s, jobs, times, f'{N_LAYER}-layer models')
+        deep = best_mixer(grid, N_LAYER) if s['deep_layers'] else None
+        if deep:
+            jobs = plan(s, [deep], s['deep_layers'], s['seed'])
+            times.update(step_times(runner, out, s, [sh for _, _, sh in jobs]))
+            cached += sum(runner.cached(os.path.join(out, 'runs', n), spec) is not None for n, spec, _ in jobs)
+            grid.update(run_grid(runner, out, s, jobs, times, f'the best mixer ({deep}) at {s["deep_layers"]} layers'))
+    except RuntimeError as e:           # a step-time job failed: no ETA, no run
+        print(f'mqar.py: error: measuring the step times failed ({e})', file=sys.stderr)
+        return 1
+    finally:
         runner.pool.shutdown()
-        return 0
-    times = step_times(runner, out, s, list(dict.fromkeys(shapes)))
-    cached = sum(runner.cached(os.path.join(out, 'runs', n), spec) is not None for n, spec, _ in jobs)
-    grid = run_grid(runner, out, s, jobs, times, f'{N_LAYER}-layer models')
-    deep = best_mixer(grid, N_LAYER) if s['deep_layers'] else None
-    if deep:
-        jobs = plan(s, [deep], s['deep_layers'], s['seed'])
-        times.update(step_times(runner, out, s, [sh for _, _, sh in jobs]))
-        cached += sum(runner.cached(os.path.join(out, 'runs', n), spec) is not None for n, spec, _ in jobs)
-        grid.update(run_grid(runner, out, s, jobs, times, f'the best mixer ({deep}) at {s["deep_layers"]} layers'))
-    runner.pool.shutdown()
     total = sum(len(r) for r in grid.values())
     try:
         notes = mqar_report.write(out, s, args.kinds, grid, deep, command, time.time() - t0, cached, total)

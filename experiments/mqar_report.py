@@ -11,6 +11,7 @@ import platform
 
 import torch
 
+from checkpoint import write_atomic
 from experiments.mqar import N_LAYER, best
 from experiments.runner import fmt_s, md_table, save_figure
 
@@ -57,7 +58,8 @@ def runs_table(grid, rows):
                 if r.get('rc') != 0:
                     body.append([label(kind, L), key[2], key[3], f'{lr:.3g}', 'failed', '', '', '', r.get('line', '')])
                     continue
-                body.append([label(kind, L), key[2], key[3], f'{lr:.3g}', f'{r["acc"]:.4f}', f'{r["test_loss"]:.3f}',
+                body.append([label(kind, L), key[2], key[3], f'{lr:.3g}', f'{r["acc"]:.4f}',
+                             'n/a' if r['test_loss'] is None else f'{r["test_loss"]:.3f}',
                              r['epochs'], f'{r["seconds"]:.0f}', 'diverged' if r['diverged'] else ''])
     return md_table(['model', 'T', 'd_model', 'lr', 'test accuracy', 'test loss (nats)', 'epochs', 'seconds', 'note'],
                     body)
@@ -69,7 +71,8 @@ def machine_line(s):
         what = torch.cuda.get_device_name()
     else:
         what = f'{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()})'
-    return (f'Machine: {what}, torch {torch.__version__}, float32; {s["workers"]} job(s) at a time, '
+    precision = 'float32 (TF32 matmuls)' if s['device'] == 'cuda' else 'float32'
+    return (f'Machine: {what}, torch {torch.__version__}, {precision}; {s["workers"]} job(s) at a time, '
             f'{s["threads"]} thread(s) each.')
 
 
@@ -148,8 +151,5 @@ def write(out, s, kinds, grid, deep, command, wall_s, cached, total):
     for name, content in (('mqar.md', text),
                           ('results.json', json.dumps({'command': command, 'wall_s': wall_s, 'settings': settings,
                                                        'deep': deep, 'runs': runs}, indent=1))):
-        path = os.path.join(out, name)
-        with open(path + '.tmp', 'w') as f:
-            f.write(content)
-        os.replace(path + '.tmp', path)
+        write_atomic(os.path.join(out, name), content)
     return [plot(grid, kinds, deep, s, os.path.join(out, 'mqar.png')), f'report: {os.path.join(out, "mqar.md")}']

@@ -202,7 +202,8 @@ class Runner:
 
     def outcome(self, fut):
         """A finished future's result dict; a job whose process died (killed, out of memory)
-        is a failed job, and the pool is replaced for the jobs after it."""
+        is a failed job, and the pool is replaced for the jobs after it; a job that raised (a GPU
+        out of memory, a full disk) is a failed job whose line names the error."""
         try:
             return fut.result()
         except BrokenProcessPool as e:
@@ -210,6 +211,15 @@ class Runner:
                 self.pool.shutdown(wait=False, cancel_futures=True)
                 self.pool = self.new_pool()
             return {'rc': 1, 'line': f'its process died ({e})'}
+        except Exception as e:                             # the job's own error, raised in its process
+            return {'rc': 1, 'line': f'{type(e).__name__}: {e}'}
+
+    def progress(self, done, todo, run_dir, res, t0, left):
+        """Print a finished job's line: its place, folder, outcome, time so far and the phase's ETA
+        (`left`: the unfinished jobs' estimated seconds, spread over the workers)."""
+        say(f'  [{done}/{todo}] {os.path.relpath(run_dir, self.out)}: '
+            f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {res.get("line", "")}; '
+            f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in this phase')
 
     def map(self, fn, jobs, what):
         """jobs: list of (run_dir, argv, eta_seconds, prepare) -> list of results, in order.
@@ -250,9 +260,7 @@ class Runner:
             results[i] = res
             done += 1
             left -= eta
-            say(f'  [{done}/{len(todo)}] {os.path.relpath(run_dir, self.out)}: '
-                f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {res.get("line", "")}; '
-                f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in this phase')
+            self.progress(done, len(todo), run_dir, res, t0, left)
         self.ran += done
         return results
 
@@ -279,7 +287,7 @@ class Runner:
         if todo:
             say(f'{what}: {todo} runs in {sum(any(r is None for r in rs) for rs in results)} chains, about '
                 f'{fmt_s(left / self.workers)} on {self.workers} workers')
-        cursor, running, t0, done = [0] * len(chains), {}, time.time(), 0
+        cursor, running, t0, done, skipped = [0] * len(chains), {}, time.time(), 0, 0
 
         def advance(c):                       # past the chain's finished (cached) jobs
             while cursor[c] < len(chains[c]) and results[c][cursor[c]] is not None:
@@ -310,13 +318,11 @@ class Runner:
                         if results[c][i] is None:
                             results[c][i] = {'argv': chains[c][i][1], 'rc': 1,
                                              'line': f'not run: {os.path.relpath(run_dir, self.out)} failed'}
+                            skipped, left = skipped + 1, left - chains[c][i][2]
                 results[c][cursor[c]] = res
                 done += 1
                 left -= eta
-                say(f'  [{done}/{todo}] {os.path.relpath(run_dir, self.out)}: '
-                    f'{"ok" if res["rc"] == 0 else "FAILED (exit %s)" % res["rc"]}, {res.get("line", "")}; '
-                    f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in '
-                    'this phase')
+                self.progress(done + skipped, todo, run_dir, res, t0, left)    # skipped: ended, not run
                 advance(c)
         self.ran += done
         return results
@@ -389,10 +395,14 @@ def save_figure(fig, path, dpi=90):
     """Lay out a matplotlib figure, write it to `path` (PNG) whole (a temporary file beside it, then a
     rename: a stopped run leaves no half-written image) and close it -> 'plot: path'."""
     import matplotlib.pyplot as plt
-    fig.tight_layout()
-    fig.savefig(path + '.tmp.png', dpi=dpi)
-    plt.close(fig)
-    os.replace(path + '.tmp.png', path)
+    try:
+        fig.tight_layout()
+        fig.savefig(path + '.tmp.png', dpi=dpi)
+        os.replace(path + '.tmp.png', path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(path + '.tmp.png'):
+            os.remove(path + '.tmp.png')
     return f'plot: {path}'
 
 

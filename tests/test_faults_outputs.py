@@ -40,6 +40,13 @@ def cached_job(argv, run_dir):
     return {'rc': 0, 'line': 'ran', 'ran': argv, 'sigint_ignored': signal.getsignal(signal.SIGINT) == signal.SIG_IGN}
 
 
+def failing_job(argv, run_dir):
+    """A Runner job that raises (a full disk, a GPU out of memory) when argv says so, else as cached_job."""
+    if argv == ['raise']:
+        raise OSError(errno.ENOSPC, 'No space left on device')
+    return cached_job(argv, run_dir)
+
+
 class TestCachesAndOutputs(Base):
     """prepare.py's temporary files and lock, the experiments' caches, Ctrl-C during a pool."""
 
@@ -96,6 +103,28 @@ class TestCachesAndOutputs(Base):
         self.assertIn('result.json', warnings[0])
         with open(job) as fh:
             self.assertEqual(json.load(fh)['ran'], ['a'])
+
+    def test_a_job_that_raises_is_a_failed_job_and_ends_its_chain(self):
+        """A job raising in its pool process: a failed result naming the error (no traceback ending the run),
+        nothing cached, the chain's later job not run, the other chain run, the progress count at its total."""
+        from experiments.runner import Runner
+        out = os.path.join(self.f.tmp, 'runner_raises')
+        runner = Runner(out, 1, 1)
+        jobs = [[(os.path.join(out, 'a1'), ['raise'], 1.0, None), (os.path.join(out, 'a2'), ['a2'], 1.0, None)],
+                [(os.path.join(out, 'b1'), ['b1'], 1.0, None)]]
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                (a1, a2), (b1,) = runner.chains(failing_job, jobs, 'test')
+        finally:
+            runner.pool.shutdown()
+        self.assertEqual((a1['rc'], a2['rc'], b1['rc']), (1, 1, 0))
+        self.assertIn('OSError', a1['line'])
+        self.assertIn('No space left on device', a1['line'])
+        self.assertIn('not run', a2['line'])
+        self.assertFalse(os.path.exists(os.path.join(out, 'a1', 'result.json')))
+        self.assertEqual(runner.ran, 2)
+        self.assertIn('[3/3]', err.getvalue())
 
     def test_claims_recalibrates_over_a_damaged_calibration_json(self):
         """A torn calibration.json: one warning line, the step times measured again (a fake runner)."""

@@ -21,6 +21,8 @@ import contextlib
 import io
 import os
 import tempfile
+import threading
+import time
 import unittest
 from types import SimpleNamespace
 from unittest import mock
@@ -322,12 +324,30 @@ class TestGPUCheck(unittest.TestCase):
         out = tempfile.mkdtemp()
         check = gpu_check.Check(out, 'test machine', budget_s=60)
         check.run(gpu_check.Step('fails', 'a failing step', ['-c', 'import sys; sys.exit(3)'], 30))
-        self.assertIn('FAILED (exit 3)', open(os.path.join(out, 'report.md')).read())
+        with open(os.path.join(out, 'report.md')) as f:
+            self.assertIn('FAILED (exit 3)', f.read())
         check.run(gpu_check.Step('sleeps', 'a slow step', ['-c', 'import time; time.sleep(30)'], 1))
         check.deadline = 0                                       # the budget is spent
         check.run(gpu_check.Step('late', 'a late step', ['-c', 'pass'], 30))
         self.assertEqual([r[1] for r in check.rows], ['FAILED (exit 3)', 'TIMEOUT (1 s)', 'SKIPPED (out of time)'])
-        self.assertIn('0 of 3 steps ok', open(os.path.join(out, 'report.md')).read())
+        with open(os.path.join(out, 'report.md')) as f:
+            self.assertIn('0 of 3 steps ok', f.read())
+
+    def test_ctrl_c_stops_the_running_steps_and_skips_the_rest(self):
+        """Check.stop (what run_check calls on Ctrl-C): the running step, in a session of its own that the
+        terminal's Ctrl-C misses, is killed at once, not at its limit; its row says so; later steps skip."""
+        check = gpu_check.Check(tempfile.mkdtemp(), 'test machine', budget_s=120)
+        t = threading.Thread(target=check.run, args=(gpu_check.Step('sleeps', 'a long step',
+                                                                     ['-c', 'import time; time.sleep(60)'], 60),))
+        t0 = time.time()
+        t.start()
+        while not check.live and time.time() - t0 < 30:
+            time.sleep(0.05)
+        check.stop()
+        t.join(timeout=30)
+        self.assertLess(time.time() - t0, 30)
+        check.run(gpu_check.Step('after', 'a later step', ['-c', 'pass'], 30))
+        self.assertEqual([r[1] for r in check.rows], ['STOPPED (Ctrl-C)', 'SKIPPED (interrupted)'])
 
     def test_every_step_runs_on_the_cpu_at_tiny_sizes(self):
         """The GPU's step list with the device swapped for the CPU and tiny sizes: every command
@@ -343,7 +363,8 @@ class TestGPUCheck(unittest.TestCase):
             row = next(r for r in check.rows if r[0] == s.what)
             if s.run_dir:
                 self.assertIn('tokens/s steady', row[3], row)
-        report = open(os.path.join(out, 'report.md')).read()
+        with open(os.path.join(out, 'report.md')) as f:
+            report = f.read()
         for title in ('Training throughput', 'Token-mixing paths', 'Decode step', 'Memory vs context length'):
             self.assertIn(f'## {title}', report)
 

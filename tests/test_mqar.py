@@ -236,7 +236,7 @@ class TestQuickRun(unittest.TestCase):
 
     def test_bad_arguments_give_one_line_and_exit_2(self):
         cases = (['--kinds', 'flat,nope'], ['--cells', '16:5'], ['--lrs', '0'], ['--quick', '--protocol', 'gpu'],
-                 ['--d_models', '30'])
+                 ['--d_models', '30'], ['--batch_size', '0'])
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             results = list(pool.map(lambda a: run('-m', 'experiments.mqar', *a, '--out', self.out), cases))
         for args, r in zip(cases, results):
