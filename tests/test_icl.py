@@ -378,7 +378,8 @@ class TestMixerLadder(unittest.TestCase):
         self.assertTrue(icl_ladder.left_zero([4.0, 4.2], 4.888))
         self.assertFalse(icl_ladder.left_zero([4.0, 4.8], 4.888))            # mean 0.49 below, range 0.8
         self.assertFalse(icl_ladder.left_zero([4.887, 4.8895], 4.888))       # one seed above it
-        self.assertTrue(icl_ladder.left_zero([4.887, 4.8875], 4.888))        # any margin over the range
+        self.assertTrue(icl_ladder.left_zero([4.80, 4.81], 4.888))           # a margin over range and 1%
+        self.assertFalse(icl_ladder.left_zero([4.8875, 4.8876], 4.888))      # over the range, under 1%
         self.assertEqual([icl_ladder.left_zero([x], 4.888) for x in (4.5, 4.9)], [True, False])
 
 
