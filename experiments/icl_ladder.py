@@ -367,7 +367,7 @@ def fmt_count(n):
 def ladder_report(plan, L, meta=''):
     """The ladder's markdown section (the plan's results) -> str: the ladder table (adjusted eval loss
     per rung, mean +- half range over seeds), the budgets (steps, prompts, seconds), each mixer's first
-    rung below the zero predictor by more than the seeds' spread and its top rung beside one step of
+    rung off the zero predictor (left_zero) and its top rung beside one step of
     gradient descent and the 2-layer transformer, the sweeps, and the probes at the top rung, trained
     and untrained. meta: a line about the run (command, time), put first."""
     n_ref = len(L['reference'])                  # configs() puts the references last
