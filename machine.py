@@ -84,15 +84,21 @@ NOMINAL_PEAK = {
 }
 
 
+def matmul_size(device):
+    """The side n of the n x n x n products measure_matmul_flops times by default on `device`: 8192 on
+    CUDA (enough to fill a GPU), 1024 on the CPU."""
+    return 8192 if torch.device(device).type == 'cuda' else 1024
+
+
 def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0):
     """Measured dense matmul throughput of this machine, FLOP/s (float): the best batch of 4
     n x n x n products of `dtype` on `device` over about `seconds`, after 3 warm-up products.
-    n defaults to 8192 on CUDA and 1024 on the CPU. A GPU is measured as GPUs are: products large
+    n defaults to matmul_size(device): 8192 on CUDA, 1024 on the CPU. A GPU is measured as GPUs are: products large
     enough to fill it, timed by CUDA events around the queued work. (1024^3 bf16 products timed by
     the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at about 790: an MFU
     against that low peak read 195%.)"""
     cuda = torch.device(device).type == 'cuda'
-    n = n or (8192 if cuda else 1024)
+    n = n or matmul_size(device)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):

@@ -106,14 +106,13 @@ def machine_line(args):
 def bench_peak(args):
     """Measured (and nominal, on known GPUs) matmul peak, FLOP/s -> dict."""
     dtype = torch.bfloat16 if args.dtype == 'bf16' else torch.float32
-    n = 512 if args.quick else None                          # None: machine's size for the device
+    n = 512 if args.quick else machine.matmul_size(args.device)
     measured = machine.measure_matmul_flops(args.device, dtype, n=n, seconds=0.1 if args.quick else 0.5)
     peak = dict(measured=measured, nominal=machine.nominal_peak(args.device))
     rows = [[f'measured {args.dtype} matmul', f'{measured / 1e9:.1f}']]
     if peak['nominal']:
         rows.append(['nominal bf16 dense (datasheet)', f'{peak["nominal"] / 1e9:.1f}'])
-    size = n or (8192 if args.device.type == 'cuda' else 1024)
-    print(f'## Peak of the machine\n\n_Best batch of 4 products {size} x {size} x {size} (torch) after 3 warm-up '
+    print(f'## Peak of the machine\n\n_Best batch of 4 products {n} x {n} x {n} (torch) after 3 warm-up '
           f'products{", timed by CUDA events" if args.device.type == "cuda" else ""}, GFLOP/s._\n')
     print(md_table(['peak', 'GFLOP/s'], rows) + '\n')
     return peak

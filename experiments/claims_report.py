@@ -438,8 +438,6 @@ def pyplot():
 NO_PLOT = 'no plot: matplotlib is not installed (pip install matplotlib)'
 
 
-
-
 def plot_budgets(extras, path):
     """The budget sweep: final validation loss (left) and generalisation gap (right)
     against training seconds, one line per model, the range over seeds shaded; the

@@ -356,7 +356,13 @@ def left_zero(xs, zero):
     mean of the seeds' losses larger than their range, max - min (which puts every seed below it; one
     seed: below it), and than 0.01 x zero (the sweeps' "not flat" line: two seeds that agree to 1e-4
     are not a model that left it by 3e-4) -> bool."""
-    return bool(xs) and zero - sum(xs) / len(xs) > max(max(xs) - min(xs), 0.01 * zero)
+    return bool(xs) and clear_drop(zero - sum(xs) / len(xs), max(xs) - min(xs), zero)
+
+
+def clear_drop(drop, spread, zero):
+    """A fall in adjusted loss that counts: larger than the seeds' spread and than 1% of the zero
+    predictor's loss `zero` (left_zero, and the report's "still falling") -> bool."""
+    return drop > max(spread, 0.01 * zero)
 
 
 def fmt_count(n):
@@ -406,8 +412,7 @@ def ladder_report(plan, L, meta=''):
         if len(c[4]) > 1 and top and losses(plan['runs'][c][c[4][-2]]):
             before = losses(plan['runs'][c][c[4][-2]])
             spread = max(max(top) - min(top), max(before) - min(before))
-            drop = sum(before) / len(before) - sum(top) / len(top)
-            falling = 'yes' if drop > max(spread, 0.01 * zero[c[2]]) else 'no'     # left_zero's margin
+            falling = 'yes' if clear_drop(sum(before) / len(before) - sum(top) / len(top), spread, zero[c[2]]) else 'no'
         summary.append([label(c), c[3], noise_label(c[2]), where, f'{c[4][-1]:g}x: {cell(c, c[4][-1])}',
                         f'{zero[c[2]]:.4g}', f'{gd[c[2]]:.3g}', stat(tf[c[2]]) if tf.get(c[2]) else '-', closed,
                         falling])

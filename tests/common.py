@@ -194,7 +194,6 @@ def run_in_process(*args, env=None, timeout=None):
     return subprocess.CompletedProcess(['python', *args], code, got.stdout, got.stderr)
 
 
-
 # ----------------------------------------------------------------------------- test_mixer.py --fast
 
 FAST_SKIP = '--fast: starts a Python process (python test_mixer.py runs it)'
