@@ -28,10 +28,33 @@ AT_LEAST = {'batch_size': 1, 'grad_accum': 1, 'max_iters': 0, 'warmup_iters': 0,
             'min_lr': 0, 'ddp_timeout': 1}
 
 
-def fail(msg):
-    """Print a one-line error 'train.py: error: msg' and exit with status 2."""
-    print(f'train.py: error: {msg}', file=sys.stderr)
+def fail(msg, prog='train.py'):
+    """Print a one-line error 'PROG: error: msg' and exit with status 2: every command's bad input
+    (train.py's settings here; the experiments and tools pass their own name)."""
+    print(f'{prog}: error: {msg}', file=sys.stderr)
     sys.exit(2)
+
+
+def failing(prog):
+    """fail() for the command `prog` (e.g. 'mqar.py') -> fail(msg) printing 'prog: error: msg', exit 2."""
+    return lambda msg: fail(msg, prog)
+
+
+def parse_list(text, cast, flag, prog='train.py', empty=False):
+    """A command line's comma-separated list 'a,b,c' -> [cast(a), ...], each item once. A bad item, an item
+    named twice or (unless `empty`) no item at all is a one-line error naming `flag` (fail: exit 2)."""
+    items = [x.strip() for x in text.split(',') if x.strip()]
+    try:
+        values = [cast(x) for x in items]
+    except ValueError:
+        name = {int: 'integers', float: 'numbers', str: 'names'}.get(cast, f'{cast.__name__} values')
+        fail(f'{flag} must be {name} separated by commas, got {text!r}', prog)
+    twice = [x for i, x in enumerate(items) if x in items[:i] or values[i] in values[:i]]
+    if twice:
+        fail(f'{flag} names {twice[0]} twice (got {text!r}); give each once', prog)
+    if not values and not empty:
+        fail(f'{flag} is empty; give at least one value', prog)
+    return values
 
 
 def collect_defaults(namespace, skip=()):

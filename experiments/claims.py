@@ -64,8 +64,9 @@ from checkpoint import CheckpointError, read_log
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
 from checkpoint import check_folder_writable
-from experiments.runner import ROOT, Runner, fmt_s, load_json, reset_dir, say, window_loss_job
+from experiments.runner import ROOT, Runner, fmt_s, job, load_json, reset_dir, say, window_loss_job
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
+VERSION = 'claims 2'      # of train.py's loop as these runs use it: in every cached run's key; change it with train.py
 
 SETTINGS = {   # default run and --quick
     'full': dict(budget_s=150.0, lrs=(1e-3, 3e-3, 9e-3), seeds=2, calib_steps=30, shape=[],
@@ -83,10 +84,7 @@ SETTINGS = {   # default run and --quick
 }
 
 
-def fail(msg):
-    """Print a one-line error and exit with status 2."""
-    print(f'claims.py: error: {msg}', file=sys.stderr)
-    sys.exit(2)
+fail = failing('claims.py')
 
 
 # ----------------------------------------------------------------------------- the comparison
@@ -111,18 +109,18 @@ def calibrate(runner, out, names, base, steps, recalibrate):
     for n in todo:
         model, extra = (n[3:], base['ae']) if n.startswith('ae:') else (n, [])
         argv = train_args(base['lm'], model, [*extra, f'--max_iters={steps}', '--eval_interval=100000',
-                                               '--log_interval=5', '--save_checkpoint=False',
-                                               f'--out_dir={os.path.join(out, "calibration", n)}'])
-        jobs.append((os.path.join(out, 'calibration', n), argv, 10 + 0.5 * steps, None))   # a guess: ~0.5 s a step
-        shutil.rmtree(jobs[-1][0], ignore_errors=True)        # measured now, never taken from a cache
+                                               '--log_interval=5', '--save_checkpoint=False'])
+        jobs.append(job(os.path.join(out, 'calibration'), n.replace(':', '_'), argv, 10 + 0.5 * steps,
+                        VERSION))                     # eta: a guess of ~0.5 s a step
+        shutil.rmtree(jobs[-1].dir, ignore_errors=True)        # measured now, never taken from a cache
     if jobs:
         say('calibration: the step times measured now fix every run\'s step count, so nothing else '
             'may run on this machine until the calibration ends')
-    for n, res in zip(todo, runner.train_batch(jobs, 'calibration') if jobs else []):
-        logs = read_log(os.path.join(out, 'calibration', n, 'log.jsonl'))
+    for n, j, res in zip(todo, jobs, runner.train_batch(jobs, 'calibration') if jobs else []):
+        logs = read_log(os.path.join(j.dir, 'log.jsonl'))
         ms = [r['ms_per_step'] for r in logs if r.get('event') == 'train']
         if res['rc'] != 0 or not ms:
-            fail(f'calibration run of {n} failed: see {os.path.join(out, "calibration", n, "console.txt")}')
+            fail(f'calibration run of {n} failed: see {os.path.join(j.dir, "console.txt")}')
         cal[n] = {'s_per_step': statistics.median(ms[1:] or ms) / 1000, 'argv_base': base}
     with open(path + '.tmp', 'w') as f:
         json.dump(cal, f, indent=1)
@@ -141,17 +139,20 @@ def lm_runs(runner, runs_dir, models, base, step_s, budget_s, lrs, seeds):
             f'--lr_decay_iters={steps}', f'--warmup_iters={max(2, steps // 30)}',
             f'--eval_interval={max(1, steps // 4)}'])
 
-    def argv(m, lr, seed, iters, run_dir, resume=False):
-        return train_args(base['lm'], m, [f'--learning_rate={lr:g}', f'--min_lr={lr / 10:g}', f'--seed={seed}',
-                                           f'--max_iters={iters}', *plan[m]['schedule'], f'--out_dir={run_dir}',
+    def argv(m, lr, seed, iters, resume=False):          # train.py's, less --out_dir (the job's folder)
+        return train_args(base['lm'], m, [f'--learning_rate={lr!r}', f'--min_lr={lr / 10!r}', f'--seed={seed}',
+                                           f'--max_iters={iters}', *plan[m]['schedule'],
                                            *(['--init_from=resume'] if resume else [])])
 
-    def rdir(m, lr, seed, tag=''):
-        return os.path.join(runs_dir, m, f'lr{lr:g}-seed{seed}{tag}')
+    def run(m, lr, seed, iters, eta, proxy=False, resume=False, prepare=None):
+        return job(os.path.join(runs_dir, m), f'lr{lr:g}-seed{seed}' + '-proxy' * proxy,
+                   argv(m, lr, seed, iters, resume), eta, VERSION, prepare)
+
+    def proxy(m, lr):
+        return run(m, lr, 0, plan[m]['proxy'], plan[m]['proxy'] * step_s[m], proxy=True)
 
     if len(lrs) > 1:
-        jobs = [(rdir(m, lr, 0, '-proxy'), argv(m, lr, 0, plan[m]['proxy'], rdir(m, lr, 0, '-proxy')),
-                 plan[m]['proxy'] * step_s[m], None) for m in models for lr in lrs]
+        jobs = [proxy(m, lr) for m in models for lr in lrs]
         res = iter(runner.train_batch(jobs, 'learning-rate sweep (proxy: first third of each schedule)'))
         for m in models:
             plan[m]['sweep'] = {lr: final_loss(next(res)) for lr in lrs}
@@ -163,7 +164,7 @@ def lm_runs(runner, runs_dir, models, base, step_s, budget_s, lrs, seeds):
     def from_proxy(m):
         def prepare(run_dir):
             reset_dir(run_dir)
-            src = rdir(m, plan[m]['lr'], 0, '-proxy')
+            src = proxy(m, plan[m]['lr']).dir
             for f in ('ckpt.pt', 'log.jsonl'):
                 shutil.copy(os.path.join(src, f), os.path.join(run_dir, f))
         return prepare
@@ -172,15 +173,15 @@ def lm_runs(runner, runs_dir, models, base, step_s, budget_s, lrs, seeds):
     for m in models:
         lr, steps = plan[m]['lr'], plan[m]['steps']
         for seed in range(seeds):
-            d = rdir(m, lr, seed)
             resume = seed == 0 and len(lrs) > 1 and math.isfinite(plan[m]['sweep'][lr])
-            jobs.append((d, argv(m, lr, seed, steps, d, resume), (steps - plan[m]['proxy'] * resume) * step_s[m],
-                         from_proxy(m) if resume else None))
+            jobs.append(run(m, lr, seed, steps, (steps - plan[m]['proxy'] * resume) * step_s[m], resume=resume,
+                            prepare=from_proxy(m) if resume else None))
+            plan[m].setdefault('dirs', []).append(jobs[-1].dir)
     res = iter(runner.train_batch(jobs, 'full budget at the chosen learning rates'))
     for m in models:
         plan[m]['runs'] = [next(res) for _ in range(seeds)]
-        plan[m]['dirs'] = [rdir(m, plan[m]['lr'], s) for s in range(seeds)]
-        plan[m]['command'] = 'python train.py ' + ' '.join(argv(m, plan[m]['lr'], 0, plan[m]['steps'], f'out/{m}'))
+        plan[m]['command'] = 'python train.py ' + ' '.join(argv(m, plan[m]['lr'], 0, plan[m]['steps'])) + \
+            f' --out_dir=out/{m}'
     return plan
 
 
@@ -192,13 +193,14 @@ def ae_runs(runner, out, base, step_s, budget_s, lr, seeds):
     dirs, jobs = {}, []
     for m in AE_MODELS:
         steps = max(12, round(budget_s / step_s[f'ae:{m}']))
-        dirs[m] = [os.path.join(out, 'runs', f'ae_{m}', f'lr{lr:g}-seed{seed}') for seed in range(seeds)]
-        for seed, d in enumerate(dirs[m]):
-            argv = train_args(base['lm'], m, [*base['ae'], f'--learning_rate={lr:g}', f'--min_lr={lr / 10:g}',
+        for seed in range(seeds):
+            argv = train_args(base['lm'], m, [*base['ae'], f'--learning_rate={lr!r}', f'--min_lr={lr / 10!r}',
                                               f'--seed={seed}', f'--max_iters={steps}',
                                               f'--warmup_iters={max(2, steps // 30)}',
-                                              f'--eval_interval={max(1, steps // 8)}', f'--out_dir={d}'])
-            jobs.append((d, argv, steps * step_s[f'ae:{m}'], None))
+                                              f'--eval_interval={max(1, steps // 8)}'])
+            jobs.append(job(os.path.join(out, 'runs', f'ae_{m}'), f'lr{lr:g}-seed{seed}', argv,
+                            steps * step_s[f'ae:{m}'], VERSION))
+            dirs.setdefault(m, []).append(jobs[-1].dir)
     res = iter(runner.train_batch(jobs, 'autoencoders'))
     runs = {m: [next(res) for _ in range(seeds)] for m in AE_MODELS}
     ok = [r for m in runs for r in runs[m] if r['rc'] == 0 and r['evals']]
@@ -231,7 +233,7 @@ def budget_runs(runner, out, plan, base, step_s, budget_s, budgets, lrs, seeds, 
     for b, bplan in sweep.items():
         for m, p in bplan.items():
             for d in p['dirs']:
-                jobs.append((os.path.join(d, 'windows'), [os.path.join(d, 'ckpt.pt')], 5.0, None))
+                jobs.append(job(d, 'windows', [os.path.join(d, 'ckpt.pt')], 5.0, VERSION))
                 keys.append(f'{b:g}:{m}')
     windows = {}
     for k, res in zip(keys, runner.map(window_loss_job, jobs, 'train and validation windows of every budget run')):
@@ -282,18 +284,13 @@ def parse_args(argv):
     p.add_argument('--recalibrate', action='store_true', help='measure the step times again')
     args = p.parse_args(argv)
     s = SETTINGS['quick' if args.quick else 'full']
-    args.models = args.models.split(',') if args.models else list(MODELS)
+    args.models = parse_list(args.models, str, '--models', 'claims.py') if args.models else list(MODELS)
     bad = [m for m in args.models if m not in MODELS]
     if bad:
         fail(f'unknown model(s) {",".join(bad)}; choose from {",".join(MODELS)}')
-    try:
-        args.lrs = tuple(float(x) for x in args.lrs.split(',')) if args.lrs else s['lrs']
-    except ValueError:
-        fail(f'--lrs must be numbers separated by commas, got {args.lrs!r}')
-    try:
-        args.budgets = tuple(sorted({float(x) for x in args.budgets.split(',')})) if args.budgets else s['budgets']
-    except ValueError:
-        fail(f'--budgets must be numbers separated by commas, got {args.budgets!r}')
+    args.lrs = tuple(parse_list(args.lrs, float, '--lrs', 'claims.py')) if args.lrs else s['lrs']
+    args.budgets = tuple(sorted(parse_list(args.budgets, float, '--budgets', 'claims.py'))) if args.budgets \
+        else s['budgets']
     if args.budgets and min(args.budgets) <= 0:
         fail('--budgets must be positive')
     args.seeds = args.seeds or s['seeds']

@@ -34,9 +34,9 @@ import torch
 from checkpoint import check_folder_writable, write_atomic
 from experiments import icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
-from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, check_noise, fixed_prompts,
-                                    half_sq, implicit_weights, mean_loss, train, train_batched, y_scale)
-from experiments.runner import Runner, fmt_s, md_table, say
+from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, LinearSelfAttention, check_noise,
+                                    fixed_prompts, half_sq, implicit_weights, mean_loss, train, train_batched, y_scale)
+from experiments.runner import Runner, fmt_s, job, md_table, say
 
 
 # Budgets (docs/icl.md): the default run, and --quick. mixer_*: experiments/icl_mixers.py's.
@@ -123,8 +123,8 @@ def run_lsa(runner, out, groups, what):
     """Run the LSA group jobs (cached in OUT/runs/NAME) -> (jobs, results), one pair a model:
     ((name, spec with its 'noise' and 'seed'), its result with 'rc')."""
     per_step = 1.1e-3                     # ETA only: seconds a model-step per layer at batch 256 (one thread)
-    res = runner.map(lsa_group_job, [(os.path.join(out, 'runs', name), spec, len(spec['models']) * spec['iters']
-                                      * spec['n_layer'] * per_step * spec['batch_size'] / 256 + 10, None)
+    res = runner.map(lsa_group_job, [job(os.path.join(out, 'runs'), name, spec, len(spec['models']) * spec['iters']
+                                         * spec['n_layer'] * per_step * spec['batch_size'] / 256 + 10, VERSION)
                                      for name, spec in groups], what)
     jobs, results = [], []
     for (name, spec), r in zip(groups, res):

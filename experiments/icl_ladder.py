@@ -51,8 +51,8 @@ import torch
 
 from checkpoint import write_atomic
 from experiments.icl_mixers import adjusted_loss, diagnose, initialised, stat, zero_loss
-from experiments.regression import fixed_prompts, half_sq, sample_prompts, train
-from experiments.runner import fmt_s, load_json, md_table, save_figure, say
+from experiments.regression import VERSION, fixed_prompts, half_sq, sample_prompts, train
+from experiments.runner import fmt_s, job, load_json, md_table, save_figure, say
 
 MIXERS = tuple((v, L, '0') for v in ('flat', 'toeplitz', 'recurrent') for L in (2, 4)) + (('flat', 4, '5'),)
 SETTINGS = {
@@ -93,16 +93,29 @@ def lr_wsd(it, peak, warmup, fork, end):
     return peak * min(1.0, (it + 1) / warmup)
 
 
-def load_state(path):
+def load_state(path, quiet=False):
     """A training state saved by segment_job (torch.load, weights only), or None if there is none or it
-    is damaged (a one-line warning)."""
+    is damaged (a one-line warning unless quiet)."""
     if not os.path.isfile(path):
         return None
     try:
         return torch.load(path, weights_only=True)
     except Exception as e:                   # a torn write: start that part again
-        say(f'warning: {path}: a damaged training state ({type(e).__name__}); not used')
+        if not quiet:
+            say(f'warning: {path}: a damaged training state ({type(e).__name__}); not used')
         return None
+
+
+def check_fork_state(run_dir, res):
+    """Runner check of a cached rung (runner.Job.check): a rung that finished must have left its stable state
+    (RUN_DIR/state.pt, of this rung's spec), where the next rung starts -> None, or why the rung must train
+    again (a missing or damaged state: a torn write, a full disk). A rung that diverged left none."""
+    if not res.get('finished', True):
+        return None
+    state = load_state(os.path.join(run_dir, 'state.pt'), quiet=True)
+    if state is None or state.get('spec') != res.get('argv'):
+        return 'its stable state (state.pt, where the next rung starts) is missing or damaged'
+    return None
 
 
 def save_state(path, **state):
@@ -136,7 +149,7 @@ def segment_job(spec, run_dir):
     gen = torch.Generator().manual_seed(spec['seed'])
     st = {'step': 0, 'curve': [], 'branch': [], 'acc': [], 'train_seconds': [0.0, 0.0], 'seconds': 0.0}
     state_path, resume_path = os.path.join(run_dir, 'state.pt'), os.path.join(run_dir, 'resume.pt')
-    resume, fork_state = load_state(resume_path), load_state(state_path)
+    resume, fork_state = load_state(resume_path), load_state(state_path, quiet=True)   # the runner said it
     if resume is not None and resume['spec'] == spec and (resume['step'] <= fork or (
             fork_state is not None and fork_state['spec'] == spec)):
         start = resume
@@ -250,23 +263,22 @@ def keep_dir(run_dir):
     os.makedirs(run_dir, exist_ok=True)
 
 
-def run_chain(out, L, cfg, base, s_per_step, lr, seed, rungs, prev):
-    """The jobs (run_dir, spec, eta, prepare) of one run's rungs `rungs`, each starting where the one
-    before it forked (the first: where rung `prev` forked, or at initialisation if prev is None)."""
+def run_chain(out, L, cfg, base, s_per_step, lr, seed, rungs):
+    """The jobs (runner.Job) of one run's rungs `rungs` (ascending), each starting where the one before it
+    forked, the first at initialisation; a later part of a run is a slice of its whole chain."""
     v, n, noise, batch, _ = cfg
-    def name(r):
-        return f'{v}-L{n}-d{L["d_model"]}-noise{noise}-b{batch}-lr{lr:g}-seed{seed}-base{base}-x{r:g}'
-    jobs = []
+    jobs, prev = [], None
     for r in rungs:
-        start = fork_step(prev, base, L['decay']) if prev is not None else 0
+        start = fork_step(prev.spec['rung'], base, L['decay']) if prev else 0
         spec = dict(variant=v, n_layer=n, d_model=L['d_model'], noise=noise, seed=seed, batch_size=batch, lr=lr,
                     base=base, warmup=max(1, round(L['warmup'] * base)), decay=L['decay'], rung=r,
-                    prev=None if prev is None else name(prev), prev_rung=prev, eval_prompts=L['eval_prompts'],
-                    sweep_prompts=L['sweep_prompts'], curve_prompts=L['curve_prompts'],
-                    curve_every=max(1, base // L['curve_points']), ckpt_every=base)
+                    prev=os.path.basename(prev.dir) if prev else None, prev_rung=prev.spec['rung'] if prev else None,
+                    eval_prompts=L['eval_prompts'], sweep_prompts=L['sweep_prompts'],
+                    curve_prompts=L['curve_prompts'], curve_every=max(1, base // L['curve_points']), ckpt_every=base)
         eta = (rung_steps(r, base) - start) * s_per_step * 1.05 + 2
-        jobs.append((os.path.join(out, 'mixer_ladder', name(r)), spec, eta, keep_dir))
-        prev = r
+        prev = job(os.path.join(out, 'mixer_ladder'), f'{v}-L{n}-noise{noise}-b{batch}-lr{lr:g}-seed{seed}-x{r:g}',
+                   spec, eta, VERSION, keep_dir, check_fork_state)
+        jobs.append(prev)
     return jobs
 
 
@@ -278,29 +290,29 @@ def ladder_runs(runner, out, L):
     cfg: configs()'s tuple. RuntimeError if a calibration job fails (the budgets need every one)."""
     cfgs = configs(L)
     keys = sorted({(c[0], c[1], c[3]) for c in cfgs})
-    cal = runner.map(calibrate_job, [(os.path.join(out, 'mixer_ladder', f'calibrate-{v}-L{n}-d{L["d_model"]}-b{b}'),
-                                      dict(variant=v, n_layer=n, d_model=L['d_model'], batch_size=b,
-                                           steps=L['calib_steps']), 3 + L['calib_steps'] * 0.1, None)
+    cal = runner.map(calibrate_job, [job(os.path.join(out, 'mixer_ladder'), f'calibrate-{v}-L{n}-d{L["d_model"]}-b{b}',
+                                         dict(variant=v, n_layer=n, d_model=L['d_model'], batch_size=b,
+                                              steps=L['calib_steps']), 3 + L['calib_steps'] * 0.1, VERSION)
                                      for v, n, b in keys], 'mixer ladder: seconds a step (calibration)')
     if any(r['rc'] for r in cal):
         raise RuntimeError('a calibration job failed (' + '; '.join(r.get('line', '') for r in cal if r['rc']) + ')')
     step_s = {k: r['s_per_step'] for k, r in zip(keys, cal)}
     base = {k: max(10, round(L['budget_s'] / s)) for k, s in step_s.items()}
 
-    def chain(cfg, lr, seed, rungs, prev=None):
+    def chain(cfg, lr, seed, part=slice(None)):          # a part of the run's rungs
         k = (cfg[0], cfg[1], cfg[3])
-        return run_chain(out, L, cfg, base[k], step_s[k], lr, seed, rungs, prev)
+        return run_chain(out, L, cfg, base[k], step_s[k], lr, seed, cfg[4])[part]
 
     def swept(cfg):
         return [r for r in cfg[4] if r <= L['sweep_rung']]
     first = [(cfg, lr) for cfg in cfgs for lr in L['rates']]
-    later = [chain(c, L['rates'][0], 0, c[4][len(swept(c)):], swept(c)[-1]) for c in cfgs if len(c[4]) > len(swept(c))]
-    later += [chain(c, L['rates'][0], s, c[4]) for c in cfgs for s in range(1, L['seeds'])]
-    eta = sum(job[2] for ch in [chain(c, lr, 0, swept(c)) for c, lr in first] + later for job in ch)
+    later = [chain(c, L['rates'][0], 0, slice(len(swept(c)), None)) for c in cfgs if len(c[4]) > len(swept(c))]
+    later += [chain(c, L['rates'][0], s) for c in cfgs for s in range(1, L['seeds'])]
+    eta = sum(j.eta for ch in [chain(c, lr, 0, slice(len(swept(c)))) for c, lr in first] + later for j in ch)
     say(f'mixer ladder: {len(cfgs)} models, {sum(map(len, later)) + sum(len(swept(c)) for c, _ in first)} rungs to '
         f'train, about {fmt_s(eta)} of jobs in all if none is cached ({fmt_s(eta / runner.workers)} on '
         f'{runner.workers} workers)')
-    res = runner.chains(segment_job, [chain(c, lr, 0, swept(c)) for c, lr in first],
+    res = runner.chains(segment_job, [chain(c, lr, 0, slice(len(swept(c)))) for c, lr in first],
                         f'mixer ladder: every rate, seed 0, up to the {swept(cfgs[0])[-1]:g}x rung')
     sweep, first_runs = {}, {}
     for (cfg, lr), rs in zip(first, res):
@@ -313,8 +325,7 @@ def ladder_runs(runner, out, L):
         rate[cfg] = min(L['rates'], key=lambda a: at[a].get('sweep', math.inf) if at[a]['rc'] == 0 else math.inf)
     second = [(cfg, 0) for cfg in cfgs if len(cfg[4]) > len(swept(cfg))] + \
              [(cfg, s) for cfg in cfgs for s in range(1, L['seeds'])]
-    chains = [chain(cfg, rate[cfg], 0, cfg[4][len(swept(cfg)):], swept(cfg)[-1]) if s == 0 else
-              chain(cfg, rate[cfg], s, cfg[4]) for cfg, s in second]
+    chains = [chain(cfg, rate[cfg], s, slice(len(swept(cfg)) if s == 0 else 0, None)) for cfg, s in second]
     res2 = runner.chains(segment_job, chains, 'mixer ladder: the chosen rates, up every rung, every seed')
     runs, top = {}, {}
     for cfg in cfgs:

@@ -28,8 +28,8 @@ import torch
 import torch.nn as nn
 
 import mixer
-from experiments.regression import D_X, N_CTX, PARAM_NAMES, fixed_prompts, half_sq, mean_loss, oracle, train
-from experiments.runner import md_table, save_figure
+from experiments.regression import D_X, N_CTX, PARAM_NAMES, VERSION, fixed_prompts, half_sq, mean_loss, oracle, train
+from experiments.runner import job, md_table, save_figure
 
 MIXER_VARIANTS = ('transformer', 'flat', 'toeplitz', 'recurrent', 'linear_attention')
 MIXER_LAYERS = (2, 4)
@@ -161,8 +161,8 @@ def base_spec(s, variant, L, noise, products=False, seed=0):
 def calibrate(runner, out, s, keys):
     """Seconds per training step of each (variant, L, products), measured in the pool as the runs go
     (two at a time, one thread each); cached with the runs -> {key: s_per_step}."""
-    jobs = [(os.path.join(out, 'mixers', f'calibrate-{v}-L{L}{"-products" * p}'),
-             {**base_spec(s, v, L, '0', p), 'calibrate': s['mixer_calib_steps']}, 5 + 0.5 * L, None)
+    jobs = [job(os.path.join(out, 'mixers'), f'calibrate-{v}-L{L}{"-products" * p}',
+                {**base_spec(s, v, L, '0', p), 'calibrate': s['mixer_calib_steps']}, 5 + 0.5 * L, VERSION)
             for v, L, p in keys]
     return {k: r['s_per_step'] for k, r in zip(keys, runner.map(seq_job, jobs, 'mixers: step-time calibration'))}
 
@@ -186,8 +186,8 @@ def sweep_lrs(runner, out, s, cells, steps_of):
                 for c in cells for lr in todo[c]]
         if not jobs:
             break
-        res = runner.map(seq_job, [(os.path.join(out, 'mixers', name), spec, spec['iters'] / steps_of[c[0]]
-                                    * s['mixer_budget_s'], None) for c, lr, (name, spec) in jobs],
+        res = runner.map(seq_job, [job(os.path.join(out, 'mixers'), name, spec, spec['iters'] / steps_of[c[0]]
+                                       * s['mixer_budget_s'], VERSION) for c, lr, (name, spec) in jobs],
                          'mixers: learning-rate sweep (proxy: the first third of each schedule)')
         for (c, lr, _), r in zip(jobs, res):
             tried[c][lr] = r['sweep'] if r['rc'] == 0 else math.inf
@@ -216,7 +216,7 @@ def mixer_runs(runner, out, s):
     lr.update({c: lr[((c[0][0], c[0][1], False), c[1])] for c in dcells})
     jobs = [(c, run_spec(s, c[0], c[1], lr[c], seed, steps_of[c[0]]))
             for c in cells + dcells for seed in range(s['mixer_seeds'] if c in cells else 1)]
-    res = runner.map(seq_job, [(os.path.join(out, 'mixers', name), spec, s['mixer_budget_s'], None)
+    res = runner.map(seq_job, [job(os.path.join(out, 'mixers'), name, spec, s['mixer_budget_s'], VERSION)
                                for _, (name, spec) in jobs], 'mixers: full budget at the chosen learning rates')
     runs = {}
     for (c, _), r in zip(jobs, res):

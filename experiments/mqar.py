@@ -47,11 +47,15 @@ import torch.nn.functional as F
 
 import mixer
 from checkpoint import check_folder_writable
-from experiments.runner import Runner, fmt_s, say
+from configurator import failing, parse_list
+from experiments import mqar_report
+from experiments.mqar_report import N_LAYER, best
+from experiments.runner import Runner, command, fmt_s, job, say
 
 POWER_A = 0.01            # Zoology's train_power_a = test_power_a
 FILLER = 0                # Zoology's figure-2 data (random_non_queries=False): every other position is token 0
 STOP_ACC = 0.99           # Zoology's early_stopping_threshold on the test accuracy
+VERSION = 'mqar 2'        # of the trainer (fit, cell_job): part of every cached job's key; change it with them
 WEIGHT_DECAY = 0.01       # torch.optim.AdamW's default: Zoology's optimiser
 SCHEDULE_EPOCHS = 64      # Zoology's max_epochs, the length of its per-epoch cosine
 KINDS = tuple(v for v in mixer.VARIANTS if v != 'transformer_naive')
@@ -64,25 +68,27 @@ PROTOCOLS = {
     'gpu': dict(vocab_size=8192, cells=((64, 4), (128, 8), (256, 16), (512, 64)),
                 batch={64: 512, 128: 512, 256: 256, 512: 128}, d_models=(64, 128, 256, 512),
                 n_train=100_000, n_test=3_000, epochs=64, lrs=tuple(float(x) for x in np.logspace(-4, -2, 4)),
-                deep_layers=4, device='cuda', workers=1, threads=4),
+                patience=None, deep_layers=4, device='cuda', workers=1, threads=4),
     # 2 CPU cores (sized at about 90 minutes; the run measured 1 h 45 min): calibrated (docs/mqar.md) so
     # that the transformer solves T = 64, kv = 4 at d_model 64 within the budget (it did by its 2nd epoch
     # in 3 seeds of 3, and in the run).
     'cpu': dict(vocab_size=64, cells=((64, 4), (128, 8)), batch={64: 32, 128: 32}, d_models=(64, 128),
-                n_train=16_000, n_test=1_000, epochs=3, lrs=(3e-4, 1e-3),
+                n_train=16_000, n_test=1_000, epochs=3, lrs=(3e-4, 1e-3), patience=None,
                 deep_layers=4, device='cpu', workers=2, threads=1),
+    # The learning-rate window (docs/mqar.md): the easiest cell at d_model 128, 8 rates log-spaced by 10^(1/3) from
+    # 1e-4 to 2.2e-2 (Zoology's four among them), up to 16 epochs, the plateau rule after 8 epochs without a rise.
+    # Vocabulary 256 > T for T = 64 and the T = 128 cell (Zoology's generator asserts vocab_size > input_seq_len).
+    'window': dict(vocab_size=256, cells=((64, 4),), batch={64: 32, 128: 32}, d_models=(128,),
+                   n_train=16_000, n_test=1_000, epochs=16, lrs=tuple(float(x) for x in np.logspace(-4, -5 / 3, 8)),
+                   patience=8, deep_layers=0, device='cpu', workers=2, threads=1),
     # --quick: every kind at a tiny cell, one rate, for the tests.
     'quick': dict(vocab_size=32, cells=((16, 2),), batch={16: 32}, d_models=(32,),
-                  n_train=3072, n_test=256, epochs=6, lrs=(1e-3,),
+                  n_train=3072, n_test=256, epochs=6, lrs=(1e-3,), patience=None,
                   deep_layers=4, device='cpu', workers=2, threads=1),
 }
-N_LAYER = 2               # every kind, as Zoology's attention; the best mixer again at deep_layers
 
 
-def fail(msg):
-    """Print a one-line error and exit with status 2."""
-    print(f'mqar.py: error: {msg}', file=sys.stderr)
-    sys.exit(2)
+fail = failing('mqar.py')
 
 
 # ----------------------------------------------------------------------------- the task
@@ -186,20 +192,32 @@ def load_split(path):
 
 # ----------------------------------------------------------------------------- models, scoring, training
 
-def model_config(kind, T, vocab_size, d_model, n_layer, attention_heads=1):
+def model_config(kind, T, vocab_size, d_model, n_layer, attention_heads=1, fields=None):
     """mixer.ModelConfig of variant `kind` at n_ctx = T: the variant's own fields, except that the
     attention kinds (transformer, gpt, hybrids, linear attention) get `attention_heads` heads (Zoology's
-    attention has 1; 0 keeps the variant's). Raises ValueError for a shape the kind refuses."""
-    fields = dict(mixer.VARIANTS[kind])
-    if attention_heads and fields.get('kind', 'mixer') != 'mixer':
-        fields['n_head'] = attention_heads
-    return mixer.ModelConfig(vocab_size=vocab_size, n_ctx=T, d_model=d_model, n_layer=n_layer, **fields)
+    attention has 1; 0 keeps the variant's), then `fields` (a dict of ModelConfig fields: another form
+    of the kind, e.g. Badger & Roland 2026's Toeplitz mixer; docs/mqar.md). Raises ValueError for a shape
+    or field the kind refuses."""
+    own = dict(mixer.VARIANTS[kind])
+    if attention_heads and own.get('kind', 'mixer') != 'mixer':
+        own['n_head'] = attention_heads
+    own.update(fields or {})
+    try:
+        return mixer.ModelConfig(vocab_size=vocab_size, n_ctx=T, d_model=d_model, n_layer=n_layer, **own)
+    except TypeError as e:                            # a field ModelConfig does not have
+        raise ValueError(str(e).replace('__init__()', 'ModelConfig')) from None
 
 
-def build(kind, T, vocab_size, d_model, n_layer, seed, attention_heads=1):
+def build(kind, T, vocab_size, d_model, n_layer, seed, attention_heads=1, fields=None):
     """The LanguageModel of model_config(...), initialised from torch.manual_seed(seed)."""
     torch.manual_seed(seed)
-    return mixer.build_model(model_config(kind, T, vocab_size, d_model, n_layer, attention_heads))
+    return mixer.build_model(model_config(kind, T, vocab_size, d_model, n_layer, attention_heads, fields))
+
+
+def row_name(kind, fields):
+    """A model's name in tables and cached jobs: the kind, and its extra fields if any, e.g.
+    'toeplitz[n_head=1]'."""
+    return kind + (f'[{",".join(f"{k}={v}" for k, v in sorted(fields.items()))}]' if fields else '')
 
 
 def answer_logits(model, inputs, targets):
@@ -230,25 +248,35 @@ def evaluate(model, inputs, targets, batch_size):
     return total / count, correct / count
 
 
-def optimizer(model, lr):
-    """Zoology's AdamW (betas 0.9, 0.999) at peak rate lr, weight decay WEIGHT_DECAY on matrices
+def optimizer(model, lr, weight_decay=WEIGHT_DECAY):
+    """Zoology's AdamW (betas 0.9, 0.999) at peak rate lr, weight decay `weight_decay` on matrices
     (train.param_groups: not on biases, norms or the mixing bias)."""
     from train import param_groups
-    groups = param_groups(model, {'weight_decay': WEIGHT_DECAY, 'mixing_weight_decay': None, 'mixing_lr_mult': 1.0})
+    groups = param_groups(model, {'weight_decay': weight_decay, 'mixing_weight_decay': None, 'mixing_lr_mult': 1.0})
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999))
+
+
+def plateaued(accs, patience, rise=0.01):
+    """The plateau rule: True when the last `patience` epochs of test accuracies `accs` (one an epoch)
+    brought no rise of `rise` over the best before them (None: never). MQAR runs sit at 1/kv for many
+    epochs before they recall, so patience is long (8 epochs in the window protocol)."""
+    if not patience or len(accs) <= patience:
+        return False
+    return max(accs[-patience:]) < max(accs[:-patience]) + rise
 
 
 def fit(model, train, test, spec, device):
     """Train model on train = (inputs, targets) for at most spec['epochs'] epochs of spec['batch_size']
     sequences, shuffled by spec['seed'], at spec['lr'] times Zoology's cosine over SCHEDULE_EPOCHS epochs
     (stepped once an epoch), scoring test after every epoch and stopping once its accuracy is above
-    STOP_ACC (Zoology's early stop) or the loss is not finite -> {'curve': [(epoch, mean train loss,
-    test loss, test acc)], 'acc', 'test_loss' (of the last epoch; a diverged run: 0 and None, JSON's null),
-    'epochs', 'steps', 'diverged', 'seconds'}."""
-    opt = optimizer(model, spec['lr'])
+    STOP_ACC (Zoology's early stop), the plateau rule holds (plateaued, spec['patience']) or the loss is
+    not finite -> {'curve': [(epoch, mean train loss, test loss, test acc)], 'acc', 'test_loss' (of the
+    last epoch; a diverged run: 0 and None, JSON's null), 'epochs', 'steps', 'diverged', 'plateau'
+    (stopped by the plateau rule), 'seconds'}."""
+    opt = optimizer(model, spec['lr'], spec['weight_decay'])
     n, bs = len(train[0]), spec['batch_size']
     per_epoch = max(1, n // bs)
-    step, curve, diverged = 0, [], False
+    step, curve, diverged, plateau = 0, [], False, False
     gen = torch.Generator().manual_seed(spec['seed'])
     t0 = time.time()
     model.train()
@@ -275,16 +303,20 @@ def fit(model, train, test, spec, device):
         curve.append((epoch, sum(losses) / len(losses), test_loss, acc))
         if acc > STOP_ACC:
             break
+        if plateaued([c[3] for c in curve], spec['patience']):
+            plateau = True
+            break
     last = curve[-1] if curve else (0, None, None, 0.0)
     return {'curve': curve, 'acc': 0.0 if diverged else last[3], 'test_loss': None if diverged else last[2],
-            'epochs': len(curve), 'steps': step, 'diverged': diverged, 'seconds': time.time() - t0}
+            'epochs': len(curve), 'steps': step, 'diverged': diverged, 'plateau': plateau,
+            'seconds': time.time() - t0}
 
 
 def cell_job(spec, run_dir):
     """Runner job: one (kind, n_layer, T, kv, d_model, lr) trained and scored. spec: those keys and
-    'vocab_size', 'attention_heads', 'batch_size', 'epochs', 'seed', 'device', 'data' (the file names
-    of split_files, read from OUT/data: run_dir is OUT/runs/NAME) -> {'rc', 'line', 'params', and
-    fit()'s keys}."""
+    'fields', 'vocab_size', 'attention_heads', 'batch_size', 'epochs', 'patience', 'seed', 'device',
+    'data' (the file names of split_files, read from OUT/data: run_dir is OUT/runs/NAME) and 'task'
+    (the task's constants, for the cache key) -> {'rc', 'line', 'params', and fit()'s keys}."""
     device = spec['device']
     if device == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -294,10 +326,11 @@ def cell_job(spec, run_dir):
     except ValueError as e:
         return {'rc': 1, 'line': str(e)}
     model = build(spec['kind'], spec['T'], spec['vocab_size'], spec['d_model'], spec['n_layer'], spec['seed'],
-                  spec['attention_heads']).to(device)
+                  spec['attention_heads'], spec['fields']).to(device)
     res = fit(model, train, test, spec, device)
     res.update(rc=0, params=model.num_params(),
-               line=f"acc {res['acc']:.3f}{' (diverged)' if res['diverged'] else ''}, {res['epochs']} epochs, "
+               line=f"acc {res['acc']:.3f}{' (diverged)' if res['diverged'] else ''}"
+                    f"{' (plateau)' if res['plateau'] else ''}, {res['epochs']} epochs, "
                     f"{res['seconds']:.0f} s")
     return res
 
@@ -306,11 +339,11 @@ def cell_job(spec, run_dir):
 
 def time_job(spec, run_dir=None):
     """Runner job: seconds of one training step of spec's 'kind', 'n_layer', 'T', 'kv', 'd_model' at
-    'batch_size' sequences ('vocab_size', 'attention_heads', 'device'), measured in a pool process as the
+    'batch_size' sequences ('vocab_size', 'attention_heads', 'fields', 'device'), measured in a pool process as the
     runs go (two at a time, one thread each on the CPU): the median of 'steps' after 2 warm-ups, and
     the fastest -> {'rc', 's_per_step', 's_fastest', 'line'}."""
     model = build(spec['kind'], spec['T'], spec['vocab_size'], spec['d_model'], spec['n_layer'], 0,
-                  spec['attention_heads']).to(spec['device'])
+                  spec['attention_heads'], spec['fields']).to(spec['device'])
     opt = optimizer(model, 1e-4)
     x, y = (torch.from_numpy(a).to(spec['device'])
             for a in mqar(spec['batch_size'], spec['T'], spec['kv'], spec['vocab_size'], 0))
@@ -335,10 +368,10 @@ def step_times(runner, out, s, shapes, key='s_per_step'):
     (OUT/step_times/NAME: time_job), so measured as the runs go -> {shape: seconds}, the median step
     (key 's_fastest': the fastest). They give the ETAs and --estimate: a job runs at most its epochs,
     early stopping only shortens it."""
-    jobs = [(os.path.join(out, 'step_times', '-'.join(map(str, sh))),
-             dict(kind=sh[0], n_layer=sh[1], T=sh[2], kv=sh[3], d_model=sh[4], batch_size=s['batch'][sh[2]],
-                  vocab_size=s['vocab_size'], attention_heads=s['attention_heads'], device=s['device'], steps=6),
-             1.0, None) for sh in shapes]
+    jobs = [job(os.path.join(out, 'step_times'), '-'.join(map(str, sh)),
+                dict(kind=sh[0], n_layer=sh[1], T=sh[2], kv=sh[3], d_model=sh[4], batch_size=s['batch'][sh[2]],
+                     vocab_size=s['vocab_size'], attention_heads=s['attention_heads'], fields=s['fields'],
+                     device=s['device'], steps=6), 1.0, VERSION) for sh in shapes]
     res = runner.map(time_job, jobs, f'step times of {len(shapes)} model shapes (for the ETAs)')
     if any(r['rc'] != 0 for r in res):
         raise RuntimeError(next(r['line'] for r in res if r['rc'] != 0))
@@ -352,45 +385,46 @@ def job_seconds(s, T, step_s):
     return s['epochs'] * (s['n_train'] // bs + s['n_test'] / bs / 3) * step_s
 
 
-def plan(s, kinds, n_layer, seed):
-    """Every job of the grid for `kinds` at n_layer -> list of (run folder name, spec, shape)."""
+TASK = dict(power_a=POWER_A, filler=FILLER, stop_acc=STOP_ACC, schedule_epochs=SCHEDULE_EPOCHS)    # the task's and trainer's constants: in every job's key
+
+
+def plan(s, kinds, n_layer, seed, out=''):
+    """Every job of the grid for `kinds` at n_layer -> list of (runner.Job in OUT/runs, its shape (kind,
+    n_layer, T, kv, d_model)); each job's eta is 0 until run_grid sets it from the step times."""
     jobs = []
     for kind in kinds:
         for T, kv in s['cells']:
             for d in s['d_models']:
                 for lr in s['lrs']:
-                    spec = dict(kind=kind, n_layer=n_layer, T=T, kv=kv, d_model=d, lr=lr, vocab_size=s['vocab_size'],
-                                attention_heads=s['attention_heads'], batch_size=s['batch'][T], epochs=s['epochs'],
-                                seed=seed, device=s['device'], data=split_files(s, T, kv, seed))
-                    jobs.append((f'{kind}-L{n_layer}-T{T}-d{d}-lr{lr:.3g}', spec, (kind, n_layer, T, kv, d)))
+                    spec = dict(kind=kind, fields=s['fields'], n_layer=n_layer, T=T, kv=kv, d_model=d, lr=lr,
+                                vocab_size=s['vocab_size'], attention_heads=s['attention_heads'],
+                                batch_size=s['batch'][T], epochs=s['epochs'], patience=s['patience'],
+                                weight_decay=s['weight_decay'], seed=seed,
+                                device=s['device'], data=split_files(s, T, kv, seed), task=TASK)
+                    name = f'{row_name(kind, s["fields"])}-L{n_layer}-T{T}-kv{kv}-d{d}-lr{lr:.3g}'
+                    jobs.append((job(os.path.join(out, 'runs'), name, spec, 0.0, VERSION), (kind, n_layer, T, kv, d)))
     return jobs
 
 
-def run_grid(runner, out, s, jobs, times, what):
-    """Run the jobs of plan() on the pool, longest first -> {(kind, n_layer, T, d_model): {lr: result}}."""
-    eta = {name: job_seconds(s, spec['T'], times[shape]) for name, spec, shape in jobs}
-    jobs = sorted(jobs, key=lambda j: -eta[j[0]])
-    res = runner.map(cell_job, [(os.path.join(out, 'runs', name), spec, eta[name], None) for name, spec, _ in jobs],
-                     what)
+def run_grid(runner, s, jobs, times, what):
+    """Run the jobs of plan() on the pool, longest first -> {(row name, n_layer, T, kv, d_model): {lr: result}}
+    (row_name: the kind and its extra fields)."""
+    jobs = sorted(((j._replace(eta=job_seconds(s, j.spec['T'], times[shape])), shape) for j, shape in jobs),
+                  key=lambda x: -x[0].eta)
     grid = {}
-    for (_, spec, _), r in zip(jobs, res):
-        grid.setdefault((spec['kind'], spec['n_layer'], spec['T'], spec['d_model']), {})[spec['lr']] = r
+    for (j, _), r in zip(jobs, runner.map(cell_job, [j for j, _ in jobs], what)):
+        sp = j.spec
+        grid.setdefault((row_name(sp['kind'], sp['fields']), sp['n_layer'], sp['T'], sp['kv'], sp['d_model']),
+                        {})[sp['lr']] = r
     return grid
 
 
-def best(runs):
-    """{lr: result} -> (best test accuracy, its lr); a failed run counts as 0, a tie goes to the smaller lr."""
-    accs = {lr: (r['acc'] if r.get('rc') == 0 else 0.0) for lr, r in runs.items()}
-    lr = max(sorted(accs), key=lambda x: accs[x])
-    return accs[lr], lr
-
-
-def best_mixer(grid, n_layer):
-    """The masked-mixer kind (MIXER_KINDS) of the grid with the best mean over cells of its best accuracy
-    (the first in MIXER_KINDS on a tie), or None when the grid has none."""
+def best_mixer(grid, n_layer, fields=None):
+    """The masked-mixer kind (MIXER_KINDS) of the grid (rows of those kinds with `fields`) with the best
+    mean over cells of its best accuracy (the first in MIXER_KINDS on a tie), or None when it has none."""
     means = {}
     for k in MIXER_KINDS:
-        cells = [best(r)[0] for key, r in grid.items() if key[0] == k and key[1] == n_layer]
+        cells = [best(r)[0] for key, r in grid.items() if key[0] == row_name(k, fields) and key[1] == n_layer]
         if cells:
             means[k] = sum(cells) / len(cells)
     return max(means, key=means.get) if means else None
@@ -400,7 +434,8 @@ def train_flops(s, kind, n_layer, T, kv, d_model):
     """Training FLOPs of one job if it runs all its epochs (machine.flops_per_token, with the head
     counted at the kv answer positions of a sequence alone, as answer_logits computes it)."""
     from machine import flops_per_token
-    model = mixer.build_model(model_config(kind, T, s['vocab_size'], d_model, n_layer, s['attention_heads']))
+    model = mixer.build_model(model_config(kind, T, s['vocab_size'], d_model, n_layer, s['attention_heads'],
+                                           s['fields']))
     head = 3 * 2 * d_model * s['vocab_size']
     return s['epochs'] * s['n_train'] * (T * (flops_per_token(model, T) - head) + kv * head)
 
@@ -412,10 +447,10 @@ def estimate(s, kinds, times, fastest, out):
     per_kind, flops, best_case = {}, 0.0, 0.0
     deep = [k for k in kinds if k in MIXER_KINDS][:1]
     jobs = plan(s, kinds, N_LAYER, 0) + (plan(s, deep, s['deep_layers'], 0) if s['deep_layers'] else [])
-    for name, spec, shape in jobs:
+    for j, shape in jobs:
         label = f'{shape[0]} ({shape[1]} layers)'
-        per_kind[label] = per_kind.get(label, 0.0) + job_seconds(s, spec['T'], times[shape])
-        best_case += job_seconds(s, spec['T'], fastest[shape])
+        per_kind[label] = per_kind.get(label, 0.0) + job_seconds(s, j.spec['T'], times[shape])
+        best_case += job_seconds(s, j.spec['T'], fastest[shape])
         flops += train_flops(s, *shape)
     total = sum(per_kind.values())
     long = lambda sec: f'{sec / 3600:.1f} h' if sec >= 7200 else fmt_s(sec)
@@ -433,20 +468,35 @@ def estimate(s, kinds, times, fastest, out):
 
 # ----------------------------------------------------------------------------- the command
 
-def parse_list(text, cast, what):
-    """'a,b,c' -> [cast(a), ...]; a one-line error (exit 2) naming `what` on a bad item."""
-    try:
-        return [cast(x) for x in text.split(',') if x.strip()]
-    except ValueError:
-        fail(f'{what} must be {cast.__name__}s separated by commas, got {text!r}')
+def cell(text):
+    """'T:kv' -> (T, kv) (ints); ValueError otherwise."""
+    T, kv = text.split(':')
+    return int(T), int(kv)
+
+
+def model_fields(text):
+    """'key=value,...' (ModelConfig fields; values Python literals or bare names) -> dict; ValueError
+    (one line) on a malformed item. The fields a kind refuses are model_config's to say."""
+    import ast
+    out = {}
+    for item in parse_list(text, str, '--fields', 'mqar.py', empty=True):
+        key, eq, value = item.partition('=')
+        if not eq or not key.isidentifier():
+            fail(f'--fields: expected key=value, got {item!r}')
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
 
 
 def parse_args(argv):
     """The command line -> argparse.Namespace with .s (the settings), .kinds and .out. Every setting is
     checked before any work: a one-line error and exit 2 on a bad one."""
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--protocol', choices=('cpu', 'gpu'),
-                   help="cpu (the default): the 2-core protocol, about 1 h 45 min; gpu: Zoology's figure-2 grid")
+    p.add_argument('--protocol', choices=('cpu', 'window', 'gpu'),
+                   help="cpu (the default): the 2-core protocol, about 1 h 45 min; window: the learning-rate "
+                        "window at T=64, kv=4, d_model 128 (hours); gpu: Zoology's figure-2 grid")
     p.add_argument('--quick', action='store_true', help='every kind at a tiny cell, one rate (seconds: the tests)')
     p.add_argument('--estimate', action='store_true', help='only measure step times and print the time it takes')
     p.add_argument('--kinds', default=','.join(KINDS), help='model kinds (default: every mixer.VARIANTS name '
@@ -459,6 +509,12 @@ def parse_args(argv):
     p.add_argument('--n_test', type=int, help="test sequences a cell (default the protocol's)")
     p.add_argument('--vocab_size', type=int, help="vocabulary (default the protocol's)")
     p.add_argument('--batch_size', type=int, help="sequences a step at every T (default the protocol's by T)")
+    p.add_argument('--fields', default='', help="ModelConfig fields for every kind given, e.g. "
+                   "n_head=1,toeplitz_init='normal' (another form of a kind; its rows are named kind[fields])")
+    p.add_argument('--patience', type=int, help="the plateau rule: stop after this many epochs without a rise of "
+                   "0.01 in test accuracy (default the protocol's: 8 for window, none otherwise)")
+    p.add_argument('--weight_decay', type=float, default=WEIGHT_DECAY,
+                   help="AdamW's weight decay on matrices (default 0.01, torch's and Zoology's)")
     p.add_argument('--attention_heads', type=int, default=1,
                    help="heads of the attention kinds (default 1, Zoology's; 0: the variants')")
     p.add_argument('--deep_layers', type=int, help='layers of the best mixer\'s second row (0: none; default 4)')
@@ -467,27 +523,29 @@ def parse_args(argv):
     p.add_argument('--device', choices=('cpu', 'cuda'), help="default: the protocol's")
     p.add_argument('--workers', type=int, help="jobs at a time (default the protocol's: 2 on cpu, 1 on gpu)")
     p.add_argument('--threads', type=int, help='torch threads a job (default 1 on cpu)')
-    p.add_argument('--out', help='output folder (default out/mqar, out/mqar_gpu, out/mqar_quick)')
+    p.add_argument('--out', help='output folder (default out/mqar, out/mqar_window, out/mqar_gpu, out/mqar_quick)')
     args = p.parse_args(argv)
     if args.quick and args.protocol:
         fail('--quick is a protocol of its own: give --quick or --protocol, not both')
     name = 'quick' if args.quick else args.protocol or 'cpu'
-    s = {**PROTOCOLS[name], 'protocol': name, 'attention_heads': args.attention_heads}
-    args.kinds = parse_list(args.kinds, str, '--kinds')
+    s = {**PROTOCOLS[name], 'protocol': name, 'attention_heads': args.attention_heads,
+         'weight_decay': args.weight_decay,
+         'fields': model_fields(args.fields)}
+    args.kinds = parse_list(args.kinds, str, '--kinds', 'mqar.py')
     unknown = [k for k in args.kinds if k not in KINDS]
-    if unknown or not args.kinds:
-        fail(f'--kinds: unknown {", ".join(unknown) or "(none given)"}; choose from {",".join(KINDS)}')
+    if unknown:
+        fail(f'--kinds: unknown {", ".join(unknown)}; choose from {",".join(KINDS)}')
     if args.cells:
         try:
-            s['cells'] = tuple(tuple(int(v) for v in c.split(':')) for c in args.cells.split(','))
-            assert all(len(c) == 2 for c in s['cells'])
-        except (ValueError, AssertionError):
-            fail(f'--cells must be T:kv pairs separated by commas, e.g. 64:4,128:8; got {args.cells!r}')
+            s['cells'] = tuple(parse_list(args.cells, cell, '--cells', 'mqar.py'))
+        except SystemExit:
+            fail(f'--cells must be T:kv pairs separated by commas, each once, e.g. 64:4,128:8; got {args.cells!r}')
     if args.d_models:
-        s['d_models'] = tuple(parse_list(args.d_models, int, '--d_models'))
+        s['d_models'] = tuple(parse_list(args.d_models, int, '--d_models', 'mqar.py'))
     if args.lrs:
-        s['lrs'] = tuple(parse_list(args.lrs, float, '--lrs'))
-    for k in ('epochs', 'n_train', 'n_test', 'vocab_size', 'deep_layers', 'device', 'workers', 'threads'):
+        s['lrs'] = tuple(parse_list(args.lrs, float, '--lrs', 'mqar.py'))
+    for k in ('epochs', 'n_train', 'n_test', 'vocab_size', 'deep_layers', 'device', 'workers', 'threads',
+              'patience'):
         if getattr(args, k) is not None:
             s[k] = getattr(args, k)
     s['batch'] = {T: s['batch'].get(T, 32) if args.batch_size is None else args.batch_size for T, _ in s['cells']}
@@ -500,8 +558,9 @@ def parse_args(argv):
         fail(f'--d_models must be positive, got {args.d_models!r}')
     if not s['lrs'] or not all(math.isfinite(x) and x > 0 for x in s['lrs']):
         fail(f'--lrs must be positive and finite, got {args.lrs!r}')
-    if s['deep_layers'] < 0 or args.attention_heads < 0 or args.seed < 0:
-        fail('--deep_layers, --attention_heads and --seed must be >= 0')
+    if s['deep_layers'] < 0 or args.attention_heads < 0 or args.seed < 0 or (s['patience'] or 0) < 0 or not \
+            0 <= s['weight_decay'] < math.inf:
+        fail('--deep_layers, --attention_heads, --patience, --weight_decay and --seed must be >= 0 (and finite)')
     if not 4 <= s['vocab_size'] <= 32767:
         fail(f'--vocab_size must be in 4..32767 (the data are stored as int16), got {s["vocab_size"]}')
     if s['n_train'] < max(s['batch'].values()):
@@ -514,14 +573,14 @@ def parse_args(argv):
         for kind in args.kinds:
             for d in s['d_models']:
                 try:
-                    model_config(kind, T, s['vocab_size'], d, N_LAYER, args.attention_heads)
+                    model_config(kind, T, s['vocab_size'], d, N_LAYER, args.attention_heads, s['fields'])
                 except ValueError as e:
                     fail(f'{kind} at d_model {d}: {e}')
     if s['device'] == 'cuda' and not torch.cuda.is_available():
         fail('--device cuda: CUDA is not available here (the gpu protocol needs a GPU; --device cpu runs it here)')
     s['seed'] = args.seed
     args.s = s
-    args.out = os.path.abspath(args.out or os.path.join('out', {'cpu': 'mqar', 'gpu': 'mqar_gpu',
+    args.out = os.path.abspath(args.out or os.path.join('out', {'cpu': 'mqar', 'gpu': 'mqar_gpu', 'window': 'mqar_window',
                                                                'quick': 'mqar_quick'}[name]))
     try:
         check_folder_writable(args.out)
@@ -533,16 +592,12 @@ def parse_args(argv):
 def main(argv=None):
     """Run the experiment of argv (see --help): OUT/mqar.md, OUT/mqar.png, OUT/results.json, the report
     on stdout. Exits 2 on bad arguments, 1 if a job failed, 130 on Ctrl-C (what finished stays cached)."""
-    from experiments import mqar_report
     args = parse_args(argv)
     s, out, t0 = args.s, args.out, time.time()
     command = 'python -m experiments.mqar ' + ' '.join(argv if argv is not None else sys.argv[1:])
     os.makedirs(out, exist_ok=True)
     try:
         made = make_data(os.path.join(out, 'data'), s, s['seed'])
-    except KeyboardInterrupt:
-        print('mqar.py: interrupted (Ctrl-C) while generating the data; no run was started', file=sys.stderr)
-        return 130
     except OSError as e:              # a full disk, a folder made read-only since the check
         print(f'mqar.py: error: could not write the data under {out} ({e.strerror or e})', file=sys.stderr)
         return 1
@@ -551,33 +606,34 @@ def main(argv=None):
         f'{s["epochs"]} epochs; data: {len(made)} files generated, in {os.path.join(out, "data")}')
     os.environ['OMP_NUM_THREADS'] = str(s['threads'])
     runner = Runner(out, s['workers'], s['threads'])
-    jobs = plan(s, args.kinds, N_LAYER, s['seed'])
-    shapes = [sh for _, _, sh in jobs]
+    jobs = plan(s, args.kinds, N_LAYER, s['seed'], out)
+    shapes = [sh for _, sh in jobs]
     try:
         if args.estimate:
             deep = [k for k in args.kinds if k in MIXER_KINDS][:1]
-            shapes += [sh for _, _, sh in plan(s, deep, s['deep_layers'], s['seed'])] if s['deep_layers'] else []
+            shapes += [sh for _, sh in plan(s, deep, s['deep_layers'], s['seed'])] if s['deep_layers'] else []
             shapes = list(dict.fromkeys(shapes))
             times, fastest = (step_times(runner, out, s, shapes, key) for key in ('s_per_step', 's_fastest'))
             print('\n'.join(estimate(s, args.kinds, times, fastest, out)))
             return 0
         times = step_times(runner, out, s, list(dict.fromkeys(shapes)))
-        cached = sum(runner.cached(os.path.join(out, 'runs', n), spec) is not None for n, spec, _ in jobs)
-        grid = run_grid(runner, out, s, jobs, times, f'{N_LAYER}-layer models')
-        deep = best_mixer(grid, N_LAYER) if s['deep_layers'] else None
+        grid = run_grid(runner, s, jobs, times, f'{N_LAYER}-layer models')
+        deep = best_mixer(grid, N_LAYER, s['fields']) if s['deep_layers'] else None
         if deep:
-            jobs = plan(s, [deep], s['deep_layers'], s['seed'])
-            times.update(step_times(runner, out, s, [sh for _, _, sh in jobs]))
-            cached += sum(runner.cached(os.path.join(out, 'runs', n), spec) is not None for n, spec, _ in jobs)
-            grid.update(run_grid(runner, out, s, jobs, times, f'the best mixer ({deep}) at {s["deep_layers"]} layers'))
+            jobs = plan(s, [deep], s['deep_layers'], s['seed'], out)
+            times.update(step_times(runner, out, s, [sh for _, sh in jobs]))
+            grid.update(run_grid(runner, s, jobs, times, f'the best mixer ({deep}) at {s["deep_layers"]} layers'))
     except RuntimeError as e:           # a step-time job failed: no ETA, no run
         print(f'mqar.py: error: measuring the step times failed ({e})', file=sys.stderr)
         return 1
     finally:
         runner.pool.shutdown()
     total = sum(len(r) for r in grid.values())
+    cached = sum(bool(r.get('cached')) for runs in grid.values() for r in runs.values())
+    kinds = [row_name(k, s['fields']) for k in args.kinds]
     try:
-        notes = mqar_report.write(out, s, args.kinds, grid, deep, command, time.time() - t0, cached, total)
+        notes = mqar_report.write(out, s, kinds, grid, deep and row_name(deep, s['fields']), command,
+                                  time.time() - t0, cached, total)
     except OSError as e:
         print(f'mqar.py: error: could not write the report under {out} ({e.strerror or e}); the runs are cached '
               'there: run the same command again to write it', file=sys.stderr)
@@ -591,4 +647,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(command(main, 'mqar.py'))

@@ -12,8 +12,16 @@ import platform
 import torch
 
 from checkpoint import write_atomic
-from experiments.mqar import N_LAYER, best
 from experiments.runner import fmt_s, md_table, save_figure
+
+N_LAYER = 2               # every kind, as Zoology's attention; the best mixer again at deep_layers
+
+
+def best(runs):
+    """{lr: result} -> (best test accuracy, its lr); a failed run counts as 0, a tie goes to the smaller lr."""
+    accs = {lr: (r['acc'] if r.get('rc') == 0 else 0.0) for lr, r in runs.items()}
+    lr = max(sorted(accs), key=lambda x: accs[x])
+    return accs[lr], lr
 
 
 def row_keys(grid, kinds, deep, s):
@@ -37,7 +45,7 @@ def accuracy_table(grid, rows, s):
     for kind, L in rows:
         cells = []
         for T, kv, d in cols:
-            runs = grid.get((kind, L, T, d))
+            runs = grid.get((kind, L, T, kv, d))
             if not runs:
                 cells.append('-')
             elif all(r.get('rc') != 0 for r in runs.values()):
@@ -56,13 +64,14 @@ def runs_table(grid, rows):
         for key in sorted(k for k in grid if k[:2] == (kind, L)):
             for lr, r in sorted(grid[key].items()):
                 if r.get('rc') != 0:
-                    body.append([label(kind, L), key[2], key[3], f'{lr:.3g}', 'failed', '', '', '', r.get('line', '')])
+                    body.append([label(kind, L), *key[2:], f'{lr:.3g}', 'failed', '', '', '', r.get('line', '')])
                     continue
-                body.append([label(kind, L), key[2], key[3], f'{lr:.3g}', f'{r["acc"]:.4f}',
+                note = 'diverged' if r['diverged'] else 'stopped: plateau' if r.get('plateau') else ''
+                body.append([label(kind, L), *key[2:], f'{lr:.3g}', f'{r["acc"]:.4f}',
                              'n/a' if r['test_loss'] is None else f'{r["test_loss"]:.3f}',
-                             r['epochs'], f'{r["seconds"]:.0f}', 'diverged' if r['diverged'] else ''])
-    return md_table(['model', 'T', 'd_model', 'lr', 'test accuracy', 'test loss (nats)', 'epochs', 'seconds', 'note'],
-                    body)
+                             r['epochs'], f'{r["seconds"]:.0f}', note])
+    return md_table(['model', 'T', 'kv', 'd_model', 'lr', 'test accuracy', 'test loss (nats)', 'epochs', 'seconds',
+                     'note'], body)
 
 
 def machine_line(s):
@@ -74,6 +83,39 @@ def machine_line(s):
     precision = 'float32 (TF32 matmuls)' if s['device'] == 'cuda' else 'float32'
     return (f'Machine: {what}, torch {torch.__version__}, {precision}; {s["workers"]} job(s) at a time, '
             f'{s["threads"]} thread(s) each.')
+
+
+SOLVED = 0.99        # Zoology's early stop: a cell is solved above it
+ABOVE = 0.05         # "above 1/kv": by more than this (a model that recalls some keys, not only guesses a value)
+
+
+def window_table(grid, rows, s):
+    """The learning-rate window (docs/mqar.md), one table per (T, kv, d_model): a row per model, a column per
+    rate with 'accuracy (epochs)' (failed, diverged and stopped-by-plateau runs said so), then the rates at
+    which it solved the cell (above SOLVED) and those at which it recalled at all (above 1/kv + ABOVE), or
+    'at 1/kv over the whole window' -> markdown."""
+    out = []
+    for T, kv in s['cells']:
+        for d in s['d_models']:
+            body = []
+            for kind, L in rows:
+                runs = grid.get((kind, L, T, kv, d), {})
+                if not runs:
+                    continue
+                cells = []
+                for lr in s['lrs']:
+                    r = runs.get(lr)
+                    cells.append('-' if r is None else 'failed' if r.get('rc') != 0 else
+                                 f'{r["acc"]:.3f} ({r["epochs"]}{", diverged" if r["diverged"] else ""})')
+                ok = {lr: r['acc'] for lr, r in runs.items() if r.get('rc') == 0}
+                solved = [f'{lr:.2g}' for lr in sorted(ok) if ok[lr] > SOLVED]
+                above = [f'{lr:.2g}' for lr in sorted(ok) if ok[lr] > 1 / kv + ABOVE]
+                body.append([label(kind, L), *cells, ', '.join(solved) or 'none',
+                             ', '.join(above) or f'none: at 1/kv over the whole window'])
+            out += [f'T = {T}, kv = {kv}, d_model {d}: test accuracy (epochs run) at each learning rate', '',
+                    md_table(['model', *[f'{lr:.2g}' for lr in s['lrs']], f'solved (> {SOLVED})',
+                              f'recalls (> 1/kv + {ABOVE})'], body), '']
+    return '\n'.join(out)
 
 
 def report_text(s, kinds, grid, deep, command, wall_s, cached, total):
@@ -102,6 +144,7 @@ def report_text(s, kinds, grid, deep, command, wall_s, cached, total):
         (f'Deep row: the masked mixer with the best mean accuracy at {N_LAYER} layers, {deep}, at '
          f'{s["deep_layers"]} layers.' if deep else 'Deep row: none (--deep_layers 0, or no masked mixer in --kinds).'),
         '',
+        *(['## The learning-rate window', '', window_table(grid, rows, s)] if len(s['lrs']) >= 3 else []),
         '## Every run', '',
         runs_table(grid, rows), ''])
 
@@ -121,7 +164,7 @@ def plot(grid, kinds, deep, s, path):
     colors = plt.get_cmap('tab20')
     for ax, (T, kv) in zip(axes[0], s['cells']):
         for i, (kind, L) in enumerate(rows):
-            pts = [(d, best(grid[(kind, L, T, d)])[0]) for d in s['d_models'] if (kind, L, T, d) in grid]
+            pts = [(d, best(grid[(kind, L, T, kv, d)])[0]) for d in s['d_models'] if (kind, L, T, kv, d) in grid]
             if pts:
                 k = kinds.index(kind)            # 10 colours twice, the second time paler, each its marker
                 ax.plot(*zip(*pts), '--' if L != N_LAYER else '-', marker='osD^v<>ph*'[k % 10], ms=4, lw=1.4,
@@ -140,16 +183,54 @@ def plot(grid, kinds, deep, s, path):
     return save_figure(fig, path, dpi=100)
 
 
+def plot_window(grid, kinds, deep, s, path):
+    """The learning-rate window: test accuracy against the learning rate (log axis), a panel per (T, kv,
+    d_model), a line per model (failed runs left out, a diverged run at its 0), 1/kv and SOLVED dotted ->
+    a line saying where, or why not (matplotlib missing)."""
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
+    rows = row_keys(grid, kinds, deep, s)
+    panels = [(T, kv, d) for T, kv in s['cells'] for d in s['d_models']]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 2.5, 4.2), squeeze=False)
+    colors = plt.get_cmap('tab20')
+    for ax, (T, kv, d) in zip(axes[0], panels):
+        for i, (kind, L) in enumerate(rows):
+            runs = grid.get((kind, L, T, kv, d), {})
+            pts = sorted((lr, r['acc']) for lr, r in runs.items() if r.get('rc') == 0)
+            if pts:
+                ax.plot(*zip(*pts), '--' if L != N_LAYER else '-', marker='osD^v<>ph*'[i % 10], ms=4, lw=1.4,
+                        color=colors(2 * (i % 10) + (i // 10) % 2), label=label(kind, L))
+        ax.axhline(1 / kv, color='grey', ls=':', lw=1)
+        ax.axhline(SOLVED, color='grey', ls=(0, (1, 4)), lw=1)
+        ax.set_xscale('log')
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel('peak learning rate')
+        ax.set_title(f'T = {T}, kv = {kv}, d_model {d}')
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel('MQAR test accuracy')
+    axes[0][-1].legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(f'MQAR learning-rate window ({s["protocol"]} protocol, vocabulary {s["vocab_size"]}, at most '
+                 f'{s["epochs"]} epochs of {s["n_train"]}; dotted: 1/kv and {SOLVED})', fontsize=10)
+    return save_figure(fig, path, dpi=100)
+
+
 def write(out, s, kinds, grid, deep, command, wall_s, cached, total):
     """Write OUT/mqar.md (printed too), OUT/results.json and OUT/mqar.png -> notes (lines to show)."""
     text = report_text(s, kinds, grid, deep, command, wall_s, cached, total)
     print(text)
-    runs = [{'kind': k, 'n_layer': L, 'T': T, 'd_model': d, 'lr': lr, **{x: r.get(x) for x in (
-        'rc', 'acc', 'test_loss', 'epochs', 'steps', 'seconds', 'diverged', 'params', 'curve', 'line')}}
-            for (k, L, T, d), by_lr in grid.items() for lr, r in by_lr.items()]
+    runs = [{'kind': k, 'n_layer': L, 'T': T, 'kv': kv, 'd_model': d, 'lr': lr, **{x: r.get(x) for x in (
+        'rc', 'acc', 'test_loss', 'epochs', 'steps', 'seconds', 'diverged', 'plateau', 'params', 'curve', 'line')}}
+            for (k, L, T, kv, d), by_lr in grid.items() for lr, r in by_lr.items()]
     settings = {**s, 'batch': {str(T): b for T, b in s['batch'].items()}}
     for name, content in (('mqar.md', text),
                           ('results.json', json.dumps({'command': command, 'wall_s': wall_s, 'settings': settings,
                                                        'deep': deep, 'runs': runs}, indent=1))):
         write_atomic(os.path.join(out, name), content)
-    return [plot(grid, kinds, deep, s, os.path.join(out, 'mqar.png')), f'report: {os.path.join(out, "mqar.md")}']
+    notes = [plot(grid, kinds, deep, s, os.path.join(out, 'mqar.png'))]
+    if len(s['lrs']) >= 3:
+        notes.append(plot_window(grid, kinds, deep, s, os.path.join(out, 'mqar_lr.png')))
+    return notes + [f'report: {os.path.join(out, "mqar.md")}']

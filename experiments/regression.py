@@ -25,6 +25,7 @@ NOISE_NAMES = ('0', '1', '2', '3', '4', '5', '6', '7', 'c13', 'c135')
 PARAMS = ('full', 'diag', 'gdpp')
 PARAM_NAMES = {'full': 'FULL', 'diag': 'DIAG', 'gdpp': 'GD++'}
 SIGMA_GRID = [0.5 * i for i in range(17)]        # Figure 2: fixed sigma 0 .. 8, past every training range
+VERSION = 'icl 2'    # of the in-context trainers (here, icl_mixers, icl_ladder): in every cached job's key
 
 
 # ----------------------------------------------------------------------------- the task

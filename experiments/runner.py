@@ -3,17 +3,23 @@ progress with an ETA: the engine under claims.py (train.py runs at equal compute
 icl.py (in-context regression models) and mqar.py (associative recall).
 
     runner = Runner(out, workers=2, threads=1)
-    results = runner.train_batch([(run_dir, train_argv, eta_seconds, None), ...], 'what')
+    results = runner.map(fn, [job(parent, 'flat-lr0.001', spec, eta_seconds, VERSION), ...], 'what')
 
-A job whose folder holds a result.json of the same arguments is not run again, so a
-killed experiment resumes where it stopped; a damaged result.json (a torn write) is a
-one-line warning and its job runs again. Pool processes are spawned, each with
+One rule for every cached job (job()): its folder is PARENT/NAME-KEY, NAME readable and KEY a
+hash of the job's whole settings (its spec: every setting its result depends on, rates at full
+precision, the task's constants) and of the version of the code that trains it; the settings
+are stored beside the result (settings.json, and in result.json). A job whose result.json holds
+the same settings is not run again, so a killed experiment resumes where it stopped and runs of
+other settings in the same folder stay; a damaged result.json (a torn write), one of other
+settings, or files the job's own check finds damaged are said in one line and the job runs
+again. Pool processes are spawned, each with
 `threads` torch threads: two 1-thread runs at a time use 2 cores without the
 oversubscription that two 2-thread runs cause. Ctrl-C stops the pool's processes
 (and the commands they run) and exits 130 with one line; what finished stays cached.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +31,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
+from typing import Any, Callable, NamedTuple, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 
@@ -47,6 +54,60 @@ def load_json(path, what='cached result'):
         return None
 
 
+def spec_key(obj):
+    """A short hash of a JSON-able object: the first 10 hex digits of the SHA-256 of its canonical JSON
+    (keys sorted, floats at full precision: 1e-3 and 1.0000001e-3 differ; a tuple and a list alike)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(',', ':'))
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+class Job(NamedTuple):
+    """One cached job of Runner.map or Runner.chains (made by job()): its folder, the spec its function
+    receives, its estimated seconds (ETAs), the version of the code that trains it, prepare(dir) run
+    before it (default: empty the folder) and check(dir, cached result) -> None, or why the files the
+    result stands for are unusable (a damaged state a later job needs: then it runs again)."""
+    dir: str
+    spec: Any
+    eta: float
+    version: str
+    prepare: Optional[Callable] = None
+    check: Optional[Callable] = None
+
+    @property
+    def settings(self):
+        """What the job's result depends on: {'argv': spec, 'version': version} (stored beside it)."""
+        return {'argv': self.spec, 'version': self.version}
+
+
+def job(parent, name, spec, eta, version, prepare=None, check=None):
+    """The one rule for an experiment's cached job -> Job in PARENT/NAME-KEY: NAME a readable name
+    (the kind, the rate, ...: it need not be unique), KEY = spec_key of the spec (JSON-able; it must
+    hold every setting the result depends on) and the code's version (a string the experiment changes
+    when a change of its code changes results). Two jobs share a folder only if both are equal."""
+    return Job(os.path.join(parent, f'{name}-{spec_key([spec, version])}'), spec, eta, version, prepare, check)
+
+
+def _interrupt_once(signum, frame):
+    """SIGINT handler of an experiment's command: the first Ctrl-C raises KeyboardInterrupt, any
+    later one is ignored while the command stops (`timeout -s INT` signals the process and its group)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def command(main, prog):
+    """Run an experiment's main() as its command -> the exit status (main's return value, or its
+    SystemExit code). Ctrl-C at any moment is one line and exit 130: every cache file is written whole
+    (cache(), write_atomic, save_figure), so the same command resumes; a second Ctrl-C is ignored."""
+    signal.signal(signal.SIGINT, _interrupt_once)
+    try:
+        return main()
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(f'{prog}: interrupted (Ctrl-C); what finished is cached: run the same command again to go on',
+              file=sys.stderr, flush=True)
+        return 130
+
+
 # ----------------------------------------------------------------------------- work done in pool processes
 
 def train_in_process(argv, log_path):
@@ -66,9 +127,9 @@ def train_in_process(argv, log_path):
 
 
 def train_job(argv, run_dir):
-    """Runner job: train.py with argv, console to RUN_DIR/console.txt -> {'rc', 'evals',
-    'summary', 'line'} read from its log."""
-    rc = train_in_process(argv, os.path.join(run_dir, 'console.txt'))
+    """Runner job: train.py with argv and --out_dir=RUN_DIR, console to RUN_DIR/console.txt -> {'rc',
+    'evals', 'summary', 'line'} read from its log."""
+    rc = train_in_process([*argv, f'--out_dir={run_dir}'], os.path.join(run_dir, 'console.txt'))
     try:
         evals, summary = read_log(os.path.join(run_dir, 'log.jsonl'))
     except ValueError as e:                       # a damaged log (checkpoint.CheckpointError): a failed job
@@ -150,9 +211,9 @@ def read_log(path):
 
 
 class Runner:
-    """Runs jobs on a pool of `workers` processes with `threads` threads each, caches
-    each finished job's result.json (keyed by the job's arguments), and prints progress
-    and ETAs. claims.py runs train.py through it; icl.py runs its own training jobs."""
+    """Runs jobs (job(): a Job each) on a pool of `workers` processes with `threads` threads each,
+    caches each finished job's result.json (keyed by the job's settings), and prints progress
+    and ETAs. claims.py runs train.py through it; icl.py and mqar.py run their own jobs."""
 
     def __init__(self, out, workers, threads):
         self.out, self.workers, self.threads = out, workers, threads
@@ -176,7 +237,10 @@ class Runner:
             signal.signal(signal.SIGINT, old)
 
     def stop(self, what):
-        """Ctrl-C: end the pool's processes and the commands they run, say so in one line, exit 130."""
+        """Ctrl-C: end the pool's processes and the commands they run, say so in one line, exit 130.
+        A second Ctrl-C while it stops (`timeout -s INT` signals the process and its group) is ignored."""
+        with contextlib.suppress(ValueError):                  # not the main thread: no handler to set
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         procs = list((getattr(self.pool, '_processes', None) or {}).values())
         self.pool.shutdown(wait=False, cancel_futures=True)
         for p in procs:
@@ -188,17 +252,22 @@ class Runner:
               f'cached in {self.out}: run the same command again to go on', file=sys.stderr, flush=True)
         sys.exit(130)
 
-    def result_path(self, run_dir):
-        """The cache file of the job in run_dir."""
-        return os.path.join(run_dir, 'result.json')
-
-    def cached(self, run_dir, argv):
-        """The cached result of this exact argv in run_dir, or None (also when the cache
-        file is damaged: a one-line warning, and the job runs again)."""
-        res = load_json(self.result_path(run_dir))
-        if isinstance(res, dict) and res.get('argv') == argv:
-            return res
-        return None
+    def cached(self, job):
+        """The cached result of `job` (a Job), marked 'cached': True, or None: no result.json yet, a damaged one, one of other
+        settings, or files that job.check finds unusable (each but the first said in one line; the job
+        then runs again)."""
+        res = load_json(os.path.join(job.dir, 'result.json'))
+        if res is None:
+            return None
+        if not isinstance(res, dict) or spec_key([res.get('argv'), res.get('version')]) != spec_key(
+                [job.spec, job.version]):
+            say(f'warning: {job.dir}: its result.json is of other settings or code; computing it again')
+            return None
+        reason = job.check(job.dir, res) if job.check else None
+        if reason:
+            say(f'warning: {job.dir}: {reason}; computing it again')
+            return None
+        return {**res, 'cached': True}
 
     def outcome(self, fut):
         """A finished future's result dict; a job whose process died (killed, out of memory)
@@ -214,6 +283,19 @@ class Runner:
         except Exception as e:                             # the job's own error, raised in its process
             return {'rc': 1, 'line': f'{type(e).__name__}: {e}'}
 
+    def start(self, fn, job):
+        """Set a job's folder up (job.prepare, default: emptied), write its settings.json, submit it."""
+        (job.prepare or reset_dir)(job.dir)
+        cache(os.path.join(job.dir, 'settings.json'), job.settings)
+        return self.submit(fn, job.spec, job.dir)
+
+    def finish(self, job, fut):
+        """A finished job's result with its settings; cached (result.json) if it succeeded."""
+        res = {**job.settings, **self.outcome(fut)}
+        if res['rc'] == 0:
+            cache(os.path.join(job.dir, 'result.json'), res)
+        return res
+
     def progress(self, done, todo, run_dir, res, t0, left):
         """Print a finished job's line: its place, folder, outcome, time so far and the phase's ETA
         (`left`: the unfinished jobs' estimated seconds, spread over the workers)."""
@@ -222,13 +304,13 @@ class Runner:
             f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in this phase')
 
     def map(self, fn, jobs, what):
-        """jobs: list of (run_dir, argv, eta_seconds, prepare) -> list of results, in order.
+        """jobs: list of Job (job()) -> list of results, in order.
 
-        fn(argv, run_dir) runs in a pool process and returns a JSON-able dict with 'rc'
+        fn(spec, run_dir) runs in a pool process and returns a JSON-able dict with 'rc'
         (0 = ok) and 'line' (a short summary for the progress line); the result is that
-        dict with 'argv' added. prepare(run_dir) sets the folder up (default: empty it).
-        A job whose run_dir holds a result.json of the same argv is not run again; a
-        failed job (rc != 0) is not cached, so the next call retries it."""
+        dict with the job's settings ('argv': its spec, 'version') added. A job whose folder
+        holds a result.json of the same settings (Runner.cached) is not run again; a failed job
+        (rc != 0) is not cached, so the next call retries it."""
         try:
             return self._map(fn, jobs, what)
         except KeyboardInterrupt:
@@ -236,41 +318,30 @@ class Runner:
 
     def _map(self, fn, jobs, what):
         """map() itself."""
-        results, todo = [None] * len(jobs), []
-        for i, (run_dir, argv, eta, prepare) in enumerate(jobs):
-            results[i] = self.cached(run_dir, argv)
-            if results[i] is None:
-                todo.append(i)
+        results = [self.cached(j) for j in jobs]
+        todo = [i for i, r in enumerate(results) if r is None]
         if len(todo) < len(jobs):
             say(f'{what}: {len(jobs) - len(todo)} of {len(jobs)} runs cached')
-        left = sum(jobs[i][2] for i in todo)
-        t0, done, futures = time.time(), 0, {}
-        for i in todo:
-            run_dir, argv, eta, prepare = jobs[i]
-            (prepare or reset_dir)(run_dir)
-            futures[self.submit(fn, argv, run_dir)] = i
+        left = sum(jobs[i].eta for i in todo)
+        t0, done = time.time(), 0
+        futures = {self.start(fn, jobs[i]): i for i in todo}
         if todo:
             say(f'{what}: {len(todo)} runs, about {fmt_s(left / self.workers)} on {self.workers} workers')
         for fut in as_completed(futures):
             i = futures[fut]
-            run_dir, argv, eta, _ = jobs[i]
-            res = {'argv': argv, **self.outcome(fut)}
-            if res['rc'] == 0:
-                cache(self.result_path(run_dir), res)
-            results[i] = res
+            results[i] = res = self.finish(jobs[i], fut)
             done += 1
-            left -= eta
-            self.progress(done, len(todo), run_dir, res, t0, left)
+            left -= jobs[i].eta
+            self.progress(done, len(todo), jobs[i].dir, res, t0, left)
         self.ran += done
         return results
 
     def chains(self, fn, chains, what):
-        """chains: lists of jobs (run_dir, argv, eta_seconds, prepare) as in map(), each list run in
-        order (a job may read what the job before it left in its folder), the lists side by side:
-        whenever a worker is free it takes the next job of the chain with the most work left (a
-        cached job is skipped). After a failed job the rest of its chain is not run (each gets
-        {'rc': 1, 'line': ...}, not cached) -> a list of results per chain, in order, and
-        self.ran counts the jobs run."""
+        """chains: lists of Job as in map(), each list run in order (a job may read what the job before
+        it left in its folder), the lists side by side: whenever a worker is free it takes the next job
+        of the chain with the most work left (a cached job is skipped). After a failed job the rest of
+        its chain is not run (each gets {'rc': 1, 'line': ...}, not cached) -> a list of results per
+        chain, in order, and self.ran counts the jobs run."""
         try:
             return self._chains(fn, chains, what)
         except KeyboardInterrupt:
@@ -278,12 +349,12 @@ class Runner:
 
     def _chains(self, fn, chains, what):
         """chains() itself."""
-        results = [[self.cached(run_dir, argv) for run_dir, argv, _, _ in chain] for chain in chains]
+        results = [[self.cached(j) for j in chain] for chain in chains]
         todo = sum(r is None for rs in results for r in rs)
         total = sum(map(len, chains))
         if todo < total:
             say(f'{what}: {total - todo} of {total} runs cached')
-        left = sum(job[2] for chain, rs in zip(chains, results) for job, r in zip(chain, rs) if r is None)
+        left = sum(j.eta for chain, rs in zip(chains, results) for j, r in zip(chain, rs) if r is None)
         if todo:
             say(f'{what}: {todo} runs in {sum(any(r is None for r in rs) for rs in results)} chains, about '
                 f'{fmt_s(left / self.workers)} on {self.workers} workers')
@@ -294,7 +365,7 @@ class Runner:
                 cursor[c] += 1
 
         def work_left(c):
-            return sum(job[2] for job, r in zip(chains[c][cursor[c]:], results[c][cursor[c]:]) if r is None)
+            return sum(j.eta for j, r in zip(chains[c][cursor[c]:], results[c][cursor[c]:]) if r is None)
         for c in range(len(chains)):
             advance(c)
         while True:
@@ -302,34 +373,31 @@ class Runner:
             while ready and len(running) < self.workers:
                 c = max(ready, key=work_left)
                 ready.remove(c)
-                run_dir, argv, _, prepare = chains[c][cursor[c]]
-                (prepare or reset_dir)(run_dir)
-                running[self.submit(fn, argv, run_dir)] = c
+                running[self.start(fn, chains[c][cursor[c]])] = c
             if not running:
                 break
             for fut in wait(running, return_when=FIRST_COMPLETED)[0]:
                 c = running.pop(fut)
-                run_dir, argv, eta, _ = chains[c][cursor[c]]
-                res = {'argv': argv, **self.outcome(fut)}
-                if res['rc'] == 0:
-                    cache(self.result_path(run_dir), res)
-                else:                         # the rest of the chain needs this job's output
+                j = chains[c][cursor[c]]
+                res = self.finish(j, fut)
+                if res['rc'] != 0:            # the rest of the chain needs this job's output
                     for i in range(cursor[c] + 1, len(chains[c])):
                         if results[c][i] is None:
-                            results[c][i] = {'argv': chains[c][i][1], 'rc': 1,
-                                             'line': f'not run: {os.path.relpath(run_dir, self.out)} failed'}
-                            skipped, left = skipped + 1, left - chains[c][i][2]
+                            results[c][i] = {**chains[c][i].settings, 'rc': 1,
+                                             'line': f'not run: {os.path.relpath(j.dir, self.out)} failed'}
+                            skipped, left = skipped + 1, left - chains[c][i].eta
                 results[c][cursor[c]] = res
                 done += 1
-                left -= eta
-                self.progress(done + skipped, todo, run_dir, res, t0, left)    # skipped: ended, not run
+                left -= j.eta
+                self.progress(done + skipped, todo, j.dir, res, t0, left)    # skipped: ended, not run
                 advance(c)
         self.ran += done
         return results
 
     def train_batch(self, jobs, what):
-        """train.py runs: jobs as in map(), argv the train.py arguments -> results with
-        'rc', 'evals' [(step, val_loss, val_bpb, val_acc)], 'summary', 'argv'."""
+        """train.py runs: jobs as in map(), each spec train.py's arguments less --out_dir (train_job
+        adds the job's folder) -> results with 'rc', 'evals' [(step, val_loss, val_bpb, val_acc)],
+        'summary', 'argv'."""
         return self.map(train_job, jobs, what)
 
     def commands(self, jobs, what):

@@ -179,12 +179,12 @@ class TestAccuracy(OneThread):
 
     def test_the_table_takes_each_cells_best_rate(self):
         ok = lambda acc: {'rc': 0, 'acc': acc, 'test_loss': 0.1, 'epochs': 1, 'seconds': 1, 'diverged': False}
-        grid = {('flat', 2, 64, 64): {1e-3: ok(0.5), 3e-4: ok(0.75)},
-                ('flat', 2, 64, 128): {1e-3: ok(0.4), 3e-4: {'rc': 1, 'line': 'its process died'}},
-                ('transformer', 2, 64, 64): {1e-3: ok(1.0), 3e-4: ok(1.0)}}
-        self.assertEqual(mqar.best(grid[('flat', 2, 64, 64)]), (0.75, 3e-4))
-        self.assertEqual(mqar.best(grid[('flat', 2, 64, 128)]), (0.4, 1e-3))     # a failed rate counts 0
-        self.assertEqual(mqar.best(grid[('transformer', 2, 64, 64)]), (1.0, 3e-4))    # a tie: the smaller rate
+        grid = {('flat', 2, 64, 4, 64): {1e-3: ok(0.5), 3e-4: ok(0.75)},
+                ('flat', 2, 64, 4, 128): {1e-3: ok(0.4), 3e-4: {'rc': 1, 'line': 'its process died'}},
+                ('transformer', 2, 64, 4, 64): {1e-3: ok(1.0), 3e-4: ok(1.0)}}
+        self.assertEqual(mqar.best(grid[('flat', 2, 64, 4, 64)]), (0.75, 3e-4))
+        self.assertEqual(mqar.best(grid[('flat', 2, 64, 4, 128)]), (0.4, 1e-3))     # a failed rate counts 0
+        self.assertEqual(mqar.best(grid[('transformer', 2, 64, 4, 64)]), (1.0, 3e-4))    # a tie: the smaller rate
         self.assertEqual(mqar.best_mixer(grid, 2), 'flat')
         s = {'cells': ((64, 4),), 'd_models': (64, 128)}
         table = mqar_report.accuracy_table(grid, [('flat', 2), ('transformer', 2)], s)
