@@ -335,15 +335,15 @@ def check_writable(path, overwrite=True, what="output file"):
 
 
 def write_atomic(path, text):
-    """Write the str `text` to `path` whole or not at all: a temporary file beside it
-    (.NAME.tmpPID), then os.replace; the folders are made. A failed write removes the
-    temporary file, leaves `path` as it was and raises OSError."""
+    """Write `text` (str, as UTF-8, or bytes) to `path` whole or not at all: a temporary file
+    beside it (.NAME.tmpPID), then os.replace; the folders are made. A failed write removes
+    the temporary file, leaves `path` as it was and raises OSError."""
     folder = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
     try:
         os.makedirs(folder, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -359,3 +359,8 @@ def save_results(path, results, prog, indent=2):
         print(f'{prog}: error: could not write {path} ({e.strerror or e}); the results are the tables above',
               file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("the checkpoint format's module, not a command: train.py writes checkpoints, sample.py reads them", 'checkpoint.py')

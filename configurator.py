@@ -40,16 +40,17 @@ def failing(prog):
     return lambda msg: fail(msg, prog)
 
 
-def parse_list(text, cast, flag, prog='train.py', empty=False):
-    """A command line's comma-separated list 'a,b,c' -> [cast(a), ...], each item once. A bad item, an item
-    named twice or (unless `empty`) no item at all is a one-line error naming `flag` (fail: exit 2)."""
-    items = [x.strip() for x in text.split(',') if x.strip()]
+def parse_list(text, cast, flag, prog='train.py', empty=False, items='values'):
+    """A command line's comma-separated list 'a,b,c' -> [cast(a), ...], each item once. A bad item (cast
+    raises ValueError), an item named twice or (unless `empty`) no item at all is a one-line error naming
+    `flag` and what its items are (`items`; int, float and str name their own) (fail: exit 2)."""
+    items = {int: 'integers', float: 'numbers', str: 'names'}.get(cast, items)
+    parts = [x.strip() for x in text.split(',') if x.strip()]
     try:
-        values = [cast(x) for x in items]
+        values = [cast(x) for x in parts]
     except ValueError:
-        name = {int: 'integers', float: 'numbers', str: 'names'}.get(cast, f'{cast.__name__} values')
-        fail(f'{flag} must be {name} separated by commas, got {text!r}', prog)
-    twice = [x for i, x in enumerate(items) if x in items[:i] or values[i] in values[:i]]
+        fail(f'{flag} must be {items} separated by commas, got {text!r}', prog)
+    twice = [x for i, x in enumerate(parts) if x in parts[:i] or values[i] in values[:i]]
     if twice:
         fail(f'{flag} names {twice[0]} twice (got {text!r}); give each once', prog)
     if not values and not empty:
@@ -182,7 +183,8 @@ def resolve_settings(overrides, defaults, model_keys):
     except checkpoint.CheckpointError as e:
         fail(str(e))
     saved = {k: v for k, v in ckpt.get('config', {}).items() if k in defaults}
-    saved.update({k: ckpt['model_config'][k] for k in model_keys + ['task']})   # the architecture
+    # the architecture; a field added since the checkpoint was made has its default (what the model had then)
+    saved.update({k: ckpt['model_config'].get(k, defaults.get(k)) for k in model_keys + ['task']})
     cfg = {**defaults, **saved, 'init_from': 'resume', 'out_dir': cfg['out_dir']}
     master = int(os.environ.get('RANK', 0)) == 0
     if master:
@@ -198,3 +200,8 @@ def resolve_settings(overrides, defaults, model_keys):
     if cfg['max_iters'] < ckpt['step']:
         fail(f'max_iters={cfg["max_iters"]} is below the checkpoint\'s step {ckpt["step"]}')
     return cfg, ckpt
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("train.py's settings, not a command: python train.py --help lists them", 'configurator.py')

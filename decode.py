@@ -202,8 +202,7 @@ def model_step(model, idx, pos, layers):
     if model.wpe is not None:
         x = x + model.wpe[pos[None]]
     for block, state in zip(model.blocks, layers):
-        x = x + mixing_step(block.mixing, block.norm1(x), state, pos)
-        x = x + block.ff(block.norm2(x))
+        x = block.residual(x, lambda z: mixing_step(block.mixing, z, state, pos))
     return model.lm_head(model.norm_f(x))[:, -1]
 
 
@@ -293,3 +292,8 @@ def generate_static(model, idx, max_new_tokens, temperature=1.0, top_k=None, com
         dec.reset()
         return dec.prefill(tokens)
     return sample_loop(idx, max_new_tokens, temperature, top_k, dec.max_len, start, dec.step)
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail('the generation module, not a command: python sample.py --help', 'decode.py')

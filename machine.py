@@ -258,3 +258,8 @@ def hms(seconds):
     """Seconds -> 'H:MM:SS'."""
     seconds = int(round(seconds))
     return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail('the device and timing module, not a command: python -m experiments.bench measures this machine', 'machine.py')

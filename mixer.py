@@ -19,8 +19,9 @@ from einops import rearrange
 
 KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
 MIXINGS = ('dense', 'toeplitz', 'recurrent')
-CHOICES = dict(kind=KINDS, mixing=MIXINGS, activation=('gelu', 'none'), recurrent_form=('column', 'row', 'mixed'),
-               task=('lm', 'autoencode'), attention=('sdpa', 'naive'), hybrid=('serial', 'parallel'))
+CHOICES = dict(kind=KINDS, mixing=MIXINGS, activation=('gelu', 'silu', 'none'), recurrent_form=('column', 'row', 'mixed'),
+               task=('lm', 'autoencode'), attention=('sdpa', 'naive'), hybrid=('serial', 'parallel'),
+               mixing_init=('decay', 'normal'), block_order=('mix_ff', 'ff_mix'), init=('gpt2', 'kaiming'))
 
 
 @dataclass
@@ -48,6 +49,11 @@ class ModelConfig:
     chunk_size: int = 256           # chunk length of the recurrent mixing and linear attention (likewise)
     hybrid: str = 'serial'          # 'serial': Mix(Attn(z)), the paper's best; 'parallel': Attn(z) + Mix(z)
     task: str = 'lm'                # 'lm' (next token) or 'autoencode'
+    # Badger & Roland 2026's Toeplitz mixer (arXiv 2605.06683, ethan-w-roland/ToeplitzMixers) as settings:
+    mixing_init: str = 'decay'      # Toeplitz w: 'decay' (a moving average, ~16 tokens) or 'normal' (N(0, 2 / n_ctx))
+    block_order: str = 'mix_ff'     # 'ff_mix': each block's feed-forward before its sequence mixing
+    final_norm: bool = True         # False: no norm before the head
+    init: str = 'gpt2'              # 'kaiming': Linear weights N(0, 2 / fan_in), embeddings N(0, 1), no depth scaling
 
     def __post_init__(self):
         def check(ok, msg):
@@ -68,6 +74,7 @@ class ModelConfig:
             check(self.mixing in ('dense', 'toeplitz') and self.expansion == 1 and self.kernel == 1,
                   "the hybrid's mixing is dense or toeplitz, with expansion = kernel = 1")
         check(0.0 <= self.dropout < 1.0, f'dropout must be in [0, 1), got {self.dropout}')
+        check(self.mixing_init == 'decay' or self.mixing == 'toeplitz', "mixing_init='normal' is the Toeplitz mixing's")
 
 
 # The papers' variants by name -> ModelConfig overrides (`train.py --variant=NAME`).
@@ -199,13 +206,16 @@ class MaskedMixing(HeadMixing):
 class ToeplitzMixing(HeadMixing):
     """Toeplitz masked mixing (blog post "Masked Recurrent Mixers"): M[i, j] = w[i - j] for j <= i, n_ctx
     weights a head: a causal convolution. Two equal paths (tested): the T x T matrix, and for T >=
-    fft_threshold an FFT (pad to 2T, rfft, multiply, irfft, keep T). Init: w[k] = out_scale (1 - b)
-    b^k, b = 15/16 (a moving average over ~16 tokens); bias c 0. Decoding caches z."""
-    def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0):
+    fft_threshold an FFT (pad to 2T, rfft, multiply, irfft, keep T). Init 'decay': w[k] = out_scale
+    (1 - b) b^k, b = 15/16 (a moving average over ~16 tokens); 'normal': w ~ N(0, 2 / n_ctx) (Kaiming,
+    Badger & Roland 2026's Toeplitz mixer, arXiv 2605.06683); bias c 0. Decoding caches z."""
+    def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0, init='decay'):
         super().__init__(d_model, n_head)
         self.fft_threshold = fft_threshold
         b = 1 - 1 / 16
-        self.w = nn.Parameter(out_scale * ((1 - b) * b ** torch.arange(n_ctx).float()).repeat(n_head, 1))
+        w = (out_scale * ((1 - b) * b ** torch.arange(n_ctx).float()).repeat(n_head, 1) if init == 'decay' else
+             torch.randn(n_head, n_ctx) * math.sqrt(2 / n_ctx))
+        self.w = nn.Parameter(w)
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, rows, T):
@@ -409,18 +419,18 @@ def make_token_mixing(cfg, n_head, out_scale=1.0):
     if cfg.mixing == 'dense':
         return MaskedMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.expansion, cfg.kernel, out_scale)
     if cfg.mixing == 'toeplitz':
-        return ToeplitzMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.fft_threshold, out_scale)
+        return ToeplitzMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.fft_threshold, out_scale, cfg.mixing_init)
     return RecurrentMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.recurrent_form, cfg.chunk_size, out_scale)
 
 
 # ----------------------------------------------------------------------------- blocks and models
 
 class MLP(nn.Module):
-    """Mixer feed-forward: Linear(d, hidden) -> GELU (or identity) -> Linear(hidden, d)."""
+    """Mixer feed-forward: Linear(d, hidden) -> GELU (or SiLU, or identity) -> Linear(hidden, d)."""
     def __init__(self, d_model, hidden, activation='gelu'):
         super().__init__()
         self.fc = nn.Linear(d_model, hidden)
-        self.act = nn.GELU() if activation == 'gelu' else nn.Identity()
+        self.act = {'gelu': nn.GELU(), 'silu': nn.SiLU()}.get(activation, nn.Identity())
         self.proj_out = nn.Linear(hidden, d_model)
 
     def forward(self, x):
@@ -449,9 +459,9 @@ def make_norm(cfg):
 
 
 class Block(nn.Module):
-    """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)),
-    Mix the kind's sequence mixing, FF the GELU MLP (mixers, GPT) or SwiGLU.
-    forward(x float [B, T, d], state (the layer's decoding dict) or None, pos)."""
+    """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)) (the
+    other way round with block_order='ff_mix'), Mix the kind's sequence mixing, FF the GELU MLP
+    (mixers, GPT) or SwiGLU. forward(x float [B, T, d], state (the layer's decoding dict) or None, pos)."""
     def __init__(self, cfg):
         super().__init__()
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
@@ -467,9 +477,18 @@ class Block(nn.Module):
         self.ff = (MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation) if cfg.kind in ('mixer', 'gpt')
                    else SwiGLU(cfg.d_model, cfg.ff_mult))
         self.drop = nn.Dropout(cfg.dropout)
+        self.ff_first = cfg.block_order == 'ff_mix'
 
     def forward(self, x, state=None, pos=0):
-        x = x + self.drop(self.mixing(self.norm1(x), state, pos))
+        return self.residual(x, lambda z: self.mixing(z, state, pos))
+
+    def residual(self, x, mix):
+        """The block's two residual branches in its order, with `mix` (z float [B, T, d] -> the same) as
+        the sequence mixing: forward's, or decode.py's static step."""
+        if self.ff_first:
+            x = x + self.drop(self.ff(self.norm2(x)))
+            return x + self.drop(mix(self.norm1(x)))
+        x = x + self.drop(mix(self.norm1(x)))
         return x + self.drop(self.ff(self.norm2(x)))
 
 
@@ -479,14 +498,25 @@ class _Model(nn.Module):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.embed_proj = nn.Linear(cfg.d_model, cfg.d_model) if cfg.embed_linear else nn.Identity()
-        self.norm_f = make_norm(cfg)
+        self.norm_f = make_norm(cfg) if cfg.final_norm else nn.Identity()
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
 
     def _init_weights(self, n_blocks):
         """GPT-2 init: Linear and Embedding weights N(0, 0.02), biases 0, projections into
-        the residual stream N(0, 0.02 / sqrt(2 n_blocks)); token mixings keep their own."""
+        the residual stream N(0, 0.02 / sqrt(2 n_blocks)); token mixings keep their own. With
+        cfg.init 'kaiming' (Badger & Roland 2026): Linear weights N(0, 2 / fan_in), biases 0,
+        embeddings N(0, 1) (torch's default), no depth scaling."""
+        if self.cfg.init == 'kaiming':
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.kaiming_normal_(m.weight)
+                    if m.bias is not None:
+                        nn.init.zeros_(m.bias)
+                elif isinstance(m, nn.Embedding):
+                    nn.init.normal_(m.weight)
+            return
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, std=0.02)
@@ -602,3 +632,8 @@ class Autoencoder(_Model):
 def build_model(cfg):
     """The model of cfg: Autoencoder if cfg.task == 'autoencode', else LanguageModel."""
     return Autoencoder(cfg) if cfg.task == 'autoencode' else LanguageModel(cfg)
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail('the models module, not a command: python train.py --variant=NAME trains one (--help)', 'mixer.py')

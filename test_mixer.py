@@ -1,4 +1,4 @@
-"""The test suite: python test_mixer.py   (the last line reads 'N passed, M failed, K skipped').
+"""The test suite: python test_mixer.py   (the last line reads 'N passed, M failed, K skipped (of T tests)').
 
 Runs every tests/test_*.py module, one file a subject: test_model (causality,
 incremental decoding, each variant's definition), test_train, test_sample,
@@ -29,6 +29,7 @@ takes part as it is.
 
 import contextlib
 import importlib
+import io
 import os
 import sys
 import time
@@ -55,20 +56,39 @@ def test_modules(names=None):
     return [importlib.import_module(f'tests.{n}') for n in names]
 
 
+def unit(test):
+    """The test a unittest outcome belongs to -> its id: a subtest's is its test's; a class or module
+    whose setup failed or skipped (unittest's _ErrorHolder) is a unit of its own."""
+    return getattr(test, 'test_case', test).id()
+
+
+def outcomes(result, ci):
+    """{test id: 'passed' | 'failed' | 'skipped'}, one outcome a test that ran (TimedResult.started) and
+    one a class or module setup that failed or skipped: failed if it (or any of its subtests) failed,
+    errored or passed unexpectedly, or, with ci=True, skipped for missing real text (NO_TEXT: CI cannot
+    pass by skipping); else skipped if it (or a subtest) skipped; else passed."""
+    out = dict.fromkeys(result.started, 'passed')
+    for t, reason in result.skipped:
+        data = ci and reason.startswith(NO_TEXT.split(':')[0])
+        if data:
+            print(f'FAIL (CI=true, skipped for missing data): {t.id()}')
+        if out.get(unit(t)) != 'failed':
+            out[unit(t)] = 'failed' if data else 'skipped'
+    for t in [t for t, _ in result.failures + result.errors] + list(result.unexpectedSuccesses):
+        out[unit(t)] = 'failed'
+    return out
+
+
 def summarize(result, ci):
-    """(exit code, last line 'N passed, M failed, K skipped') of a unittest result; the skipped
-    count says how many were --fast's (FAST_SKIP). With ci=True a test skipped for missing real
-    text (reason NO_TEXT) counts as failed: CI cannot pass by skipping."""
-    data_skips = [t for t, reason in result.skipped if reason.startswith(NO_TEXT.split(':')[0])] if ci else []
-    for t in data_skips:
-        print(f'FAIL (CI=true, skipped for missing data): {t.id()}')
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses) + len(data_skips)
-    skipped = len(result.skipped) - len(data_skips)
-    passed = result.testsRun - len(result.failures) - len(result.errors) - len(result.unexpectedSuccesses) \
-        - len(result.skipped)
-    fast = sum(reason == FAST_SKIP for _, reason in result.skipped)
+    """(exit code, last line 'N passed, M failed, K skipped (of T tests)') of a TimedResult, each test
+    counted once (outcomes: passed + failed + skipped = T, whatever its subtests or its class's setup
+    did); the skipped count says how many were --fast's (FAST_SKIP)."""
+    out = outcomes(result, ci)
+    n = {k: sum(v == k for v in out.values()) for k in ('passed', 'failed', 'skipped')}
+    fast = len({unit(t) for t, reason in result.skipped if reason == FAST_SKIP and out[unit(t)] == 'skipped'})
     note = f' ({fast} of them start a Python process: --fast skips them)' if fast else ''
-    return (1 if failed else 0), f'{passed} passed, {failed} failed, {skipped} skipped{note}'
+    return (1 if n['failed'] else 0), (f'{n["passed"]} passed, {n["failed"]} failed, {n["skipped"]} skipped{note} '
+                                       f'(of {len(out)} tests)')
 
 
 class TimedResult(unittest.TextTestResult):
@@ -80,10 +100,11 @@ class TimedResult(unittest.TextTestResult):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.seconds, self._stop, self._cls = {}, time.perf_counter(), None
+        self.seconds, self._stop, self._cls, self.started = {}, time.perf_counter(), None, []
         self._refused = refused_python_processes()
 
     def startTest(self, test):
+        self.started.append(test.id())
         self._t0 = time.perf_counter()
         if type(test) is not self._cls:
             self._cls = type(test)
@@ -135,6 +156,13 @@ def by_module(seconds):
     return 'seconds a module: ' + ', '.join(f'{m} {s:.0f}' for m, s in sorted(total.items(), key=lambda kv: -kv[1]))
 
 
+def run_quietly(*cases):
+    """Run the TestCase classes `cases` through TimedResult with the output discarded -> the result."""
+    suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(c) for c in cases)
+    with open(os.devnull, 'w') as devnull:
+        return unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
+
+
 class TestRunner(unittest.TestCase):
     """The runner itself: it finds every module, refuses unknown ones, and CI cannot pass by skipping."""
 
@@ -160,15 +188,52 @@ class TestRunner(unittest.TestCase):
 
             def test_passes(self):
                 pass
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
-        result = unittest.TextTestRunner(stream=open(os.devnull, 'w')).run(suite)
-        result.stream.stream.close()
-        import contextlib
-        import io
+        result = run_quietly(Fake)
         with contextlib.redirect_stdout(io.StringIO()) as out:
-            self.assertEqual(summarize(result, ci=False), (0, '1 passed, 0 failed, 2 skipped'))
-            self.assertEqual(summarize(result, ci=True), (1, '1 passed, 1 failed, 1 skipped'))
+            self.assertEqual(summarize(result, ci=False), (0, '1 passed, 0 failed, 2 skipped (of 3 tests)'))
+            self.assertEqual(summarize(result, ci=True), (1, '1 passed, 1 failed, 1 skipped (of 3 tests)'))
         self.assertIn('test_needs_text', out.getvalue())
+
+    def test_counts_add_up_with_subtests_and_class_setups(self):
+        """passed + failed + skipped = tests: a class whose setup skips or fails is one test, a test is one
+        whatever its subtests did (the count went negative when skips came from these)."""
+        class SkipsInSetup(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                raise unittest.SkipTest('needs CUDA')
+
+            def test_a(self):
+                pass
+
+            def test_b(self):
+                pass
+
+        class FailsInSetup(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                raise RuntimeError('no data')
+
+            def test_c(self):
+                pass
+
+        class Subtests(unittest.TestCase):
+            def test_skips_three(self):
+                for i in range(3):
+                    with self.subTest(i=i):
+                        self.skipTest('not here')
+
+            def test_fails_two(self):
+                for i in range(3):
+                    with self.subTest(i=i):
+                        self.assertEqual(i, 0)
+
+            def test_passes(self):
+                for i in range(3):
+                    with self.subTest(i=i):
+                        pass
+        result = run_quietly(SkipsInSetup, FailsInSetup, Subtests)
+        code, line = summarize(result, ci=False)
+        self.assertEqual((code, line), (1, '1 passed, 2 failed, 2 skipped (of 5 tests)'))
 
     def test_fast_skips_a_test_that_starts_python_and_only_that(self):
         import subprocess

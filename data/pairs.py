@@ -44,11 +44,16 @@ import hashlib
 import json
 import os
 import re
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 
-from data.prepare import load_tokenizer, read_stories, tokenizer_sha256
+if __name__ == '__main__':       # before the imports that need the repository root on the path
+    print("pairs.py: error: retrieval.py's pairs, not a command: python retrieval.py --help", file=sys.stderr)
+    sys.exit(2)
+
+from data.prepare import load_tokenizer, read_stories, tokenizer_sha256  # noqa: E402
 
 
 class UsageError(Exception):

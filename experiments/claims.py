@@ -63,8 +63,9 @@ from checkpoint import CheckpointError, read_log
 # the compared models (MODELS, ...) are claims_report's, which turns the finished runs into the report
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
-from checkpoint import check_folder_writable
-from experiments.runner import ROOT, Runner, fmt_s, job, load_json, reset_dir, say, window_loss_job
+from checkpoint import check_folder_writable, write_atomic
+from configurator import failing, parse_list
+from experiments.runner import ROOT, Runner, command, fmt_s, job, load_json, reset_dir, say, window_loss_job
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
 VERSION = 'claims 2'      # of train.py's loop as these runs use it: in every cached run's key; change it with train.py
 
@@ -122,9 +123,7 @@ def calibrate(runner, out, names, base, steps, recalibrate):
         if res['rc'] != 0 or not ms:
             fail(f'calibration run of {n} failed: see {os.path.join(j.dir, "console.txt")}')
         cal[n] = {'s_per_step': statistics.median(ms[1:] or ms) / 1000, 'argv_base': base}
-    with open(path + '.tmp', 'w') as f:
-        json.dump(cal, f, indent=1)
-    os.replace(path + '.tmp', path)
+    write_atomic(path, json.dumps(cal, indent=1))
     return {n: cal[n]['s_per_step'] for n in names}
 
 
@@ -322,10 +321,6 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         run_claims(args)
-    except KeyboardInterrupt:
-        print(f'claims.py: interrupted (Ctrl-C); the runs that finished are cached in {args.out}: run the same '
-              'command again to go on', file=sys.stderr)
-        sys.exit(130)
     except CheckpointError as e:                   # a damaged calibration log
         print(f'claims.py: error: {e}', file=sys.stderr)
         sys.exit(1)
@@ -450,13 +445,10 @@ def measure_commands(runner, out, plan, ae_dirs, data_dir, args):
 def write_runs(out, plan):
     """OUT/runs.jsonl: one line per language-model run (model, seed, lr, steps, folder, the
     sweep's proxy losses and train.py's result: its evals in nats/token)."""
-    with open(os.path.join(out, 'runs.jsonl.tmp'), 'w') as f:
-        for m, p in plan.items():
-            for seed, (d, r) in enumerate(zip(p['dirs'], p['runs'])):
-                f.write(json.dumps({'model': m, 'seed': seed, 'lr': p['lr'], 'steps': p['steps'], 'dir': d,
-                                    'sweep': p['sweep'], **r}) + '\n')
-    os.replace(os.path.join(out, 'runs.jsonl.tmp'), os.path.join(out, 'runs.jsonl'))
+    write_atomic(os.path.join(out, 'runs.jsonl'), ''.join(
+        json.dumps({'model': m, 'seed': seed, 'lr': p['lr'], 'steps': p['steps'], 'dir': d, 'sweep': p['sweep'], **r})
+        + '\n' for m, p in plan.items() for seed, (d, r) in enumerate(zip(p['dirs'], p['runs']))))
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(command(main, 'claims.py'))

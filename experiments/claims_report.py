@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from checkpoint import write_atomic
 from experiments.runner import md_table, save_figure
 
 # name -> (train.py arguments, family). Families decide the "best of" row.
@@ -552,7 +553,10 @@ def write_report(out, plan, extras, step_s, args, budget_s, n_train, tps):
     notes.insert(0, plot(plan, step_s, os.path.join(out, 'curves.png'), extras.get('ae_runs')))
     report = '\n'.join(text) + '\n'
     print(report)
-    with open(os.path.join(out, 'claims.md.tmp'), 'w') as f:
-        f.write(report)
-    os.replace(os.path.join(out, 'claims.md.tmp'), os.path.join(out, 'claims.md'))
+    write_atomic(os.path.join(out, 'claims.md'), report)
     return notes
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("claims.py's report, not a command: python -m experiments.claims writes it (from its cached runs)", 'claims_report.py')

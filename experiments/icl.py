@@ -7,6 +7,7 @@
     python -m experiments.icl --layers 1,2,3,4,5,6,7 --params diag --noise 0,3   # any grid of LSA models
     python -m experiments.icl --speed           # the batched trainer against one model at a time (a minute)
     python -m experiments.icl --mixer_ladder --docs docs/icl.md   # only the mixers' budget ladder (hours)
+    python -m experiments.icl --compute --docs docs/icl.md        # only the mixer and transformer against compute
 
 Reproduces Vladymyrov, von Oswald, Sandler, Ge, "Linear Transformers are Versatile In-Context
 Learners" (NeurIPS 2024, arXiv 2402.14180): a stack of linear self-attention (LSA) layers reads a
@@ -17,7 +18,8 @@ training) are experiments/regression.py's; this file runs them: every model of o
 as one batched job (runner.Runner caches each), then the report (experiments/icl_report.py: Table
 1 ours against the paper's, its claims as verdicts, Theorem 4.1, the budget ladder) and, with
 --mixers, the same prompts through mixer.py's sequence models (experiments/icl_mixers.py).
---mixer_ladder runs only the masked mixers' budget ladder (experiments/icl_ladder.py: its plan).
+--mixer_ladder runs only the masked mixers' budget ladder (experiments/icl_ladder.py: its plan), --compute
+only the 2-layer flat mixer and transformer trained long (experiments/icl_compute.py).
 
 Metric: the adjusted evaluation loss, mean over prompts of 0.5 (y_hat - y_t)^2 minus the same
 for the oracle (ridge with the prompt's true sigma), on the same prompts.
@@ -25,6 +27,7 @@ for the oracle (ridge with the prompt's true sigma), on the same prompts.
 
 import argparse
 import math
+from collections import namedtuple
 import os
 import sys
 import time
@@ -32,11 +35,12 @@ import time
 import torch
 
 from checkpoint import check_folder_writable, write_atomic
-from experiments import icl_ladder, icl_mixers, icl_report
+from configurator import failing, parse_list
+from experiments import icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, LinearSelfAttention, check_noise,
                                     fixed_prompts, half_sq, implicit_weights, mean_loss, train, train_batched, y_scale)
-from experiments.runner import Runner, fmt_s, job, md_table, say
+from experiments.runner import Runner, command, fmt_s, job, md_table, say
 
 
 # Budgets (docs/icl.md): the default run, and --quick. mixer_*: experiments/icl_mixers.py's.
@@ -56,10 +60,12 @@ SETTINGS = {
 LADDER_MODELS = [(4, 'diag'), (4, 'full'), (7, 'diag'), (7, 'full')]
 
 
-def fail(msg):
-    """Print a one-line error and exit with status 2."""
-    print(f'icl.py: error: {msg}', file=sys.stderr)
-    sys.exit(2)
+fail = failing('icl.py')
+
+
+def parse(text, cast, flag):
+    """configurator.parse_list for icl.py's flags: each item once, a one-line error otherwise."""
+    return parse_list(text, cast, flag, 'icl.py')
 
 
 # ----------------------------------------------------------------------------- the LSA jobs
@@ -187,8 +193,10 @@ def parse_args(argv):
                    help="only the masked mixers' budget ladder in context (experiments/icl_ladder.py)")
     p.add_argument('--mixer_rungs', help="the mixer ladder's multiples of the 60 s budget, 1 first (default 1,4,16)")
     p.add_argument('--mixer_rates', help="the mixer ladder's peak learning rates (default 1e-3,3e-3,1e-2)")
-    p.add_argument('--docs', help="with --mixer_ladder: write its section into this page (between its "
-                                  "mixer-ladder markers) and its figure into the assets/ folder beside")
+    p.add_argument('--compute', action='store_true', help='only the 2-layer flat mixer and transformer trained '
+                   'long, their loss against training FLOPs (experiments/icl_compute.py; hours)')
+    p.add_argument('--docs', help="with --mixer_ladder or --compute: write its section into this page (between "
+                                  "its markers) and its figure into the assets/ folder beside")
     p.add_argument('--ladder_budgets', help="the ladder's multiples of the LSA budget (default 1,3,10)")
     p.add_argument('--mixer_budget', type=float,
                    help='seconds of training per sequence model; with --mixer_ladder its 1x rung (default 60)')
@@ -217,7 +225,7 @@ def parse_args(argv):
     for k in ('workers', 'threads'):
         if getattr(args, k) <= 0:
             fail(f'--{k} must be positive')
-    args.noises = args.noise.split(',')
+    args.noises = parse(args.noise, str, '--noise')
     for n in args.noises:
         try:
             check_noise(n)
@@ -225,20 +233,14 @@ def parse_args(argv):
                 raise ValueError(f'noise {n!r}: a fixed sigma is for evaluation only; train on 0..7, c13 or c135')
         except ValueError as e:
             fail(str(e))
-    try:
-        layers = [int(x) for x in args.layers.split(',')] if args.layers else None
-        s['mixer_layers'] = tuple(int(x) for x in args.mixer_layers.split(','))
-    except ValueError:
-        fail('--layers and --mixer_layers must be integers separated by commas')
+    layers = parse(args.layers, int, '--layers') if args.layers else None
+    s['mixer_layers'] = tuple(parse(args.mixer_layers, int, '--mixer_layers'))
     if args.ladder_budgets:
-        try:
-            s['ladder'] = tuple(float(x) for x in args.ladder_budgets.split(','))
-        except ValueError:
-            fail(f'--ladder_budgets must be numbers separated by commas, got {args.ladder_budgets!r}')
+        s['ladder'] = tuple(parse(args.ladder_budgets, float, '--ladder_budgets'))
         if 1 not in s['ladder'] or not all(math.isfinite(x) and x > 0 for x in s['ladder']):
             fail(f'--ladder_budgets must be positive and hold 1 (Table 1\'s runs), got {args.ladder_budgets!r}')
     args.ladder_settings = parse_mixer_ladder(args)
-    params = args.params.split(',') if args.params else None
+    params = parse(args.params, str, '--params') if args.params else None
     if params and any(x not in PARAMS for x in params):
         fail(f'--params: choose among {",".join(PARAMS)}, got {args.params!r}')
     if min(layers or [1]) < 1 or min(s['mixer_layers']) < 1:
@@ -257,31 +259,35 @@ def parse_args(argv):
 
 
 def parse_mixer_ladder(args):
-    """The mixer ladder's settings (icl_ladder.SETTINGS with --mixer_rungs, --mixer_rates and --mixer_budget), and
-    args.figure (the --docs page's figure path, checked), or a one-line error (exit 2)."""
-    L = dict(icl_ladder.SETTINGS['quick' if args.quick else 'full'])
-    if args.mixer_budget is not None:
+    """The settings of --mixer_ladder (icl_ladder.SETTINGS with --mixer_rungs, --mixer_rates and
+    --mixer_budget) or of --compute (icl_compute.SETTINGS), and args.figure (the --docs page's figure path,
+    checked), or a one-line error (exit 2)."""
+    L = dict((icl_compute if args.compute else icl_ladder).SETTINGS['quick' if args.quick else 'full'])
+    if args.mixer_budget is not None and not args.compute:
         L['budget_s'] = args.mixer_budget
     for flag, key in (('mixer_rungs', 'rungs'), ('mixer_rates', 'rates')):
         value = getattr(args, flag)
         if value is None:
             continue
-        try:
-            L[key] = tuple(float(x) for x in value.split(','))
-        except ValueError:
-            fail(f'--{flag} must be numbers separated by commas, got {value!r}')
+        L[key] = tuple(parse(value, float, f'--{flag}'))
         if not all(math.isfinite(x) and x > 0 for x in L[key]):
             fail(f'--{flag} must be positive, got {value!r}')
     if L['rungs'][0] != 1 or list(L['rungs']) != sorted(set(L['rungs'])):
         fail(f'--mixer_rungs must start at 1 (the --mixer_budget budget) and grow, got {args.mixer_rungs!r}')
-    if (args.mixer_rungs or args.mixer_rates or args.docs) and not args.mixer_ladder:
-        fail('--mixer_rungs, --mixer_rates and --docs go with --mixer_ladder')
-    if args.mixer_ladder and (args.mixers or args.ladder or args.speed):
-        fail('--mixer_ladder runs alone: leave out --mixers, --ladder and --speed')
+    if (args.mixer_rungs or args.mixer_rates) and not args.mixer_ladder:
+        fail('--mixer_rungs and --mixer_rates go with --mixer_ladder')
+    if args.docs and not (args.mixer_ladder or args.compute):
+        fail('--docs goes with --mixer_ladder or --compute')
+    if args.mixer_ladder + args.compute + (args.mixers or args.ladder or args.speed) > 1:
+        fail('--mixer_ladder and --compute run alone: one of them, without --mixers, --ladder and --speed')
     args.figure = None
+    if args.docs and args.quick:
+        fail('--docs writes the page from a full run; a --quick run\'s numbers never go on it (its report is in '
+             '--out)')
     if args.docs:
+        sec = SECTIONS['compute' if args.compute else 'mixer_ladder']
         try:
-            args.figure = icl_ladder.check_docs(args.docs)
+            args.figure = icl_ladder.check_docs(args.docs, sec.module.FIGURE, (sec.module.BEGIN, sec.module.END))
         except ValueError as e:
             fail(str(e))
     return L
@@ -298,16 +304,27 @@ def write_report(path, text):
         sys.exit(1)
 
 
-def mixer_ladder(args, argv):
-    """--mixer_ladder: run the ladder (icl_ladder.ladder_runs), then write OUT/mixer_ladder.md, its figure
-    (OUT/mixer_ladder.png, or beside the --docs page) and, with --docs, the page's section; print the
-    report and a summary line (jobs run: 0 when everything came from the cache)."""
-    L, out, t0 = args.ladder_settings, args.out, time.time()
+# The sections a page takes from one command (--mixer_ladder, --compute): their module (its BEGIN, END and
+# FIGURE), the plan, its report and its figure, the figure's words on the page.
+Section = namedtuple('Section', 'module runs report plot what alt')
+SECTIONS = {
+    'mixer_ladder': Section(icl_ladder, icl_ladder.ladder_runs, icl_ladder.ladder_report, icl_ladder.plot_ladder,
+                            'the mixers\' budget ladder', 'The mixers\' budget ladder: adjusted loss against prompts seen'),
+    'compute': Section(icl_compute, icl_compute.compute_runs, icl_compute.compute_report, icl_compute.plot_compute,
+                       'in context against compute', 'In context against compute: adjusted loss against training FLOPs'),
+}
+
+
+def section(args, argv, name):
+    """--mixer_ladder or --compute (SECTIONS[name]): run its plan, then write OUT/NAME.md, its figure
+    (OUT/NAME.png, and beside the --docs page) and, with --docs, the page's section, only from a finished
+    plan whose figure was drawn; print the report and a summary line (jobs run: 0 when everything came
+    from the cache). Exits 1 if a job failed."""
+    sec, L, out, t0 = SECTIONS[name], args.ladder_settings, args.out, time.time()
     runner = Runner(out, args.workers, args.threads)
-    say(f'icl: the mixers\' budget ladder, rungs {",".join(f"{r:g}" for r in L["rungs"])} x {L["budget_s"]:g} s, '
-        f'rates {",".join(f"{r:g}" for r in L["rates"])}, {L["seeds"]} seeds; output in {out}')
+    say(f'icl: {sec.what}, rungs {",".join(f"{r:g}" for r in L["rungs"])}, {L["seeds"]} seed(s); output in {out}')
     try:
-        plan = icl_ladder.ladder_runs(runner, out, L)
+        plan = sec.runs(runner, out, L)
     except RuntimeError as e:
         print(f'icl.py: error: {e}', file=sys.stderr)
         sys.exit(1)
@@ -319,22 +336,28 @@ def mixer_ladder(args, argv):
     meta = (f'`python -m experiments.icl {" ".join(argv)}`: {len(jobs)} training jobs, their own time summed '
             f'{fmt_s(total)} (about {fmt_s(total / args.workers)} on {args.workers} workers)' +
             (f'; {failed} failed' if failed else '') + '.')
-    report = icl_ladder.ladder_report(plan, L, meta)
-    figure = args.figure or os.path.join(out, 'mixer_ladder.png')
-    note = icl_ladder.plot_ladder(plan, L, figure)
+    report = sec.report(plan, L, meta)
+    figure = os.path.join(out, f'{name}.png')
+    note = sec.plot(plan, L, figure)
     print(report)
-    write_report(os.path.join(out, 'mixer_ladder.md'), report + '\n')
+    write_report(os.path.join(out, f'{name}.md'), report + '\n')
+    if args.docs and (failed or not note.startswith('plot: ')):
+        why = (f'{failed} of {len(jobs)} jobs failed (run the same command again to retry them)' if failed else
+               f'its figure was not drawn ({note})')
+        print(f'icl.py: error: {args.docs} not written: {why}; a page is written from a finished plan and its '
+              'figure only', file=sys.stderr)
+        sys.exit(1)
     if args.docs:
         try:
-            icl_ladder.write_docs(args.docs, report, figure)
+            icl_ladder.write_docs(args.docs, report, figure, args.figure, (sec.module.BEGIN, sec.module.END), sec.alt)
         except OSError as e:
             print(f'icl.py: error: could not write {args.docs} ({e.strerror or e}); the report is above and in '
-                  f'{os.path.join(out, "mixer_ladder.md")}', file=sys.stderr)
+                  f'{os.path.join(out, f"{name}.md")}', file=sys.stderr)
             sys.exit(1)
         note += f'; section written into {args.docs}'
     say(note)
-    say(f'icl: mixer ladder done in {fmt_s(time.time() - t0)}; {runner.ran} jobs run; report in '
-        f'{os.path.join(out, "mixer_ladder.md")}')
+    say(f'icl: {sec.what} done in {fmt_s(time.time() - t0)}; {runner.ran} jobs run; report in '
+        f'{os.path.join(out, f"{name}.md")}')
     if failed:
         sys.exit(1)
 
@@ -371,8 +394,8 @@ def main(argv=None):
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)      # the report's small tensor work: 2 threads on 2 busy cores
     try:                                     # were 6x slower than 1
-        if args.mixer_ladder:
-            return mixer_ladder(args, argv if argv is not None else sys.argv[1:])
+        if args.mixer_ladder or args.compute:
+            return section(args, argv if argv is not None else sys.argv[1:], 'compute' if args.compute else 'mixer_ladder')
         run_all(args)
     finally:
         torch.set_num_threads(threads)
@@ -409,4 +432,4 @@ def run_all(args):
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(command(main, 'icl.py'))

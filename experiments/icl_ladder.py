@@ -119,10 +119,15 @@ def check_fork_state(run_dir, res):
 
 
 def save_state(path, **state):
-    """torch.save the state whole or not at all (a temporary file, then os.replace)."""
+    """torch.save the state whole or not at all (a temporary file, then os.replace; a failed write, e.g.
+    a full disk, removes it and raises)."""
     tmp = f'{path}.tmp{os.getpid()}'
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def segment_job(spec, run_dir):
@@ -263,9 +268,10 @@ def keep_dir(run_dir):
     os.makedirs(run_dir, exist_ok=True)
 
 
-def run_chain(out, L, cfg, base, s_per_step, lr, seed, rungs):
-    """The jobs (runner.Job) of one run's rungs `rungs` (ascending), each starting where the one before it
-    forked, the first at initialisation; a later part of a run is a slice of its whole chain."""
+def run_chain(parent, L, cfg, base, s_per_step, lr, seed, rungs):
+    """The jobs (runner.Job in folder `parent`) of one run's rungs `rungs` (ascending), each starting where
+    the one before it forked, the first at initialisation; a later part of a run is a slice of its whole
+    chain. cfg: configs()'s tuple; base: the 1x rung's steps; s_per_step: for the ETAs."""
     v, n, noise, batch, _ = cfg
     jobs, prev = [], None
     for r in rungs:
@@ -276,10 +282,23 @@ def run_chain(out, L, cfg, base, s_per_step, lr, seed, rungs):
                     eval_prompts=L['eval_prompts'], sweep_prompts=L['sweep_prompts'],
                     curve_prompts=L['curve_prompts'], curve_every=max(1, base // L['curve_points']), ckpt_every=base)
         eta = (rung_steps(r, base) - start) * s_per_step * 1.05 + 2
-        prev = job(os.path.join(out, 'mixer_ladder'), f'{v}-L{n}-noise{noise}-b{batch}-lr{lr:g}-seed{seed}-x{r:g}',
-                   spec, eta, VERSION, keep_dir, check_fork_state)
+        prev = job(parent, f'{v}-L{n}-noise{noise}-b{batch}-lr{lr:g}-seed{seed}-x{r:g}', spec, eta, VERSION, keep_dir,
+                   check_fork_state)
         jobs.append(prev)
     return jobs
+
+
+def step_seconds(runner, out, L, keys):
+    """Seconds a training step of each (variant, n_layer, batch) of `keys` at L['d_model'] (calibrate_job, a
+    cached job in OUT/mixer_ladder, measured in the pool the runs train in) -> {key: seconds}.
+    RuntimeError if one fails."""
+    cal = runner.map(calibrate_job, [job(os.path.join(out, 'mixer_ladder'), f'calibrate-{v}-L{n}-d{L["d_model"]}-b{b}',
+                                         dict(variant=v, n_layer=n, d_model=L['d_model'], batch_size=b,
+                                              steps=L['calib_steps']), 3 + L['calib_steps'] * 0.1, VERSION)
+                                     for v, n, b in keys], 'seconds a step (calibration)')
+    if any(r['rc'] for r in cal):
+        raise RuntimeError('a calibration job failed (' + '; '.join(r.get('line', '') for r in cal if r['rc']) + ')')
+    return {k: r['s_per_step'] for k, r in zip(keys, cal)}
 
 
 def ladder_runs(runner, out, L):
@@ -289,19 +308,12 @@ def ladder_runs(runner, out, L):
     'top' {cfg: [the chosen rate's results of seed 0, a rung each]}, 'results' [every rung's result]};
     cfg: configs()'s tuple. RuntimeError if a calibration job fails (the budgets need every one)."""
     cfgs = configs(L)
-    keys = sorted({(c[0], c[1], c[3]) for c in cfgs})
-    cal = runner.map(calibrate_job, [job(os.path.join(out, 'mixer_ladder'), f'calibrate-{v}-L{n}-d{L["d_model"]}-b{b}',
-                                         dict(variant=v, n_layer=n, d_model=L['d_model'], batch_size=b,
-                                              steps=L['calib_steps']), 3 + L['calib_steps'] * 0.1, VERSION)
-                                     for v, n, b in keys], 'mixer ladder: seconds a step (calibration)')
-    if any(r['rc'] for r in cal):
-        raise RuntimeError('a calibration job failed (' + '; '.join(r.get('line', '') for r in cal if r['rc']) + ')')
-    step_s = {k: r['s_per_step'] for k, r in zip(keys, cal)}
+    step_s = step_seconds(runner, out, L, sorted({(c[0], c[1], c[3]) for c in cfgs}))
     base = {k: max(10, round(L['budget_s'] / s)) for k, s in step_s.items()}
 
     def chain(cfg, lr, seed, part=slice(None)):          # a part of the run's rungs
         k = (cfg[0], cfg[1], cfg[3])
-        return run_chain(out, L, cfg, base[k], step_s[k], lr, seed, cfg[4])[part]
+        return run_chain(os.path.join(out, 'mixer_ladder'), L, cfg, base[k], step_s[k], lr, seed, cfg[4])[part]
 
     def swept(cfg):
         return [r for r in cfg[4] if r <= L['sweep_rung']]
@@ -398,6 +410,8 @@ def ladder_report(plan, L, meta=''):
     def cell(cfg, r):
         if r not in plan['runs'][cfg]:
             return '-'
+        if any(x['rc'] != 0 for x in plan['runs'][cfg][r]):
+            return 'failed'
         xs = losses(plan['runs'][cfg][r])
         return stat(xs) if xs else 'diverged'
     rows = [[label(c), c[3], noise_label(c[2]), f'{plan["lr"][c]:g}', *[cell(c, r) for r in rungs]] for c in cfgs]
@@ -521,10 +535,11 @@ def plot_ladder(plan, L, path):
     return save_figure(fig, path)
 
 
-def check_docs(page):
-    """Raise ValueError (one line) unless `page` can take the ladder's section: a file holding BEGIN and
-    END once each, in that order, writable, with an assets/ folder beside its folder for the figure ->
-    the figure's path."""
+def check_docs(page, figure=FIGURE, markers=(BEGIN, END)):
+    """Raise ValueError (one line) unless `page` can take a generated section (the ladder's by default): a
+    file holding its markers (BEGIN, END) once each, in that order, writable, with an assets/ folder
+    beside its folder for the figure -> the figure's path there."""
+    BEGIN, END = markers
     try:
         with open(page, encoding='utf-8') as f:
             text = f.read()
@@ -535,16 +550,27 @@ def check_docs(page):
     assets = os.path.join(os.path.dirname(os.path.abspath(page)), '..', 'assets')
     if not os.path.isdir(assets) or not os.access(assets, os.W_OK) or not os.access(page, os.W_OK):
         raise ValueError(f'--docs {page}: the page and an assets/ folder beside its folder must be writable')
-    return os.path.normpath(os.path.join(assets, FIGURE))
+    return os.path.normpath(os.path.join(assets, figure))
 
 
-def write_docs(page, section, figure):
-    """Replace the text between the page's BEGIN and END lines with `section` and a link to `figure`
-    (written whole or not at all; the rest of the page stays byte for byte)."""
+def write_docs(page, section, drawn, figure, markers=(BEGIN, END),
+               alt='The mixers\' budget ladder: adjusted loss against prompts seen'):
+    """Replace the text between the page's markers (BEGIN and END lines) with `section` and a link to
+    `figure`, the page's figure (check_docs), copied from `drawn` (this run's figure). Each written whole
+    or not at all (a temporary file, then a rename), the figure first; the rest of the page stays byte
+    for byte. Raises OSError."""
+    BEGIN, END = markers
     with open(page, encoding='utf-8') as f:
         text = f.read()
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
+    with open(drawn, 'rb') as f:
+        write_atomic(figure, f.read())
     link = os.path.relpath(figure, os.path.dirname(os.path.abspath(page)))
-    body = f'{section}\n\n![The mixers\' budget ladder: adjusted loss against prompts seen]({link})\n'
+    body = f'{section}\n\n![{alt}]({link})\n'
     write_atomic(page, f'{head}{BEGIN}\n{body}{END}{tail}')
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail('a part of icl.py, not a command: python -m experiments.icl --mixer_ladder', 'icl_ladder.py')

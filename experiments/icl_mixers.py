@@ -234,6 +234,13 @@ def stat(xs):
     return f'{m:.4g} +- {(max(xs) - min(xs)) / 2:.2g}' if len(xs) > 1 else f'{m:.4g}'
 
 
+def runs_stat(runs, key='eval'):
+    """stat() of the runs' `key`, or 'failed' when one of them failed (rc != 0: never read as diverged)."""
+    if any(r.get('rc') != 0 for r in runs):
+        return 'failed'
+    return stat([r[key] for r in runs])
+
+
 def mixer_report(plan, lsa, s):
     """The mixers' table (adjusted eval loss, mean +- half range over seeds, chosen lr, steps, the
     lrs swept), the reference lines, and the diagnostic table -> markdown text. lsa: {(L, param):
@@ -242,9 +249,9 @@ def mixer_report(plan, lsa, s):
     for (key, noise), runs in plan['runs'].items():
         if key[2]:
             continue
-        adj = [r['eval'] for r in runs]
-        rows.append([f'{key[1]}L {key[0]}', runs[0]['params'], 'sigma = 0' if noise == '0' else f'U(0,{noise})',
-                     stat(adj), f'{plan["lr"][(key, noise)]:g}', plan['steps'][key],
+        rows.append([f'{key[1]}L {key[0]}', next((r['params'] for r in runs if 'params' in r), '-'),
+                     'sigma = 0' if noise == '0' else f'U(0,{noise})',
+                     runs_stat(runs), f'{plan["lr"][(key, noise)]:g}', plan['steps'][key],
                      ', '.join(f'{lr:g}: {v:.3g}' for lr, v in sorted(plan['sweeps'][(key, noise)].items()))])
     for noise in MIXER_NOISE:
         label = 'sigma = 0' if noise == '0' else f'U(0,{noise})'
@@ -259,7 +266,7 @@ def mixer_report(plan, lsa, s):
         if noise != MIXER_NOISE[0] or key[1] != min(s['mixer_layers']):
             continue
         pr = [r['probes'] for r in runs if r.get('probes')]
-        drows.append((2 * key[2], f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}', stat([r['eval'] for r in runs]),
+        drows.append((2 * key[2], f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}', runs_stat(runs),
                       *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
         if not key[2]:                         # the same probes before training: what random features give
             sweep = fixed_prompts(noise, s['sweep_prompts'], 'sweep')
@@ -321,3 +328,8 @@ def plot_mixers(plan, lsa, path, s):
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
     return save_figure(fig, path)
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail('a part of icl.py, not a command: python -m experiments.icl --mixers', 'icl_mixers.py')

@@ -109,12 +109,13 @@ def verdicts(adj, base, sig, noises):
         d, f = adj[(7, 'diag')]['c13'], adj[(7, 'full')]['c13']
         out.append(('{1,3}: FULL better than DIAG in distribution (7 layers)', f'FULL {fmt(f)}, DIAG {fmt(d)}',
                     'agree' if f < d else 'disagree'))
+    if all((7, p, 'c13') in sig for p in ('diag', 'full')):          # both finished (a diverged model: no sweep)
         outside = [i for i, x in enumerate(SIGMA_GRID) if x > 3]
         d = sum(sig[(7, 'diag', 'c13')][i] for i in outside) / len(outside)
         f = sum(sig[(7, 'full', 'c13')][i] for i in outside) / len(outside)
         out.append(('{1,3}: DIAG extrapolates better to unseen sigma (mean over sigma 3.5..8)',
                     f'DIAG {fmt(d)}, FULL {fmt(f)}', 'agree' if d < f else 'disagree'))
-    if have((7, 'gdpp')) and '0' in noises:
+    if (7, 'gdpp', 'per_layer') in sig and '0' in noises:
         pl = [max(x, 1e-300) for x in sig[(7, 'gdpp', 'per_layer')]]
         drops = [math.log10(pl[i] / pl[i + 1]) for i in range(len(pl) - 1)]
         early, late = sum(drops[:3]) / 3, sum(drops[-3:]) / 3
@@ -215,6 +216,9 @@ def lsa_report(results, jobs, models, noises, s, seeds):
         paper = paper_row(L, param)
         cells = []
         for noise in noises:
+            if noise not in adj.get((L, param), {}):          # its job failed (runner): no model to report
+                cells.append('failed')
+                continue
             x = adj[(L, param)][noise]
             p = paper[NOISE_NAMES.index(noise)] if paper and noise in NOISE_NAMES else None
             cells.append(f'{fmt(x)}' + (f' ({fmt(p)})' if p is not None else '') +
@@ -298,3 +302,8 @@ def report_text(table, adj, base, sig, noises, results, jobs, s, ladder=None, pl
         text += ['', '## Do masked mixers learn in context?', '', icl_mixers.mixer_report(plan, adj, s)]
     text += ['', f'Command: python -m experiments.icl {command}']
     return '\n'.join(text) + '\n'
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("icl.py's report, not a command: python -m experiments.icl writes it (from its cached runs)", 'icl_report.py')

@@ -35,6 +35,7 @@ per T, a line per kind) and OUT/results.json (every run).
 """
 
 import argparse
+import io
 import math
 import os
 import sys
@@ -46,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 import mixer
-from checkpoint import check_folder_writable
+from checkpoint import check_folder_writable, write_atomic
 from configurator import failing, parse_list
 from experiments import mqar_report
 from experiments.mqar_report import N_LAYER, best
@@ -174,9 +175,9 @@ def make_data(data_dir, s, seed):
                     say(f'warning: {e}')
             n, sd = (s['n_train'], seed) if split == 'train' else (s['n_test'], seed + 10)
             x, y = mqar(n, T, kv, s['vocab_size'], sd)
-            with open(path + '.tmp', 'wb') as f:
-                np.savez(f, inputs=x.astype(np.int16), targets=y.astype(np.int16))
-            os.replace(path + '.tmp', path)
+            blob = io.BytesIO()
+            np.savez(blob, inputs=x.astype(np.int16), targets=y.astype(np.int16))
+            write_atomic(path, blob.getvalue())
             made.append(name)
     return made
 
@@ -536,10 +537,7 @@ def parse_args(argv):
     if unknown:
         fail(f'--kinds: unknown {", ".join(unknown)}; choose from {",".join(KINDS)}')
     if args.cells:
-        try:
-            s['cells'] = tuple(parse_list(args.cells, cell, '--cells', 'mqar.py'))
-        except SystemExit:
-            fail(f'--cells must be T:kv pairs separated by commas, each once, e.g. 64:4,128:8; got {args.cells!r}')
+        s['cells'] = tuple(parse_list(args.cells, cell, '--cells', 'mqar.py', items='T:kv pairs (e.g. 64:4,128:8)'))
     if args.d_models:
         s['d_models'] = tuple(parse_list(args.d_models, int, '--d_models', 'mqar.py'))
     if args.lrs:

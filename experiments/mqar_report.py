@@ -234,3 +234,8 @@ def write(out, s, kinds, grid, deep, command, wall_s, cached, total):
     if len(s['lrs']) >= 3:
         notes.append(plot_window(grid, kinds, deep, s, os.path.join(out, 'mqar_lr.png')))
     return notes + [f'report: {os.path.join(out, "mqar.md")}']
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("mqar.py's report, not a command: python -m experiments.mqar writes it (from its cached runs)", 'mqar_report.py')

@@ -450,3 +450,7 @@ def mean_loss(model, prompts, chunk=5000):
         total += half_sq(model(p).double(), p.y_q).sum().item()
     return total / len(prompts)
 
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("icl.py's pieces, not a command: python -m experiments.icl --help", 'regression.py')

@@ -461,12 +461,16 @@ def fmt_s(s):
 
 def save_figure(fig, path, dpi=90):
     """Lay out a matplotlib figure, write it to `path` (PNG) whole (a temporary file beside it, then a
-    rename: a stopped run leaves no half-written image) and close it -> 'plot: path'."""
+    rename: a stopped run leaves no half-written image) and close it -> 'plot: path', or 'plot not
+    written: path (why)' when the write fails (a full disk: no temporary file left, the old figure
+    as it was; the experiment's tables stand without it)."""
     import matplotlib.pyplot as plt
     try:
         fig.tight_layout()
         fig.savefig(path + '.tmp.png', dpi=dpi)
         os.replace(path + '.tmp.png', path)
+    except OSError as e:
+        return f'plot not written: {path} ({e.strerror or e})'
     finally:
         plt.close(fig)
         if os.path.exists(path + '.tmp.png'):
@@ -483,3 +487,8 @@ def md_row(cells):
 def md_table(header, rows):
     """A markdown table of a header and rows (lists of cells)."""
     return '\n'.join([md_row(header), '|' + '---|' * len(header)] + [md_row(r) for r in rows])
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail('the job pool of claims.py, icl.py and mqar.py, not a command: python -m experiments.mqar --help', 'runner.py')

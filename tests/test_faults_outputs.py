@@ -86,14 +86,15 @@ class TestCachesAndOutputs(Base):
     def test_runner_reruns_a_job_whose_cached_result_is_damaged(self):
         """A torn result.json: one warning line, the job runs again and its result is cached whole. (The pool
         process ignores Ctrl-C: the main process handles it, test_ctrl_c_during_the_claims_pool.)"""
-        from experiments.runner import Runner
+        from experiments.runner import Runner, job as make_job
         out = os.path.join(self.f.tmp, 'runner')
-        job = write(os.path.join(out, 'job', 'result.json'), '{"argv": ["a"], "rc"')
+        j = make_job(out, 'job', ['a'], 1.0, 'v1')
+        job = write(os.path.join(j.dir, 'result.json'), '{"argv": ["a"], "rc"')
         runner = Runner(out, 1, 1)
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
-                res = runner.map(cached_job, [(os.path.dirname(job), ['a'], 1.0, None)], 'test')
+                res = runner.map(cached_job, [j], 'test')
         finally:
             runner.pool.shutdown()
         self.assertEqual(res[0]['ran'], ['a'])
@@ -107,11 +108,11 @@ class TestCachesAndOutputs(Base):
     def test_a_job_that_raises_is_a_failed_job_and_ends_its_chain(self):
         """A job raising in its pool process: a failed result naming the error (no traceback ending the run),
         nothing cached, the chain's later job not run, the other chain run, the progress count at its total."""
-        from experiments.runner import Runner
+        from experiments.runner import Runner, job
         out = os.path.join(self.f.tmp, 'runner_raises')
         runner = Runner(out, 1, 1)
-        jobs = [[(os.path.join(out, 'a1'), ['raise'], 1.0, None), (os.path.join(out, 'a2'), ['a2'], 1.0, None)],
-                [(os.path.join(out, 'b1'), ['b1'], 1.0, None)]]
+        jobs = [[job(out, 'a1', ['raise'], 1.0, 'v1'), job(out, 'a2', ['a2'], 1.0, 'v1')],
+                [job(out, 'b1', ['b1'], 1.0, 'v1')]]
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
@@ -122,7 +123,7 @@ class TestCachesAndOutputs(Base):
         self.assertIn('OSError', a1['line'])
         self.assertIn('No space left on device', a1['line'])
         self.assertIn('not run', a2['line'])
-        self.assertFalse(os.path.exists(os.path.join(out, 'a1', 'result.json')))
+        self.assertFalse(os.path.exists(os.path.join(jobs[0][0].dir, 'result.json')))
         self.assertEqual(runner.ran, 2)
         self.assertIn('[3/3]', err.getvalue())
 
@@ -134,8 +135,8 @@ class TestCachesAndOutputs(Base):
 
         class Runner:
             def train_batch(self, jobs, what):
-                for run_dir, *_ in jobs:
-                    write(os.path.join(run_dir, 'log.jsonl'), ''.join(
+                for j in jobs:
+                    write(os.path.join(j.dir, 'log.jsonl'), ''.join(
                         json.dumps({'event': 'train', 'step': s, 'ms_per_step': 20.0}) + '\n' for s in (5, 10)))
                 return [{'rc': 0} for _ in jobs]
         err = io.StringIO()

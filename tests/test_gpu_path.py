@@ -337,12 +337,20 @@ class TestGPUCheck(unittest.TestCase):
         """Check.stop (what run_check calls on Ctrl-C): the running step, in a session of its own that the
         terminal's Ctrl-C misses, is killed at once, not at its limit; its row says so; later steps skip."""
         check = gpu_check.Check(tempfile.mkdtemp(), 'test machine', budget_s=120)
-        t = threading.Thread(target=check.run, args=(gpu_check.Step('sleeps', 'a long step',
-                                                                     ['-c', 'import time; time.sleep(60)'], 60),))
+        raised = []
+
+        def step():                  # in the thread: what it raises is the test's (--fast's skip, a failure)
+            try:
+                check.run(gpu_check.Step('sleeps', 'a long step', ['-c', 'import time; time.sleep(60)'], 60))
+            except BaseException as e:
+                raised.append(e)
+        t = threading.Thread(target=step)
         t0 = time.time()
         t.start()
-        while not check.live and time.time() - t0 < 30:
+        while not check.live and t.is_alive() and time.time() - t0 < 30:
             time.sleep(0.05)
+        if raised:
+            raise raised[0]
         check.stop()
         t.join(timeout=30)
         self.assertLess(time.time() - t0, 30)

@@ -387,12 +387,16 @@ class TestMixerLadder(unittest.TestCase):
         """Checked by icl.parse_args before anything starts (here in this process)."""
         assert_one_line_exit_2(self, [['--mixer_ladder', '--mixer_rungs', '2,4'],
                                       ['--mixer_ladder', '--mixer_rates', '0,1e-3'], ['--mixer_ladder', '--docs', 'README.md'],
-                                      ['--docs', 'docs/icl.md'], ['--mixer_ladder', '--mixers']], self.tmp)
+                                      ['--docs', 'docs/icl.md'], ['--mixer_ladder', '--mixers'],
+                                      ['--mixer_ladder', '--quick', '--docs', 'docs/icl.md'],
+                                      ['--mixer_ladder', '--mixer_rates', '1e-3,0.001'],
+                                      ['--mixer_ladder', '--mixer_rungs', '1,4,4']], self.tmp)
 
 
 class TestMixerLadderCommand(unittest.TestCase):
-    """python -m experiments.icl --mixer_ladder --quick --docs PAGE, twice: the second run takes every job
-    from the cache and rewrites the same report; the page changes only between its markers."""
+    """python -m experiments.icl --mixer_ladder --quick, twice: the second run takes every job from the
+    cache and rewrites the same report; its section written into a page changes the page only between
+    its markers (icl_ladder.write_docs: a --quick run may not write a page itself)."""
 
     PAGE = 'before\n\n{}\nold section\n{}\n\nafter\n'.format(icl_ladder.BEGIN, icl_ladder.END)
 
@@ -404,9 +408,11 @@ class TestMixerLadderCommand(unittest.TestCase):
         cls.page, cls.out = os.path.join(cls.tmp, 'docs', 'page.md'), os.path.join(cls.tmp, 'out')
         with open(cls.page, 'w') as f:
             f.write(cls.PAGE)
-        args = ('-m', 'experiments.icl', '--mixer_ladder', '--quick', '--docs', cls.page, '--out', cls.out)
+        args = ('-m', 'experiments.icl', '--mixer_ladder', '--quick', '--out', cls.out)
         cls.first = run(*args)
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
+        cls.figure = icl_ladder.check_docs(cls.page)
+        icl_ladder.write_docs(cls.page, cls.first.stdout.strip(), os.path.join(cls.out, 'mixer_ladder.png'), cls.figure)
         with open(cls.page) as f:
             cls.written = f.read()
         cls.second = run(*args)
@@ -446,8 +452,6 @@ class TestMixerLadderCommand(unittest.TestCase):
         self.assertEqual({f: os.path.getmtime(f) for f in cached_results(self.out)}, self.stamps)
         self.assertGreater(len(self.stamps), 20)
         self.assertEqual(self.second.stdout, self.first.stdout)
-        with open(self.page) as f:
-            self.assertEqual(f.read(), self.written)
 
 
 class TestCommandLine(unittest.TestCase):
@@ -486,7 +490,7 @@ class TestCommandLine(unittest.TestCase):
                 self.assertEqual(len(json.load(open(f))['models']), len(NOISE) * icl.SETTINGS['quick']['seeds'])
         mixers = {os.path.basename(os.path.dirname(f)) for f in cached_results(self.out) if '/mixers/' in f}
         for v in icl_mixers.MIXER_VARIANTS:
-            self.assertIn(f'calibrate-{v}-L2-products', mixers)
+            self.assertTrue(any(m.startswith(f'calibrate-{v}-L2-products-') for m in mixers), mixers)
             for L in (2, 4):
                 for noise in icl_mixers.MIXER_NOISE:
                     full = [m for m in mixers if m.startswith(f'{v}-L{L}-noise{noise}-') and 'seed1' in m]

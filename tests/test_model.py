@@ -84,6 +84,51 @@ class TestCausality(unittest.TestCase):
         self.assertGreater(mixing.W1[0, 0][upper].abs().sum().item(), 0)   # the mask does the work
 
 
+# Badger & Roland 2026's Toeplitz mixer as settings of the toeplitz kind (docs/mqar.md)
+AUTHOR_FORM = dict(n_head=1, mixing_init='normal', block_order='ff_mix', final_norm=False, init='kaiming',
+                   activation='silu', tie_embeddings=False)
+
+
+class TestAuthorToeplitz(unittest.TestCase):
+    """The Toeplitz form of Badger & Roland 2026 (its block order, init, norms) as settings: causal, decoded
+    incrementally and statically to the full forward's logits, initialised as said."""
+
+    def test_causal_and_decoded_to_the_full_forward(self):
+        model = tiny_model('toeplitz', **AUTHOR_FORM)
+        idx = torch.randint(0, 64, (2, TINY['n_ctx']))
+        full, _ = model(idx)
+        idx2 = idx.clone()
+        idx2[:, 9] = (idx2[:, 9] + 1) % 64
+        torch.testing.assert_close(model(idx2)[0][:, :9], full[:, :9], atol=1e-5, rtol=0)   # T >= fft_threshold
+        self.assertGreater((model(idx2)[0][:, 9:] - full[:, 9:]).abs().max().item(), 1e-4)
+        cache = decode.Cache(TINY['n_layer'])
+        pieces = torch.cat([model.decode(idx[:, :5], cache)] + [model.decode(idx[:, t:t + 1], cache)
+                                                                for t in range(5, 24)], 1)
+        dec = decode.StaticDecoder(model)
+        static = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(24)], 1)
+        torch.testing.assert_close(pieces, full, atol=1e-4, rtol=0)
+        torch.testing.assert_close(static, full, atol=1e-4, rtol=0)
+
+    def test_feed_forward_first_kaiming_init_and_no_final_norm(self):
+        torch.manual_seed(0)
+        cfg = mixer.variant_config('toeplitz', **{**TINY, 'n_ctx': 512, 'd_model': 256}, **AUTHOR_FORM)
+        model = mixer.build_model(cfg)
+        calls = []
+        block = model.blocks[0]
+        for name in ('ff', 'mixing'):
+            getattr(block, name).register_forward_hook(lambda m, i, o, name=name: calls.append(name))
+        model(torch.randint(0, 64, (1, 8)))
+        self.assertEqual(calls[:2], ['ff', 'mixing'])
+        self.assertIsInstance(model.norm_f, torch.nn.Identity)
+        self.assertIsInstance(block.ff.act, torch.nn.SiLU)
+        self.assertFalse(model.lm_head.weight is model.wte.weight)
+        for got, want in ((block.mixing.w.std(), math.sqrt(2 / 512)), (block.ff.fc.weight.std(), math.sqrt(2 / 256)),
+                          (block.ff.proj_out.weight.std(), math.sqrt(2 / 1024)), (model.wte.weight.std(), 1.0)):
+            self.assertAlmostEqual(got.item() / want, 1.0, delta=0.05)
+        with self.assertRaisesRegex(ValueError, "mixing_init='normal' is the Toeplitz mixing's"):
+            mixer.variant_config('flat', mixing_init='normal')
+
+
 class TestIncremental(unittest.TestCase):
     """Cached / recurrent decoding gives the logits of the full forward pass."""
 
