@@ -203,6 +203,27 @@ class TestStaticDecode(unittest.TestCase):
                         dec.step(torch.ones(1, 1, dtype=torch.long))
                 self.assertEqual(int(dec._pos), dec.pos)
 
+    def test_a_parallel_prefill_loaded_equals_the_full_forward(self):
+        """StaticDecoder.load: three sequences prefilled through decode.Cache in two slices of the batch
+        (one parallel pass each, as bench's serving table does), loaded into the static buffers, then
+        stepped: the logits of every later token equal the full forward pass's, for every kind."""
+        idx = torch.randint(0, 64, (3, 14))
+        for name in ('flat', 'expanded', 'toeplitz', 'recurrent', 'transformer', 'linear_attention', 'hybrid'):
+            model = tiny_model(name)
+            dec = decode.StaticDecoder(model).allocate(3)
+            with torch.no_grad():
+                full = model(idx)[0]
+                for rows in (slice(0, 2), slice(2, 3)):
+                    cache = decode.Cache(len(model.blocks))
+                    model.hidden(idx[rows, :9], cache)
+                    dec.load(cache, rows)
+                logits = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(9, 14)], 1)
+            with self.subTest(variant=name):
+                self.assertEqual(dec.pos, 14)
+                torch.testing.assert_close(logits, full[:, 9:], atol=1e-5, rtol=1e-5)
+        with self.assertRaisesRegex(ValueError, 'allocate'):
+            decode.StaticDecoder(tiny_model('flat')).load(decode.Cache(TINY['n_layer']))
+
     def test_bench_waits_for_the_device_around_each_timed_token(self):
         calls = []
         step = lambda idx: calls.append('step') or torch.zeros(1, 8)       # noqa: E731
