@@ -6,6 +6,8 @@ step for torch.compile (the gpt-fast recipe).
     dec = StaticDecoder(model, compile=True)
     logits = dec.prefill(idx)        # idx long [B, T] -> logits [B, vocab] of the last token
     logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
+    dec = StaticDecoder(model).allocate(B)        # or a parallel prefill: one pass, not a step a token
+    cache = Cache(n_layer); model.hidden(idx, cache); dec.load(cache)
 
 Eager decoding (mixer.LanguageModel.decode with a Cache) grows its caches as it goes
 and slices weights by a Python int position: right for eager code, but each new

@@ -34,7 +34,7 @@ import decode
 import machine
 import mixer
 import train
-from experiments import bench, gpu_check
+from experiments import bench, bench_decode, gpu_check
 from tests.common import TINY, prepared_data, read_log, run, tiny_model
 
 
@@ -227,7 +227,7 @@ class TestStaticDecode(unittest.TestCase):
     def test_bench_waits_for_the_device_around_each_timed_token(self):
         calls = []
         step = lambda idx: calls.append('step') or torch.zeros(1, 8)       # noqa: E731
-        bench.decode_ms(step, torch.zeros(1, 3, dtype=torch.long), 4, wait=lambda: calls.append('wait'))
+        bench_decode.decode_ms(step, torch.zeros(1, 3, dtype=torch.long), 4, wait=lambda: calls.append('wait'))
         self.assertEqual(calls[3:], ['wait', 'step', 'wait'] * 4)
 
 
@@ -295,17 +295,17 @@ class TestReportedSpeed(unittest.TestCase):
         it measured."""
         args = bench.parse_args(['--quick', '--decode_variants', 'flat,transformer', '--device', 'cpu'])
         built = []
-        real_build = bench.build
+        real_build = bench_decode.build
 
         def build(name, a, **sizes):
             built.append(name)
             if name == 'transformer':
                 raise KeyboardInterrupt
             return real_build(name, a, **sizes)
-        with mock.patch.object(bench, 'build', build), contextlib.redirect_stdout(io.StringIO()) as out, \
+        with mock.patch.object(bench_decode, 'build', build), contextlib.redirect_stdout(io.StringIO()) as out, \
                 contextlib.redirect_stderr(io.StringIO()):
             with self.assertRaises(KeyboardInterrupt):
-                bench.bench_decode(args)
+                bench_decode.bench_decode(args)
         self.assertEqual(built, ['flat', 'transformer'])
         self.assertTrue(any(l.startswith('| flat | 64 x 2') for l in out.getvalue().splitlines()), out.getvalue())
 
