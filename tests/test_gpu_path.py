@@ -386,8 +386,9 @@ class TestGPUCheck(unittest.TestCase):
                 self.assertIn('tokens/s steady', row[3], row)
         with open(os.path.join(out, 'report.md')) as f:
             report = f.read()
-        for title in ('Training throughput', 'Token-mixing paths', 'Decode step', 'Memory vs context length'):
-            self.assertIn(f'## {title}', report)
+        for title in ('Serving', 'Decode step', 'Decode step profile', 'SDPA backends', 'Training step profile',
+                      'Training throughput', 'Memory vs context length'):
+            self.assertIn(f'## {title}\n', report)
 
 
 if __name__ == '__main__':
