@@ -57,8 +57,8 @@ BUDGET_S = 480                 # the whole check, so that it fits a 15-minute GP
 # The sizes of a check: a GPU's, and the CPU's tiny ones with which the suite runs every step's command
 # line (tests/test_gpu_path.py), so that a bad command line fails on the CPU, not in a GPU loan.
 # One GPU run of the check, estimated step by step (docs/performance.md, "The GPU check's budget"; not
-# yet run on a GPU in this form): correctness side by side about 140 s, two configs 60 s, the tables
-# and profiles about 255 s, data preparation 10 s: about 465 of the 480 s.
+# yet run on a GPU in this form): data preparation 10 s, correctness side by side about 140 s, two
+# configs 60 s, the tables and profiles about 245 s: about 455 of the 480 s.
 COMPILE_TESTS = 'tests.test_compile.TestCompile.test_'
 GPU = dict(config_steps=100, log_interval=25, resume_steps=40, configs=('mixer_gpu', 'transformer_gpu'),
            tests=[[f'{COMPILE_TESTS}every_kind_compiles_in_one_graph_to_eager_logits_and_gradients',   # about 200 s
