@@ -42,10 +42,13 @@ SDPA_BACKENDS = ('FLASH_ATTENTION', 'EFFICIENT_ATTENTION', 'CUDNN_ATTENTION', 'M
 
 def build(name, args, device=None, **sizes):
     """Model of variant `name` with the given sizes (d_model, n_layer, n_ctx) on `device` (default
-    args.device) (the tables of bench.py and of this module build their models here)."""
+    args.device; 'meta': shapes and dtypes without memory) (the tables of bench.py and of this module
+    build their models here)."""
     cfg = mixer.variant_config(name, vocab_size=args.vocab_size, **sizes)
-    with torch.device(device or args.device):
-        return mixer.build_model(cfg)
+    if device == 'meta':
+        with torch.device('meta'):
+            return mixer.build_model(cfg)
+    return mixer.build_model(cfg).to(device or args.device)
 
 
 def nbytes(tensors):
