@@ -6,6 +6,8 @@ step for torch.compile (the gpt-fast recipe).
     dec = StaticDecoder(model, compile=True)
     logits = dec.prefill(idx)        # idx long [B, T] -> logits [B, vocab] of the last token
     logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
+    dec = StaticDecoder(model).allocate(B)        # or a parallel prefill: one pass, not a step a token
+    cache = Cache(n_layer); model.hidden(idx, cache); dec.load(cache)
 
 Eager decoding (mixer.LanguageModel.decode with a Cache) grows its caches as it goes
 and slices weights by a Python int position: right for eager code, but each new
@@ -274,6 +276,43 @@ class StaticDecoder:
         for t in range(idx.shape[1]):
             logits = self.step(idx[:, t:t + 1])
         return logits
+
+    def allocate(self, batch_size):
+        """Allocate every buffer for batch_size sequences (one eager step of token 0, then reset()),
+        at the model's device and dtype (the meta device too: shapes without memory) -> self."""
+        p = next(self.model.parameters())
+        self.step(torch.zeros(batch_size, 1, dtype=torch.long, device=p.device))
+        self.reset()
+        return self
+
+    @torch.no_grad()
+    def load(self, cache, rows=slice(None)):
+        """Continue from an eager prefill: a decode.Cache that LanguageModel.hidden or .decode filled
+        with a whole prompt in one parallel pass (not one step() a token, as prefill()) is copied into
+        the sequences `rows` (a slice of the batch) of the allocated buffers (allocate()), and the
+        position becomes cache.pos (load every row's slice at the same position). The cached inputs
+        and K, V fill times 0 .. cache.pos - 1, the rest stays zero (masked); a state is copied whole.
+        Raises ValueError before allocate() or when the cache's layers are not this model's."""
+        if not self.layers[0]:
+            raise ValueError('load() needs the buffers: call allocate(batch_size) first')
+        if self.max_len is not None and cache.pos > self.max_len:
+            raise ValueError(f'cache of {cache.pos} tokens is longer than n_ctx={self.max_len}')
+
+        def copy(static, eager):
+            if {k for k in eager if not k.endswith('_len')} != set(static):
+                raise ValueError(f'cache holds {sorted(eager)}, the decoder {sorted(static)}: not this model\'s')
+            for key, buf in static.items():
+                if isinstance(buf, dict):
+                    copy(buf, eager[key])
+                elif key + '_len' in eager:               # cached along time (dim 2): z, h, k, v
+                    n = eager[key + '_len']
+                    buf[rows, :, :n].copy_(eager[key][:, :, :n])
+                else:                                     # a constant-size state: h, S, s
+                    buf[rows].copy_(eager[key])
+        for static, eager in zip(self.layers, cache.layers, strict=True):
+            copy(static, eager)
+        self.pos = cache.pos
+        self._pos.fill_(cache.pos)
 
 
 @torch.no_grad()

@@ -219,16 +219,29 @@ def setup_device(cfg):
             fail(f'device {dev}: {str(e).splitlines()[0]}')
     cuda = dev.startswith('cuda')
     dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
-    autocast = torch.autocast(device_type=dev.split(':')[0], dtype=torch.bfloat16) if dtype == 'bfloat16' \
-        else nullcontext()
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return SimpleNamespace(dev=dev, cuda=cuda, ddp=ddp, rank=rank, world=world, local=local, master=rank == 0,
-                           dtype=dtype, autocast=autocast)
+                           dtype=dtype, autocast=autocast(dev, dtype))
+
+
+def autocast(device, dtype):
+    """The context the forward passes of train.py and bench.py run under: bf16 autocast on `device`
+    (a torch.device or a name, 'cuda:1') when dtype is 'bfloat16' or 'bf16', else a no-op context."""
+    if dtype in ('bfloat16', 'bf16'):
+        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    return nullcontext()
 
 
 # ----------------------------------------------------------------------------- time
+
+def sync(device):
+    """Wait for the work queued on `device` (a torch.device or a name): CUDA's synchronize, a
+    no-op on the CPU. What a clock read after device work needs."""
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize(device)
+
 
 class Clock:
     """Training seconds, evaluation excluded: lap() adds the time since the last lap

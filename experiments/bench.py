@@ -15,16 +15,10 @@ Tables (stdout is clean markdown; progress lines go to stderr):
    step. CPU: the peak resident set (VmHWM, reset before the step through /proc/self/clear_refs)
    minus the resident set before it, freed heap returned to the OS (malloc_trim) between cells.
    The model's own bytes (parameters and buffers) are printed next to it.
-4. Generation: per-token latency after prompts of several lengths for the flat
-   mixer recomputing its window (a full forward per new token, the reference
-   code's method), the flat mixer with its cache, the recurrent mixer, the
-   transformer with its KV cache and linear attention.
+4. Generation, 6. decode step, 7. serving (tokens/s and memory a sequence against batch and
+   context) and 8. SDPA backends: generation speed, in experiments/bench_decode.py.
 5. Token-mixing paths: the Toeplitz mixing as a matrix or an FFT, the recurrent
    mixing in one chunk or in chunks, per length (behind fft_threshold, chunk_size).
-6. Decode step: batch-1 ms/token of the eager decode (decode.Cache), of decode.py's
-   static-shape step, eager and under torch.compile, against the weight-read limit:
-   parameter bytes / the measured copy bandwidth (STREAM's convention: bytes read +
-   written per second of a large tensor copy), the time to read every weight once.
 With --compile the training table also times each variant under torch.compile
 (compile time: the compiled warm-up step minus an eager step).
 """
@@ -38,50 +32,22 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 
 import torch
 
-import decode
 import machine
 import mixer
-from experiments.runner import ROOT, md_row, md_table
+from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
+                                      bench_sdpa, bench_serving, build)
+from experiments.runner import ROOT, md_row, md_table, say
 
-TABLES = ('train', 'memory', 'generation', 'paths', 'decode')
+TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa')
 MEM_VARIANTS = ('flat', 'multihead', 'kernel', 'expanded', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent',
                 'linear_attention')
-GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
-               ('transformer', 'KV cache'), ('linear_attention', 'state'))
 QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
              mem_n_layer=1, mem_lengths=[64, 128], prompts=[16, 32], new_tokens=8, recompute_tokens=4,
-             path_lengths=[32, 64], decode_variants=['flat'], decode_sizes=[(64, 2)], decode_tokens=16)
-
-
-def log(msg):
-    """Progress line to stderr (stdout stays clean markdown)."""
-    print(msg, file=sys.stderr, flush=True)
-
-
-def fmt_bytes(nbytes):
-    """Bytes -> '12.3 KiB' / '4.5 MiB' (str)."""
-    return f'{nbytes / 2**10:.1f} KiB' if nbytes < 2**20 else f'{nbytes / 2**20:.1f} MiB'
-
-
-def sync(device):
-    """Wait for the device's queued work (CUDA); no-op on CPU."""
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
-def autocast(args):
-    """bf16 autocast when --dtype bf16, else a no-op context."""
-    return torch.autocast(args.device.type, torch.bfloat16) if args.dtype == 'bf16' else nullcontext()
-
-
-def build(name, args, **sizes):
-    """Model of variant `name` with the given sizes (d_model, n_layer, n_ctx) on args.device."""
-    cfg = mixer.variant_config(name, vocab_size=args.vocab_size, **sizes)
-    return mixer.build_model(cfg).to(args.device)
+             path_lengths=[32, 64], decode_variants=['flat'], decode_sizes=[(64, 2)], decode_tokens=16,
+             serve_batches=[1, 4], serve_contexts=[32, 128], serve_tokens=8)
 
 
 def is_oom(err):
@@ -131,14 +97,14 @@ def train_step_ms(name, args, compile=False):
     x = torch.randint(args.vocab_size, (args.batch_size, args.n_ctx + 1), device=args.device)
     times = []
     for i in range(args.warmup + args.steps):
-        sync(args.device)
+        machine.sync(args.device)
         t0 = time.perf_counter()
-        with autocast(args):
+        with machine.autocast(args.device, args.dtype):
             _, loss = step_model(x[:, :-1], x[:, 1:])
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        sync(args.device)
+        machine.sync(args.device)
         times.append(1e3 * (time.perf_counter() - t0))
     return model, statistics.median(times[args.warmup:]), sum(times[:args.warmup])
 
@@ -150,12 +116,12 @@ def bench_train(args, peak):
     """Print the training-throughput table: params, ms/step, tokens/s, MFU, vs transformer."""
     results, compiled = {}, {}
     for name in args.variants:
-        log(f'train: {name}')
+        say(f'train: {name}')
         model, ms, warm = train_step_ms(name, args)
         tok_s = args.batch_size * args.n_ctx / (ms / 1e3)
         results[name] = (model.num_params(), ms, tok_s, machine.flops_per_token(model, args.n_ctx) * tok_s)
         if args.compile:
-            log(f'train: {name}, torch.compile')
+            say(f'train: {name}, torch.compile')
             _, c_ms, c_warm = train_step_ms(name, args, compile=True)
             compiled[name] = (c_ms, (c_warm - warm) / 1e3)
     base = results['transformer'][2] if 'transformer' in results else None
@@ -164,7 +130,7 @@ def bench_train(args, peak):
         row = [name, f'{params / 1e6:.2f}M', f'{ms:.1f}', f'{tok_s:.0f}', machine.fmt_mfu(flops / peak['measured'])]
         row += [machine.fmt_mfu(flops / peak['nominal'])] if peak['nominal'] else []
         if flops > peak['measured']:
-            log(f'error: {name} achieved {flops / 1e9:.0f} GFLOP/s, above the measured peak '
+            say(f'error: {name} achieved {flops / 1e9:.0f} GFLOP/s, above the measured peak '
                 f'{peak["measured"] / 1e9:.0f}: the peak measurement is wrong, MFU not reported')
         row += [f'{tok_s / base:.2f}x' if base else '-']
         if args.compile:
@@ -221,12 +187,12 @@ def mem_cell(name, T, args):
         def loss_of(n):
             return model(x[:, :n], x[:, 1:n + 1])[1]
     w = min(T, 16)
-    with autocast(args):            # a short warm-up step, so that lazy initialisation is not counted
+    with machine.autocast(args.device, args.dtype):    # a short warm-up step: lazy initialisation not counted
         loss_of(w).backward()
     model.zero_grad(set_to_none=True)
     gc.collect()
     if args.device.type == 'cuda':
-        sync(args.device)
+        machine.sync(args.device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(args.device)
         base = torch.cuda.memory_allocated(args.device)
@@ -236,9 +202,9 @@ def mem_cell(name, T, args):
         with open('/proc/self/clear_refs', 'w') as f:
             f.write('5')            # resets VmHWM to the current resident set
     x.grad = None
-    with autocast(args):
+    with machine.autocast(args.device, args.dtype):
         loss_of(T).backward()
-    sync(args.device)
+    machine.sync(args.device)
     peak = torch.cuda.max_memory_allocated(args.device) if args.device.type == 'cuda' else rss_bytes('VmHWM')
     model_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     return peak - base, model_bytes
@@ -280,7 +246,7 @@ def bench_memory(args):
     for name in args.mem_variants:
         cells = {T: 'over budget' for T in lengths if mem_estimate(name, T, args) > budget}
         run = [T for T in lengths if T not in cells]
-        log(f'memory: {name} at {run}')
+        say(f'memory: {name} at {run}')
         cmd = [sys.executable, '-m', 'experiments.bench', '--mem_cells', f'{name}:{",".join(map(str, run))}',
                '--device', str(args.device), '--dtype', args.dtype, '--vocab_size', str(args.vocab_size),
                '--threads', str(args.threads), '--mem_d_model', str(args.mem_d_model), '--mem_n_layer',
@@ -290,67 +256,11 @@ def bench_memory(args):
             r = json.loads(line)
             cells[r['T']] = r.get('error') or f'{r["step"] / 2**20:.1f} + {r["model"] / 2**20:.1f}'
         if run and proc.returncode != 0:
-            log(proc.stderr[-2000:])
+            say(proc.stderr[-2000:])
         for T in run:       # a child killed by the OS (e.g. the OOM killer) leaves cells unreported
             cells.setdefault(T, 'OOM' if proc.returncode < 0 else 'error')
         print(md_row([name] + [cells[T] for T in lengths]), flush=True)
     print()
-
-
-# ----------------------------------------------------------------------------- 4. generation
-
-@torch.no_grad()
-def time_generation(model, prompt_len, n_new, recompute, args):
-    """Greedy generation after a random prompt of prompt_len tokens, batch 1.
-
-    recompute=True runs a full forward over the current window for each token;
-    otherwise model.decode() one token at a time through a decode.Cache (what
-    decode.generate() does). Returns (prefill ms, median ms per new token, cache bytes)."""
-    idx = torch.randint(args.vocab_size, (1, prompt_len), device=args.device)
-    cache = None if recompute else decode.Cache(len(model.blocks))
-    times = []
-    with autocast(args):
-        for i in range(n_new + 1):
-            sync(args.device)
-            t0 = time.perf_counter()
-            if recompute:
-                logits = model(idx[:, -model.max_len:])[0][:, -1]
-            else:
-                logits = model.decode(idx if i == 0 else idx[:, -1:], cache)[:, -1]
-            sync(args.device)
-            times.append(1e3 * (time.perf_counter() - t0))
-            idx = torch.cat([idx, decode.sample_next(logits, temperature=0)], dim=1)
-    return times[0], statistics.median(times[1:]), 0 if recompute else cache.nbytes()
-
-
-def bench_generation(args):
-    """Print the generation table: ms/token and tokens/s per method and prompt length."""
-    prompts = args.prompts
-    n_ctx = max(prompts) + args.new_tokens
-    models, results = {}, {}
-    for name, how in GEN_METHODS:
-        log(f'generation: {name}, {how}')
-        if name not in models:
-            models[name] = build(name, args, d_model=args.d_model, n_layer=args.n_layer, n_ctx=n_ctx).eval()
-            time_generation(models[name], 8, 2, False, args)           # warm-up
-        recompute = how == 'window recompute'
-        n_new = args.recompute_tokens if recompute else args.new_tokens
-        for P in prompts:
-            results[name, how, P] = (n_new,) + time_generation(models[name], P, n_new, recompute, args)
-    rows = []
-    for (name, how, P), (n_new, prefill, ms, nbytes) in results.items():
-        ref = results[('flat', 'window recompute', P)][2]
-        first = results[(name, how, prompts[0])][2]
-        rows.append([f'{name}, {how}', P, n_new, f'{prefill:.1f}', f'{ms:.2f}', f'{1e3 / ms:.0f}',
-                     f'{ref / ms:.1f}x', f'{ms / first:.2f}', fmt_bytes(nbytes) if nbytes else '-'])
-    print(f'## Generation\n\n_Batch 1, greedy, d_model {args.d_model}, n_layer {args.n_layer}, n_ctx {n_ctx}, '
-          f'{args.dtype}. ms/token is the median over the new tokens timed ({args.new_tokens} per prompt; only '
-          f'{args.recompute_tokens} for the window recompute, which runs a full forward per token); tokens/s = '
-          f'1000 / ms/token. "vs recompute": speed-up over the window recompute at the same prompt; "vs prompt '
-          f'{prompts[0]}": ms/token relative to the same method at prompt {prompts[0]}; cache: decode.Cache.nbytes() '
-          f'at the end._\n')
-    print(md_table(['method', 'prompt', 'tokens timed', 'prefill ms', 'ms/token', 'tokens/s', 'vs recompute',
-                    f'vs prompt {prompts[0]}', 'cache'], rows) + '\n')
 
 
 # ----------------------------------------------------------------------------- 5. computation paths
@@ -359,11 +269,11 @@ def time_mix(layer, z, args, **kw):
     """Median ms of one forward + backward of layer.mix(z, **kw) (z float [B, H, T, e])."""
     times = []
     for i in range(args.warmup + args.steps):
-        sync(args.device)
+        machine.sync(args.device)
         t0 = time.perf_counter()
-        with autocast(args):
+        with machine.autocast(args.device, args.dtype):
             layer.mix(z, **kw).sum().backward()
-        sync(args.device)
+        machine.sync(args.device)
         times.append(1e3 * (time.perf_counter() - t0))
     return statistics.median(times[args.warmup:])
 
@@ -395,80 +305,6 @@ def bench_paths(args):
     print()
 
 
-# ----------------------------------------------------------------------------- 6. decode step
-
-def copy_bandwidth(device, nbytes=2 ** 28, repeats=5):
-    """Bytes read + written per second of the best of `repeats` copies of an nbytes
-    float32 tensor (STREAM's 'copy' convention) -> float, B/s."""
-    src = torch.randn(nbytes // 4, device=device)
-    dst = torch.empty_like(src)
-    best = float('inf')
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * nbytes / best
-
-
-@torch.no_grad()
-def decode_ms(step, prompt, n_new, wait=lambda: None):
-    """Median ms per token of `step` (long [1, 1] -> logits [1, vocab]) over n_new greedy tokens
-    after feeding the prompt (long [1, P]) one token at a time. wait() (the device's synchronize)
-    runs before each clock read, so that every column times the work done, not its launch."""
-    for t in range(prompt.shape[1]):
-        logits = step(prompt[:, t:t + 1])
-    times = []
-    for _ in range(n_new):
-        nxt = logits.argmax(-1, keepdim=True)
-        wait()
-        t0 = time.perf_counter()
-        logits = step(nxt)
-        wait()
-        times.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(times)
-
-
-def bench_decode(args):
-    """Print the decode-step table: eager decode, static step eager and compiled,
-    against the weight-read limit, per variant and size (d_model x n_layer). Each row is
-    printed (and flushed) as soon as it is measured: a run cut short keeps its rows."""
-    bandwidth = copy_bandwidth(args.device)
-    print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; median ms/token over '
-          f'{args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt. Weight-read limit = '
-          f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
-          f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: '
-          f'LanguageModel.decode with decode.Cache; static: decode.StaticDecoder (caches at n_ctx, one graph '
-          f'for every position), eager and torch.compile\'d (inductor); compiles: graphs compiled for all the '
-          f'tokens._\n')
-    print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms', 'static ms',
-                    'compiled ms', 'compiled / limit', 'compile s', 'compiles'], []), flush=True)
-    for d_model, n_layer in args.decode_sizes:
-        for name in args.decode_variants:
-            log(f'decode: {name}, d_model {d_model}, n_layer {n_layer}')
-            torch._dynamo.reset()
-            model = build(name, args, d_model=d_model, n_layer=n_layer, n_ctx=args.decode_n_ctx).eval()
-            prompt = torch.randint(args.vocab_size, (1, args.decode_n_ctx // 4), device=args.device)
-            wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-            limit = 1e3 * wbytes / bandwidth
-            cache = decode.Cache(n_layer)
-            with autocast(args):
-                wait = lambda: sync(args.device)          # noqa: E731
-                eager = decode_ms(lambda idx: model.decode(idx, cache)[:, -1], prompt, args.decode_tokens, wait)
-                static = decode_ms(decode.StaticDecoder(model).step, prompt, args.decode_tokens, wait)
-                dec = decode.StaticDecoder(model, compile=True)
-                t0 = time.perf_counter()
-                dec.prefill(prompt[:, :2])                 # the first token allocates, the second compiles
-                compile_s = time.perf_counter() - t0
-                dec.reset()
-                compiled = decode_ms(dec.step, prompt, args.decode_tokens, wait)
-            print(md_row([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
-                          f'{limit:.3f}', f'{eager:.3f}', f'{static:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
-                          f'{compile_s:.0f}', dec.compiles]), flush=True)
-    print()
-
-
 # ----------------------------------------------------------------------------- main
 
 def names(allowed):
@@ -497,6 +333,18 @@ def sizes(s):
     if not out or any(len(x) != 2 or min(x) < 1 for x in out):
         raise argparse.ArgumentTypeError(f'{s!r}: expected d_modelxn_layer pairs, e.g. 128x4,512x8')
     return out
+
+
+def device_and_dtype(p, args):
+    """args.device (a name) -> a torch.device, and args.dtype None -> bf16 on CUDA, fp32 on CPU; a bad
+    or absent device: p.error (exit 2). (bench.py's and experiments/profiles.py's command lines.)"""
+    try:
+        args.device = torch.device(args.device)
+    except RuntimeError as err:
+        p.error(str(err))
+    if args.device.type == 'cuda' and not torch.cuda.is_available():
+        p.error('--device cuda: CUDA is not available')
+    args.dtype = args.dtype or ('bf16' if args.device.type == 'cuda' else 'fp32')
 
 
 def parse_args(argv=None):
@@ -532,24 +380,30 @@ def parse_args(argv=None):
     p.add_argument('--recompute_tokens', type=int, default=16, help='tokens timed for the window recompute')
     p.add_argument('--path_lengths', type=ints, default=[128, 256, 512, 1024, 2048, 4096])
     p.add_argument('--decode_variants', type=names(tuple(mixer.VARIANTS)),
-                   default=['flat', 'toeplitz', 'recurrent', 'transformer'], help='variants of the decode table')
+                   default=['flat', 'toeplitz', 'recurrent', 'transformer', 'linear_attention'],
+                   help='variants of the decode table')
     p.add_argument('--decode_sizes', type=sizes, default=[(128, 4), (512, 8)],
-                   help='d_model x n_layer of the decode table, e.g. 128x4,512x8')
+                   help='d_model x n_layer of the decode and SDPA tables, e.g. 128x4,512x8')
     p.add_argument('--decode_n_ctx', type=int, default=256)
     p.add_argument('--decode_tokens', type=int, default=128, help='tokens timed per decode row')
+    p.add_argument('--serve_variants', type=names(tuple(mixer.VARIANTS)), default=list(SERVE_KINDS),
+                   help='kinds of the serving table')
+    p.add_argument('--serve_size', type=sizes, help='d_model x n_layer of the serving table (default: 1024x8 on '
+                   'CUDA, --d_model x --n_layer on CPU)')
+    p.add_argument('--serve_batches', type=ints, default=[1, 8, 64, 256], help='batch sizes of the serving table')
+    p.add_argument('--serve_contexts', type=ints, default=[512, 2048, 8192], help='contexts of the serving table')
+    p.add_argument('--serve_tokens', type=int, default=32, help='steps timed per serving cell')
+    p.add_argument('--serve_memory_gb', type=float, default=16.0, help='the memory of the serving table: cells '
+                   'estimated above it are not run; its largest-batch column')
+    p.add_argument('--serve_compile', action='store_true', help='serve through the torch.compile\'d static step '
+                   '(CUDA graphs on CUDA): one compilation a cell')
     p.add_argument('--mem_cells', help=argparse.SUPPRESS)      # internal: run memory cells in this process
     args = p.parse_args(argv)
     if args.quick:
         for k, v in QUICK.items():
             if p.get_default(k) == getattr(args, k):            # explicit flags win over --quick
                 setattr(args, k, v)
-    try:
-        args.device = torch.device(args.device)
-    except RuntimeError as err:
-        p.error(str(err))
-    if args.device.type == 'cuda' and not torch.cuda.is_available():
-        p.error('--device cuda: CUDA is not available')
-    args.dtype = args.dtype or ('bf16' if args.device.type == 'cuda' else 'fp32')
+    device_and_dtype(p, args)
     if args.mem_budget_gb is None:
         args.mem_budget_gb = (0.9 * torch.cuda.get_device_properties(args.device).total_memory / 2**30
                               if args.device.type == 'cuda' else 8.0)
@@ -557,8 +411,16 @@ def parse_args(argv=None):
            args.decode_n_ctx, args.decode_tokens, args.vocab_size, args.mem_d_model, args.mem_n_layer,
            args.mem_batch, args.recompute_tokens) < 1 or args.warmup < 0:
         p.error('sizes and step counts must be >= 1 (--warmup >= 0)')
-    if not 0 < args.mem_budget_gb < float('inf'):
-        p.error(f'--mem_budget_gb must be a positive number, got {args.mem_budget_gb}')
+    if not 0 < args.mem_budget_gb < float('inf') or not 0 < args.serve_memory_gb < float('inf'):
+        p.error('--mem_budget_gb and --serve_memory_gb must be positive numbers')
+    if args.serve_size is None:
+        args.serve_size = (1024, 8) if args.device.type == 'cuda' else (args.d_model, args.n_layer)
+    elif len(args.serve_size) != 1:
+        p.error('--serve_size: one d_modelxn_layer pair')
+    else:
+        args.serve_size = args.serve_size[0]
+    if not 0 < args.serve_tokens < min(args.serve_contexts) - SERVE_WARM:
+        p.error(f'--serve_tokens must be >= 1 and leave a prompt: below the smallest context - {SERVE_WARM}')
     check_models(p, args)
     return args
 
@@ -571,7 +433,9 @@ def check_models(p, args):
             'memory': [(v, args.mem_d_model, args.mem_n_layer) for v in args.mem_variants],
             'generation': [(v, args.d_model, args.n_layer) for v in sorted(gen)],
             'paths': [('toeplitz', args.d_model, 1), ('recurrent', args.d_model, 1)],
-            'decode': [(v, d, L) for d, L in args.decode_sizes for v in args.decode_variants]}
+            'decode': [(v, d, L) for d, L in args.decode_sizes for v in args.decode_variants],
+            'serving': [(v, *args.serve_size) for v in args.serve_variants],
+            'sdpa': [('transformer', d, L) for d, L in args.decode_sizes]}
     for table in args.tables:
         for name, d_model, n_layer in plan[table]:
             try:
@@ -593,12 +457,13 @@ def main(argv=None):
     peak = bench_peak(args) if 'train' in args.tables else None      # what the training table's MFU is against
     for name, bench in (('train', lambda: bench_train(args, peak)), ('memory', lambda: bench_memory(args)),
                         ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args)),
-                        ('decode', lambda: bench_decode(args))):
+                        ('decode', lambda: bench_decode(args)), ('serving', lambda: bench_serving(args)),
+                        ('sdpa', lambda: bench_sdpa(args))):
         if name in args.tables:
             t0 = time.perf_counter()
             bench()
-            log(f'{name}: {time.perf_counter() - t0:.0f} s')
-    log(f'done in {time.perf_counter() - start:.0f} s')
+            say(f'{name}: {time.perf_counter() - t0:.0f} s')
+    say(f'done in {time.perf_counter() - start:.0f} s')
 
 
 if __name__ == '__main__':

@@ -7,20 +7,26 @@ On a machine with one CUDA GPU, with only the repository and the TinyStories tex
 (or its prepared data), it runs three phases. Every step has its own time limit and none
 outlasts --budget_s (default 480 s) from the start: a step with no time left is reported
 as skipped. A step that fails or times out is reported and the next one runs.
-  1. correctness, side by side (nothing here is timed): the GPU tests in two processes (test_compile
-     with MIXER_TEST_DEVICE=cuda: bf16 causality and decoding on CUDA, the compiled paths on this
-     machine's torch; test_gpu_path's device setup, Toeplitz FFT layout and the refusal with the
-     GPU hidden: the rest of test_gpu_path is CPU-only and runs in the suite); an exact resume (40
-     steps straight against 20, stop, resume to 40: the same final loss); torchrun
+  1. correctness, side by side (nothing here is timed): the GPU tests in three processes (test_compile
+     with MIXER_TEST_DEVICE=cuda, in two: the compiled paths on this machine's torch; bf16 causality
+     and decoding on CUDA; test_gpu_path's device setup, Toeplitz FFT layout and the refusal with
+     the GPU hidden: the rest of test_gpu_path is CPU-only and runs in the suite); an exact resume
+     (40 steps straight against 20, stop, resume to 40: the same final loss); torchrun
      --nproc_per_node=1 (NCCL); and bench.py's memory table (each process's own allocator peak,
      which work beside it does not change);
-  2. the README's GPU commands, one at a time: config/mixer_gpu.py, transformer_gpu.py and
-     hybrid_gpu.py as they are (compiled, bf16, their micro-batch) for a short run each: steady
-     tokens/s and MFU against the GPU's nominal peak, and the peak GPU memory the run took
-     (torch.cuda.max_memory_allocated: what a card with less memory than the H200 the configs' comments
-     were measured on needs to hold);
-  3. bench.py's timing tables, one at a time: training throughput (eager and compiled), the
-     token-mixing paths (behind machine.DEVICE_TUNING['cuda']) and decode.
+  2. the README's GPU commands, one at a time: config/mixer_gpu.py and transformer_gpu.py as they
+     are (compiled, bf16, their micro-batch) for a short run each: steady tokens/s and MFU against
+     the GPU's nominal peak, and the peak GPU memory the run took (torch.cuda.max_memory_allocated:
+     what a card with less memory than the H200 the configs' comments were measured on needs to
+     hold). hybrid_gpu.py, proven on an H200 before, and bench's token-mixing paths, behind
+     machine.DEVICE_TUNING['cuda'], left the check for time;
+  3. the timed tables and profiles, one at a time, the most wanted first: bench.py's serving table
+     (d_model 1024, 8 layers, batches 1 to 256, contexts 512 to 8192 in 16 GiB), its decode table
+     for every kind (eager, static, compiled, against the weight-read limit), experiments/profiles.py's
+     profile of the compiled decode step (flat, recurrent: host ops, CUDA graph replays, the top
+     device ops a token), bench.py's SDPA table (the transformer's eager decode with each attention
+     backend forced), the profile of one config/mixer_gpu.py training step (its MFU and top ops), and
+     the training table (flat and transformer, eager and compiled).
 Output: OUT/report.md, rewritten after every step (a summary row a step, then each finished
 table), and every step's console in OUT/<step>.txt. Without a GPU it says so in one line and
 exits 2; it exits 1 if any step failed, timed out or was skipped; Ctrl-C stops every running step (each
@@ -50,26 +56,42 @@ BUDGET_S = 480                 # the whole check, so that it fits a 15-minute GP
 
 # The sizes of a check: a GPU's, and the CPU's tiny ones with which the suite runs every step's command
 # line (tests/test_gpu_path.py), so that a bad command line fails on the CPU, not in a GPU loan.
-GPU = dict(config_steps=100, log_interval=25, resume_steps=40,
-           tests=[['tests.test_compile.TestCompile'],            # about 200 s in one process on an H200: two
-                  ['tests.test_compile.TestBF16', 'tests.test_compile.TestStaticDecode',   # processes side by side
+# One GPU run of the check, estimated step by step (docs/performance.md, "The GPU check's budget"; not
+# yet run on a GPU in this form): data preparation 10 s, correctness side by side about 140 s, two
+# configs 60 s, the tables and profiles about 245 s: about 455 of the 480 s.
+COMPILE_TESTS = 'tests.test_compile.TestCompile.test_'
+GPU = dict(config_steps=100, log_interval=25, resume_steps=40, configs=('mixer_gpu', 'transformer_gpu'),
+           tests=[[f'{COMPILE_TESTS}every_kind_compiles_in_one_graph_to_eager_logits_and_gradients',   # about 200 s
+                   f'{COMPILE_TESTS}many_lengths_compile_a_bounded_number_of_times'],   # in one process on an H200:
+                  [f'{COMPILE_TESTS}inductor_core_kinds_equal_eager',                    # three processes side by side
+                   f'{COMPILE_TESTS}train_py_compile_trains_and_loads_uncompiled'],
+                  ['tests.test_compile.TestBF16', 'tests.test_compile.TestStaticDecode',
                    'tests.test_gpu_path.TestDevice', 'tests.test_gpu_path.TestToeplitzFFT',
                    'tests.test_gpu_path.TestGPUCheck.test_refuses_without_a_gpu_in_one_line']],
            train_extra=[],
-           bench_train=['--variants', 'flat,toeplitz,recurrent,transformer', '--compile', '--d_model', '1024',
-                        '--n_layer', '8', '--n_ctx', '512', '--batch_size', '32', '--warmup', '2', '--steps', '10'],
-           bench_paths=['--d_model', '1024', '--batch_size', '32', '--warmup', '1', '--steps', '5',
-                        '--path_lengths', '128,256,512,1024,2048,4096'],
-           bench_decode=['--decode_variants', 'flat,transformer', '--decode_sizes', '1024x8', '--decode_n_ctx', '512',
-                         '--decode_tokens', '64'],
+           bench_serving=['--serve_size', '1024x8', '--serve_batches', '1,8,64,256', '--serve_contexts', '512,2048,8192',
+                          '--serve_tokens', '16', '--serve_memory_gb', '16'],
+           bench_decode=['--decode_variants', 'flat,toeplitz,recurrent,transformer,linear_attention', '--decode_sizes',
+                         '1024x8', '--decode_n_ctx', '512', '--decode_tokens', '32'],
+           bench_sdpa=['--decode_sizes', '1024x8', '--decode_n_ctx', '512', '--decode_tokens', '32'],
+           profile_decode=['--decode_variants', 'flat,recurrent', '--d_model', '1024', '--n_layer', '8', '--n_ctx', '512',
+                           '--tokens', '32'],
+           profile_train=['--train', 'config/mixer_gpu.py', '--train_warmup', '3', '--train_steps', '5'],
+           bench_train=['--variants', 'flat,transformer', '--compile', '--d_model', '1024', '--n_layer', '8', '--n_ctx',
+                        '512', '--batch_size', '32', '--warmup', '2', '--steps', '10'],
            bench_memory=['--mem_scope', 'block', '--mem_batch', '8', '--mem_d_model', '128', '--mem_variants',
                          'flat,toeplitz,recurrent,transformer,linear_attention', '--mem_lengths', '2048,8192,16384'])
-TINY = dict(config_steps=4, log_interval=1, resume_steps=4,
+TINY = dict(config_steps=4, log_interval=1, resume_steps=4, configs=('mixer_gpu',),
             tests=[['tests.test_sample.TestSample.test_sample_bad_inputs']],
             train_extra=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=2', '--grad_accum=1',
                          '--eval_windows=2', '--compile=False'],
-            bench_train=['--quick', '--variants', 'flat,transformer'], bench_paths=['--quick'],
-            bench_decode=['--quick'], bench_memory=['--quick', '--mem_variants', 'flat'])
+            bench_serving=['--quick', '--serve_variants', 'flat,recurrent'], bench_decode=['--quick'],
+            bench_sdpa=['--quick'],
+            profile_decode=['--decode_variants', 'flat', '--d_model', '32', '--n_layer', '1', '--n_ctx', '32',
+                            '--tokens', '4', '--backend', 'eager'],
+            profile_train=['--train', 'config/tinystories_cpu.py', '--train_warmup', '1', '--train_steps', '1',
+                           '--train_args=--d_model=32 --n_layer=1 --n_ctx=32 --batch_size=2 --compile=False'],
+            bench_train=['--quick', '--variants', 'flat,transformer'], bench_memory=['--quick', '--mem_variants', 'flat'])
 
 
 @dataclass
@@ -222,12 +244,19 @@ def plan(data, out, device, sizes):
                      '--overwrite=True', f'--device={device}', f'--max_iters={n}', f'--eval_interval={n}',
                      '--eval_windows=32', f'--log_interval={z["log_interval"]}', *z['train_extra']], 90,
                     run_dir=os.path.join(out, c))
-               for c in ('mixer_gpu', 'transformer_gpu', 'hybrid_gpu')]
-    tables = [Step('bench_train', 'bench: training throughput', [*bench, '--tables', 'train', *z['bench_train']], 150,
-                   table=True),
-              Step('bench_paths', 'bench: token-mixing paths', [*bench, '--tables', 'paths', *z['bench_paths']], 90,
-                   table=True),
-              Step('bench_decode', 'bench: decode step', [*bench, '--tables', 'decode', *z['bench_decode']], 90,
+               for c in z['configs']]
+    profiles = ['-m', 'experiments.profiles', '--device', device]
+    tables = [Step('bench_serving', 'bench: serving (tokens/s and memory a sequence, batch x context)',
+                   [*bench, '--tables', 'serving', *z['bench_serving']], 120, table=True),
+              Step('bench_decode', 'bench: decode step, every kind', [*bench, '--tables', 'decode', *z['bench_decode']],
+                   120, table=True),
+              Step('profile_decode', 'profile: the compiled decode step',
+                   [*profiles, '--what', 'decode', *z['profile_decode']], 90, table=True),
+              Step('bench_sdpa', 'bench: the transformer\'s decode by SDPA backend',
+                   [*bench, '--tables', 'sdpa', *z['bench_sdpa']], 60, table=True),
+              Step('profile_train', 'profile: one training step', [*profiles, '--what', 'train', f'--data_dir={data}',
+                                                                   *z['profile_train']], 90, table=True),
+              Step('bench_train', 'bench: training throughput', [*bench, '--tables', 'train', *z['bench_train']], 90,
                    table=True)]
     return correctness, configs, tables
 

@@ -459,6 +459,14 @@ def fmt_s(s):
     return f'{s / 60:.1f} min' if s >= 90 else f'{s:.0f} s'
 
 
+def fmt_bytes(nbytes):
+    """Bytes -> '12.3 KiB', '4.5 MiB' or '1.2 GiB' (str)."""
+    for unit, scale in (('GiB', 2 ** 30), ('MiB', 2 ** 20)):
+        if nbytes >= scale:
+            return f'{nbytes / scale:.1f} {unit}'
+    return f'{nbytes / 2 ** 10:.1f} KiB'
+
+
 def save_figure(fig, path, dpi=90):
     """Lay out a matplotlib figure, write it to `path` (PNG) whole (a temporary file beside it, then a
     rename: a stopped run leaves no half-written image) and close it -> 'plot: path', or 'plot not

@@ -1,12 +1,17 @@
 """Smoke test of bench.py: `python test_mixer.py test_bench`. Speed is never asserted here."""
 
+import contextlib
+import io
 import re
 import subprocess
 import sys
 import unittest
+from unittest import mock
 
-from experiments import bench
+import decode
 import mixer
+from experiments import bench, bench_decode
+from experiments.runner import fmt_bytes
 
 from tests.common import ROOT, run_in_process
 
@@ -20,7 +25,14 @@ def table_rows(out, heading):
 
 # python -m experiments.bench --quick, as two processes side by side (--quick runs one thread each):
 # the memory table, whose nine fresh processes (one a variant) take most of the time, and the others
-SPLIT = ('memory', 'train,generation,paths,decode')
+SPLIT = ('memory,serving,sdpa', 'train,generation,paths,decode')
+
+
+def quiet(fn, *args):
+    """fn(*args) with its stdout captured (and stderr's progress dropped) -> the stdout (str)."""
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
+        fn(*args)
+    return out.getvalue()
 
 
 class TestBench(unittest.TestCase):
@@ -46,7 +58,7 @@ class TestBench(unittest.TestCase):
         self.assertEqual(bench.parse_args(['--quick']).tables, list(bench.TABLES))
         self.assertEqual(sorted(t for tables in SPLIT for t in tables.split(',')), sorted(bench.TABLES))
         for heading in ('Peak of the machine', 'Training throughput', 'Memory vs context length', 'Generation',
-                        'Token-mixing paths', 'Decode step'):
+                        'Token-mixing paths', 'Decode step', 'Serving', 'SDPA backends'):
             self.assertIn(f'\n## {heading}\n', self.out)
         for tables, p in zip(SPLIT, self.procs):
             self.assertIn('machine:', p.stdout)
@@ -97,6 +109,64 @@ class TestBench(unittest.TestCase):
         self.assertGreater(limit, 0)
         self.assertAlmostEqual(float(row[8].rstrip('x')), compiled / limit, delta=0.06 + 0.01 * compiled / limit)
         self.assertEqual(row[10], '1')
+
+    def test_decode_table_has_every_kind(self):
+        """The decode table's default kinds are the five of the serving table, and each gets its row
+        (the static step not compiled here, for time: the --quick run's flat row is inductor's, and
+        test_compile compiles every kind's step)."""
+        kinds = bench.parse_args([]).decode_variants
+        self.assertEqual(sorted(kinds), sorted(bench_decode.SERVE_KINDS))
+        args = bench.parse_args(['--quick', '--decode_tokens', '2', '--decode_n_ctx', '32'])
+        args.decode_variants = kinds                    # (a flag equal to its default would give way to --quick)
+        uncompiled = lambda model, compile=False, real=decode.StaticDecoder: real(model)      # noqa: E731
+        with mock.patch.object(decode, 'StaticDecoder', uncompiled):
+            rows = table_rows(quiet(bench_decode.bench_decode, args), 'Decode step')
+        self.assertEqual([r[0] for r in rows], kinds)
+        for row in rows:
+            self.assertGreater(min(float(row[5]), float(row[6]), float(row[7])), 0, row)   # eager, static, "compiled"
+
+    def test_serving_table(self):
+        """--quick: a row for every kind, context and batch; tokens/s = batch x 1000 / ms; the bytes a
+        sequence holds (the decoder's real buffers) are the meta-device count, the same at every context
+        for the state kinds and in proportion to the context for the cache kinds; the largest batch is
+        (memory - model) / (per sequence + step activations)."""
+        args = bench.parse_args(['--quick'])
+        rows = table_rows(self.out, 'Serving')
+        self.assertEqual([(r[0], int(r[1]), int(r[2])) for r in rows],
+                         [(f'{name} ({kind})', C, B) for name, kind in bench_decode.SERVE_KINDS.items()
+                          for C in args.serve_contexts for B in args.serve_batches])
+        per_seq = {}
+        for row in rows:
+            name, C, B = row[0].split(' (')[0], int(row[1]), int(row[2])
+            model_bytes, per_seq[name, C] = bench_decode.serve_bytes(name, C, args)
+            self.assertEqual(row[3:6], [fmt_bytes(model_bytes), fmt_bytes(per_seq[name, C]),
+                                        f'{bench_decode.largest_batch(model_bytes, per_seq[name, C], args):,}'], row)
+            ms, tok_s = float(row[7]), float(row[8])
+            self.assertAlmostEqual(tok_s, B * 1000 / ms, delta=0.5 + 1e-3 * tok_s, msg=row)
+        small, large = args.serve_contexts
+        for name, kind in bench_decode.SERVE_KINDS.items():
+            with self.subTest(kind=name):
+                ratio = per_seq[name, large] / per_seq[name, small]
+                self.assertEqual(ratio, 1 if kind == 'state' else large / small)
+
+    def test_serving_cells_over_the_budget_are_not_run(self):
+        """With the memory between the cells' estimates, exactly the cells estimated above it read 'over
+        budget' and are not run; with a tiny memory, none runs and the largest batch is 0."""
+        args = bench.parse_args(['--quick', '--serve_variants', 'flat', '--device', 'cpu'])
+        need = {(C, B): bench_decode.serve_estimate('flat', C, B, *bench_decode.serve_bytes('flat', C, args), args)
+                for C in args.serve_contexts for B in args.serve_batches}
+        low, high = sorted(need.values())[1:3]
+        for gib in ((low + high) / 2 / 2 ** 30, 1e-6):
+            args.serve_memory_gb = gib
+            with mock.patch.object(bench_decode, 'serve_cell', wraps=bench_decode.serve_cell) as cell:
+                rows = table_rows(quiet(bench_decode.bench_serving, args), 'Serving')
+            ran = {(c.args[2], c.args[1]) for c in cell.call_args_list}          # serve_cell(model, batch, n_ctx, args)
+            over = {(int(r[1]), int(r[2])) for r in rows if r[8] == 'over budget'}
+            with self.subTest(gib=gib):
+                self.assertEqual(ran, {k for k, v in need.items() if v <= gib * 2 ** 30})
+                self.assertEqual(over, set(need) - ran)
+                self.assertTrue(over)
+        self.assertEqual({r[5] for r in rows}, {'0'})
 
     def test_bad_flag_exits_2(self):
         """(In this process: test_faults runs bench's bad flags as processes too.)"""

@@ -34,7 +34,7 @@ import decode
 import machine
 import mixer
 import train
-from experiments import bench, gpu_check
+from experiments import bench, bench_decode, gpu_check
 from tests.common import TINY, prepared_data, read_log, run, tiny_model
 
 
@@ -203,10 +203,31 @@ class TestStaticDecode(unittest.TestCase):
                         dec.step(torch.ones(1, 1, dtype=torch.long))
                 self.assertEqual(int(dec._pos), dec.pos)
 
+    def test_a_parallel_prefill_loaded_equals_the_full_forward(self):
+        """StaticDecoder.load: three sequences prefilled through decode.Cache in two slices of the batch
+        (one parallel pass each, as bench's serving table does), loaded into the static buffers, then
+        stepped: the logits of every later token equal the full forward pass's, for every kind."""
+        idx = torch.randint(0, 64, (3, 14))
+        for name in ('flat', 'expanded', 'toeplitz', 'recurrent', 'transformer', 'linear_attention', 'hybrid'):
+            model = tiny_model(name)
+            dec = decode.StaticDecoder(model).allocate(3)
+            with torch.no_grad():
+                full = model(idx)[0]
+                for rows in (slice(0, 2), slice(2, 3)):
+                    cache = decode.Cache(len(model.blocks))
+                    model.hidden(idx[rows, :9], cache)
+                    dec.load(cache, rows)
+                logits = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(9, 14)], 1)
+            with self.subTest(variant=name):
+                self.assertEqual(dec.pos, 14)
+                torch.testing.assert_close(logits, full[:, 9:], atol=1e-5, rtol=1e-5)
+        with self.assertRaisesRegex(ValueError, 'allocate'):
+            decode.StaticDecoder(tiny_model('flat')).load(decode.Cache(TINY['n_layer']))
+
     def test_bench_waits_for_the_device_around_each_timed_token(self):
         calls = []
         step = lambda idx: calls.append('step') or torch.zeros(1, 8)       # noqa: E731
-        bench.decode_ms(step, torch.zeros(1, 3, dtype=torch.long), 4, wait=lambda: calls.append('wait'))
+        bench_decode.decode_ms(step, torch.zeros(1, 3, dtype=torch.long), 4, wait=lambda: calls.append('wait'))
         self.assertEqual(calls[3:], ['wait', 'step', 'wait'] * 4)
 
 
@@ -274,17 +295,17 @@ class TestReportedSpeed(unittest.TestCase):
         it measured."""
         args = bench.parse_args(['--quick', '--decode_variants', 'flat,transformer', '--device', 'cpu'])
         built = []
-        real_build = bench.build
+        real_build = bench_decode.build
 
         def build(name, a, **sizes):
             built.append(name)
             if name == 'transformer':
                 raise KeyboardInterrupt
             return real_build(name, a, **sizes)
-        with mock.patch.object(bench, 'build', build), contextlib.redirect_stdout(io.StringIO()) as out, \
+        with mock.patch.object(bench_decode, 'build', build), contextlib.redirect_stdout(io.StringIO()) as out, \
                 contextlib.redirect_stderr(io.StringIO()):
             with self.assertRaises(KeyboardInterrupt):
-                bench.bench_decode(args)
+                bench_decode.bench_decode(args)
         self.assertEqual(built, ['flat', 'transformer'])
         self.assertTrue(any(l.startswith('| flat | 64 x 2') for l in out.getvalue().splitlines()), out.getvalue())
 
@@ -373,8 +394,9 @@ class TestGPUCheck(unittest.TestCase):
                 self.assertIn('tokens/s steady', row[3], row)
         with open(os.path.join(out, 'report.md')) as f:
             report = f.read()
-        for title in ('Training throughput', 'Token-mixing paths', 'Decode step', 'Memory vs context length'):
-            self.assertIn(f'## {title}', report)
+        for title in ('Serving', 'Decode step', 'Decode step profile', 'SDPA backends', 'Training step profile',
+                      'Training throughput', 'Memory vs context length'):
+            self.assertIn(f'## {title}\n', report)
 
 
 if __name__ == '__main__':

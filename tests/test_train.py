@@ -12,6 +12,7 @@ import hashlib
 import os
 import platform
 import shutil
+import socket
 import tempfile
 import unittest
 
@@ -46,6 +47,22 @@ def torchrun(*args, nproc=2):
     """Start train.py under torchrun --standalone on CPU (gloo) -> Popen; finished(p) waits for it."""
     return start('-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', 'train.py',
                  f'--data_dir={prepared_data()}', *TINY_ARGS, *args)
+
+
+def torchrun_nodes(*args, port):
+    """Start train.py as two nodes of one machine each, as the README's multi-node command does: two
+    torchrun agents (--nnodes=2, --node_rank=0 and 1, one process each: gloo on CPU) meeting at a c10d
+    rendezvous on localhost:port -> [Popen, Popen]; finished(p) waits for each."""
+    return [start('-m', 'torch.distributed.run', '--nnodes=2', f'--node_rank={rank}', '--nproc_per_node=1',
+                  '--rdzv_backend=c10d', f'--rdzv_endpoint=localhost:{port}', 'train.py',
+                  f'--data_dir={prepared_data()}', *TINY_ARGS, *args) for rank in (0, 1)]
+
+
+def free_port():
+    """A TCP port of localhost that nothing listens on now (the OS's choice) -> int."""
+    with socket.socket() as s:
+        s.bind(('localhost', 0))
+        return s.getsockname()[1]
 
 
 def sha(path):
@@ -323,18 +340,19 @@ class TestDistributed(Base):
         many = train_py.draw_windows(torch.Generator().manual_seed(0), 100, 32, 1000, 1, 1)
         self.assertEqual((many.min().item(), many.max().item()), (0, 100 - 32 - 2))   # every window fits
 
-    def check_against_one_process(self, args, grad_accum):
-        """torchrun (2 ranks, batch 4, grad_accum k) vs one process with batch 8 and
-        grad_accum k: the same parameters, and the logged loss is the mean over the
-        ranks (the one-process loss), not rank 0's."""
+    def check_against_one_process(self, args, grad_accum, launch=lambda *a: [torchrun(*a)]):
+        """torchrun (2 ranks, batch 4, grad_accum k; `launch` starts them -> its Popens) vs one process
+        with batch 8 and grad_accum k: the same parameters and final validation loss, and the logged
+        loss is the mean over the ranks (the one-process loss), not rank 0's."""
         tmp = tempfile.mkdtemp(prefix='mixer_ddp_')
         ddp, one = os.path.join(tmp, 'ddp'), os.path.join(tmp, 'one')
         common = [*args, '--variant=multihead', '--max_iters=3', '--eval_interval=3', '--log_interval=1',
                   '--warmup_iters=1', '--learning_rate=1e-2', f'--grad_accum={grad_accum}']
-        p = torchrun(*common, f'--out_dir={ddp}')
+        procs = launch(*common, f'--out_dir={ddp}')
         one_process = train(*common, '--batch_size=8', f'--out_dir={one}')    # here, while the ranks run
-        r = finished(p)
-        self.assertEqual(r.returncode, 0, r.stderr[:3000] + '\n...\n' + r.stderr[-1000:])
+        for p in procs:
+            r = finished(p)
+            self.assertEqual(r.returncode, 0, r.stderr[:3000] + '\n...\n' + r.stderr[-1000:])
         self.assertEqual(read_log(ddp)[0]['world_size'], 2)
         self.assertEqual(one_process.returncode, 0, one_process.stderr)
         self.assert_same_update(ddp, one)
@@ -343,6 +361,8 @@ class TestDistributed(Base):
         self.assertEqual(len(logged), 3)
         for step in range(3):
             self.assertAlmostEqual(logged[step], single[step], places=5)
+        final = [read_log(d)[-1]['final_val_loss'] for d in (ddp, one)]
+        self.assertAlmostEqual(final[0], final[1], delta=1e-5 * final[1])
 
     def test_two_ranks_equal_one_process_with_twice_the_batch(self):
         self.check_against_one_process([], grad_accum=1)
@@ -350,6 +370,11 @@ class TestDistributed(Base):
     def test_two_ranks_with_grad_accum_equal_one_big_batch(self):
         """grad_accum 2 under DDP (no_sync on the first micro-step) = one step of batch 16."""
         self.check_against_one_process([], grad_accum=2)
+
+    def test_two_nodes_equal_one_process_with_the_global_batch(self):
+        """The README's multi-node command: two torchrun agents (--nnodes=2, a c10d rendezvous on a free
+        port of localhost), one process each, end where one process with their global batch ends."""
+        self.check_against_one_process([], grad_accum=1, launch=lambda *a: torchrun_nodes(*a, port=free_port()))
 
     def test_grad_accum_equals_a_bigger_batch_on_one_process(self):
         tmp = tempfile.mkdtemp(prefix='mixer_accum_')

@@ -1,0 +1,344 @@
+"""bench.py's generation-speed tables: how fast the models generate, one sequence or many.
+
+    python -m experiments.bench --tables generation,decode,serving,sdpa     # (bench.py is the entry point)
+
+4. Generation: per-token latency after prompts of several lengths for the flat
+   mixer recomputing its window (a full forward per new token, the reference
+   code's method), the flat mixer with its cache, the recurrent mixer, the
+   transformer with its KV cache and linear attention.
+6. Decode step: batch-1 ms/token of the eager decode (decode.Cache), of decode.py's
+   static-shape step, eager and under torch.compile, against the weight-read limit:
+   parameter bytes / the measured copy bandwidth (STREAM's convention: bytes read +
+   written per second of a large tensor copy), the time to read every weight once.
+7. Serving: generated tokens/s of B sequences at once at context C (the prefill timed apart),
+   and the bytes a sequence holds, cache or state, read off the decoder's own buffers; the
+   largest batch that fits a given memory. The figure by which recurrent models argue (Gu & Dao
+   2023, "Mamba", arXiv 2312.00752, its inference-throughput figure): a constant-size state
+   lets a fixed memory hold more sequences the longer the context.
+8. SDPA backends: the transformer's decode with scaled_dot_product_attention forced to each
+   backend (torch.nn.attention.sdpa_kernel): does one backend cost the eager decode its time?
+(The numbers are bench.py's table numbers; tables 1, 2, 3 and 5 are in bench.py.)
+"""
+
+import statistics
+import time
+from contextlib import nullcontext
+
+import torch
+
+import decode
+import machine
+import mixer
+from experiments.runner import fmt_bytes, md_row, md_table, say
+
+GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
+               ('transformer', 'KV cache'), ('linear_attention', 'state'))
+SERVE_KINDS = {'recurrent': 'state', 'linear_attention': 'state', 'flat': 'cache', 'toeplitz': 'cache',
+               'transformer': 'KV cache'}
+SERVE_WARM = 3           # tokens stepped between the prefill and the clock (a compiled step compiles, records)
+PREFILL_TOKENS = 16384   # tokens in one prefill pass: the batch is prefilled in slices of about this many
+SDPA_BACKENDS = ('FLASH_ATTENTION', 'EFFICIENT_ATTENTION', 'CUDNN_ATTENTION', 'MATH')
+
+
+def build(name, args, device=None, **sizes):
+    """Model of variant `name` with the given sizes (d_model, n_layer, n_ctx) on `device` (default
+    args.device; 'meta': shapes and dtypes without memory) (the tables of bench.py and of this module
+    build their models here)."""
+    cfg = mixer.variant_config(name, vocab_size=args.vocab_size, **sizes)
+    if device == 'meta':
+        with torch.device('meta'):
+            return mixer.build_model(cfg)
+    return mixer.build_model(cfg).to(device or args.device)
+
+
+def nbytes(tensors):
+    """Bytes held by the tensors (an iterable) -> int."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# ----------------------------------------------------------------------------- 4. generation
+
+@torch.no_grad()
+def time_generation(model, prompt_len, n_new, recompute, args):
+    """Greedy generation after a random prompt of prompt_len tokens, batch 1.
+
+    recompute=True runs a full forward over the current window for each token;
+    otherwise model.decode() one token at a time through a decode.Cache (what
+    decode.generate() does). Returns (prefill ms, median ms per new token, cache bytes)."""
+    idx = torch.randint(args.vocab_size, (1, prompt_len), device=args.device)
+    cache = None if recompute else decode.Cache(len(model.blocks))
+    times = []
+    with machine.autocast(args.device, args.dtype):
+        for i in range(n_new + 1):
+            machine.sync(args.device)
+            t0 = time.perf_counter()
+            if recompute:
+                logits = model(idx[:, -model.max_len:])[0][:, -1]
+            else:
+                logits = model.decode(idx if i == 0 else idx[:, -1:], cache)[:, -1]
+            machine.sync(args.device)
+            times.append(1e3 * (time.perf_counter() - t0))
+            idx = torch.cat([idx, decode.sample_next(logits, temperature=0)], dim=1)
+    return times[0], statistics.median(times[1:]), 0 if recompute else cache.nbytes()
+
+
+def bench_generation(args):
+    """Print the generation table: ms/token and tokens/s per method and prompt length."""
+    prompts = args.prompts
+    n_ctx = max(prompts) + args.new_tokens
+    models, results = {}, {}
+    for name, how in GEN_METHODS:
+        say(f'generation: {name}, {how}')
+        if name not in models:
+            models[name] = build(name, args, d_model=args.d_model, n_layer=args.n_layer, n_ctx=n_ctx).eval()
+            time_generation(models[name], 8, 2, False, args)           # warm-up
+        recompute = how == 'window recompute'
+        n_new = args.recompute_tokens if recompute else args.new_tokens
+        for P in prompts:
+            results[name, how, P] = (n_new,) + time_generation(models[name], P, n_new, recompute, args)
+    rows = []
+    for (name, how, P), (n_new, prefill, ms, cache_bytes) in results.items():
+        ref = results[('flat', 'window recompute', P)][2]
+        first = results[(name, how, prompts[0])][2]
+        rows.append([f'{name}, {how}', P, n_new, f'{prefill:.1f}', f'{ms:.2f}', f'{1e3 / ms:.0f}',
+                     f'{ref / ms:.1f}x', f'{ms / first:.2f}', fmt_bytes(cache_bytes) if cache_bytes else '-'])
+    print(f'## Generation\n\n_Batch 1, greedy, d_model {args.d_model}, n_layer {args.n_layer}, n_ctx {n_ctx}, '
+          f'{args.dtype}. ms/token is the median over the new tokens timed ({args.new_tokens} per prompt; only '
+          f'{args.recompute_tokens} for the window recompute, which runs a full forward per token); tokens/s = '
+          f'1000 / ms/token. "vs recompute": speed-up over the window recompute at the same prompt; "vs prompt '
+          f'{prompts[0]}": ms/token relative to the same method at prompt {prompts[0]}; cache: decode.Cache.nbytes() '
+          f'at the end._\n')
+    print(md_table(['method', 'prompt', 'tokens timed', 'prefill ms', 'ms/token', 'tokens/s', 'vs recompute',
+                    f'vs prompt {prompts[0]}', 'cache'], rows) + '\n')
+
+
+# ----------------------------------------------------------------------------- 6. decode step
+
+def copy_bandwidth(device, nbytes=2 ** 28, repeats=5):
+    """Bytes read + written per second of the best of `repeats` copies of an nbytes
+    float32 tensor (STREAM's 'copy' convention) -> float, B/s."""
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    best = float('inf')
+    for _ in range(repeats):
+        machine.sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        machine.sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+@torch.no_grad()
+def decode_ms(step, prompt, n_new, wait=lambda: None):
+    """Median ms per step of `step` (long [B, 1] -> logits [B, vocab]) over n_new greedy tokens
+    after feeding the prompt (long [B, P]) one token at a time. wait() (the device's synchronize)
+    runs before each clock read, so that every column times the work done, not its launch."""
+    for t in range(prompt.shape[1]):
+        logits = step(prompt[:, t:t + 1])
+    times = []
+    for _ in range(n_new):
+        nxt = logits.argmax(-1, keepdim=True)
+        wait()
+        t0 = time.perf_counter()
+        logits = step(nxt)
+        wait()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def eager_step(model):
+    """The eager decode of one new sequence: a step function (long [B, 1] -> logits [B, vocab])
+    through LanguageModel.decode and a fresh decode.Cache."""
+    cache = decode.Cache(len(model.blocks))
+    return lambda idx: model.decode(idx, cache)[:, -1]
+
+
+def bench_decode(args):
+    """Print the decode-step table: eager decode, static step eager and compiled,
+    against the weight-read limit, per variant and size (d_model x n_layer). Each row is
+    printed (and flushed) as soon as it is measured: a run cut short keeps its rows."""
+    bandwidth = copy_bandwidth(args.device)
+    print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; median ms/token over '
+          f'{args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt. Weight-read limit = '
+          f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
+          f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: '
+          f'LanguageModel.decode with decode.Cache; static: decode.StaticDecoder (caches at n_ctx, one graph '
+          f'for every position), eager and torch.compile\'d (inductor); compiles: graphs compiled for all the '
+          f'tokens._\n')
+    print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms', 'static ms',
+                    'compiled ms', 'compiled / limit', 'compile s', 'compiles'], []), flush=True)
+    wait = lambda: machine.sync(args.device)          # noqa: E731
+    for d_model, n_layer in args.decode_sizes:
+        for name in args.decode_variants:
+            say(f'decode: {name}, d_model {d_model}, n_layer {n_layer}')
+            torch._dynamo.reset()
+            model = build(name, args, d_model=d_model, n_layer=n_layer, n_ctx=args.decode_n_ctx).eval()
+            prompt = torch.randint(args.vocab_size, (1, args.decode_n_ctx // 4), device=args.device)
+            wbytes = nbytes(model.parameters())
+            limit = 1e3 * wbytes / bandwidth
+            with machine.autocast(args.device, args.dtype):
+                eager = decode_ms(eager_step(model), prompt, args.decode_tokens, wait)
+                static = decode_ms(decode.StaticDecoder(model).step, prompt, args.decode_tokens, wait)
+                dec = decode.StaticDecoder(model, compile=True)
+                t0 = time.perf_counter()
+                dec.prefill(prompt[:, :2])                 # the first token allocates, the second compiles
+                compile_s = time.perf_counter() - t0
+                dec.reset()
+                compiled = decode_ms(dec.step, prompt, args.decode_tokens, wait)
+            print(md_row([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
+                          f'{limit:.3f}', f'{eager:.3f}', f'{static:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
+                          f'{compile_s:.0f}', dec.compiles]), flush=True)
+    print()
+
+
+# ----------------------------------------------------------------------------- 7. serving
+
+def serve_dtype(args):
+    """The dtype the serving table casts its models to: bf16 with --dtype bf16, else fp32."""
+    return torch.bfloat16 if args.dtype == 'bf16' else torch.float32
+
+
+def serve_bytes(name, n_ctx, args):
+    """(model bytes: parameters and buffers, cache or state bytes a sequence) of kind `name` at
+    context n_ctx and --serve_size in the serving dtype, read off a model and a decode.StaticDecoder
+    allocated on the meta device: the real tensors' shapes and dtypes, no memory (nothing is
+    allocated before a cell is known to fit)."""
+    d_model, n_layer = args.serve_size
+    model = build(name, args, 'meta', d_model=d_model, n_layer=n_layer, n_ctx=n_ctx).to(serve_dtype(args))
+    dec = decode.StaticDecoder(model).allocate(1)
+    return nbytes([*model.parameters(), *model.buffers()]), nbytes(dec.buffers())
+
+
+def step_bytes(args):
+    """Estimated activation bytes a sequence of one decode step holds: the logits and about ten
+    d_model-long vectors (the feed-forward's hidden layer among them), in the serving dtype."""
+    return serve_dtype(args).itemsize * (args.vocab_size + 10 * args.serve_size[0])
+
+
+def largest_batch(model_bytes, per_seq, args):
+    """How many sequences fit --serve_memory_gb beside the model: each holds its cache or state
+    (per_seq bytes) and a decode step's activations (step_bytes) -> int."""
+    return max(0, int((args.serve_memory_gb * 2 ** 30 - model_bytes) // (per_seq + step_bytes(args))))
+
+
+def serve_estimate(name, n_ctx, batch, model_bytes, per_seq, args):
+    """Bytes a serving cell needs at its peak, estimated before anything is allocated: the model, the
+    batch's caches and step activations, and one prefill slice (its eager cache, its activations,
+    about 16 values a token and d_model, and the flat and Toeplitz mixings' n_ctx x n_ctx matrix)."""
+    e, (d, n_layer) = serve_dtype(args).itemsize, args.serve_size
+    rows = min(batch, max(1, PREFILL_TOKENS // n_ctx))
+    n_head = mixer.variant_config(name, vocab_size=args.vocab_size, d_model=d, n_layer=n_layer, n_ctx=n_ctx).n_head
+    matrix = {'flat': 3 * e, 'toeplitz': 9 + 2 * n_head * e}.get(name, 0) * n_ctx * n_ctx
+    return (model_bytes + batch * (per_seq + step_bytes(args)) + rows * per_seq + 16 * rows * n_ctx * d * e
+            + matrix)
+
+
+@torch.no_grad()
+def serve_cell(model, batch, n_ctx, args):
+    """Serve `batch` random sequences to context n_ctx through one decode.StaticDecoder (compiled with
+    --serve_compile): its buffers allocated at n_ctx, a parallel prefill of the first n_ctx -
+    serve_tokens - SERVE_WARM tokens (LanguageModel.hidden through a decode.Cache, PREFILL_TOKENS
+    tokens a pass, loaded into the buffers), SERVE_WARM tokens stepped untimed, then serve_tokens
+    greedy steps timed (the last at position n_ctx - 1) -> dict(prefill_ms, ms (median ms a step
+    of the whole batch), per_seq (buffer bytes a sequence), peak (allocator peak bytes on CUDA,
+    the model included, else None))."""
+    cuda = args.device.type == 'cuda'
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(args.device)
+    if args.serve_compile:
+        torch._dynamo.reset()
+    prompt_len = n_ctx - args.serve_tokens - SERVE_WARM
+    tokens = torch.randint(args.vocab_size, (batch, prompt_len + SERVE_WARM), device=args.device)
+    dec = decode.StaticDecoder(model, compile=args.serve_compile).allocate(batch)
+    rows = min(batch, max(1, PREFILL_TOKENS // prompt_len))
+    machine.sync(args.device)
+    t0 = time.perf_counter()
+    for r in range(0, batch, rows):
+        cache = decode.Cache(len(model.blocks))
+        model.hidden(tokens[r:r + rows, :prompt_len], cache)
+        dec.load(cache, slice(r, r + rows))
+        del cache
+    machine.sync(args.device)
+    prefill_ms = 1e3 * (time.perf_counter() - t0)
+    ms = decode_ms(dec.step, tokens[:, prompt_len:], args.serve_tokens, lambda: machine.sync(args.device))
+    return dict(prefill_ms=prefill_ms, ms=ms, per_seq=nbytes(dec.buffers()) // batch,
+                peak=torch.cuda.max_memory_allocated(args.device) if cuda else None)
+
+
+def bench_serving(args):
+    """Print the serving table: a row a kind, context and batch size (rows printed as measured).
+    A cell estimated above --serve_memory_gb (serve_estimate) reads 'over budget' and is not run;
+    one that runs out of memory anyway reads 'OOM'."""
+    d_model, n_layer = args.serve_size
+    cuda = args.device.type == 'cuda'
+    gib = f'{args.serve_memory_gb:g} GiB'
+    print(f'## Serving\n\n_Generated tokens/s of B sequences at once, greedy, d_model {d_model}, n_layer {n_layer}, '
+          f'vocab {args.vocab_size}; weights, caches and states in {args.dtype} (the model cast to it). A '
+          f'cell: decode.StaticDecoder ({"compiled" if args.serve_compile else "eager"}) with its buffers at n_ctx '
+          f'= context, a parallel prefill (decode.Cache, loaded into them; "prefill ms", not counted in tokens/s), '
+          f'{SERVE_WARM} tokens untimed, then the median ms of {args.serve_tokens} steps of the whole batch, the '
+          f'last at position context - 1; tokens/s = batch x 1000 / ms. per sequence: the decoder\'s buffer bytes '
+          f'/ batch (cache: grows with the context; state: constant). model: parameters and buffers at that '
+          f'context. largest batch: (memory - model) / (per sequence + a step\'s activations, estimated '
+          f'{fmt_bytes(step_bytes(args))}). "over budget": estimated above {gib}, not run'
+          f'{"; peak: torch.cuda.max_memory_allocated over the cell, the model included" if cuda else ""}._\n')
+    header = ['kind', 'context', 'batch', 'model', 'per sequence', f'largest batch in {gib}', 'prefill ms',
+              'ms/token', 'tokens/s'] + (['peak'] if cuda else [])
+    print(md_table(header, []), flush=True)
+    budget = args.serve_memory_gb * 2 ** 30
+    for name in args.serve_variants:
+        for n_ctx in args.serve_contexts:
+            model_bytes, per_seq = serve_bytes(name, n_ctx, args)
+            fits = [b for b in args.serve_batches if serve_estimate(name, n_ctx, b, model_bytes, per_seq, args) <= budget]
+            model = None
+            if fits:
+                say(f'serving: {name} at context {n_ctx}, batches {fits}')
+                model = build(name, args, d_model=d_model, n_layer=n_layer, n_ctx=n_ctx).to(serve_dtype(args)).eval()
+            for batch in args.serve_batches:
+                cells = ['-', '-', 'over budget'] + (['-'] if cuda else [])
+                if batch in fits:
+                    try:
+                        r = serve_cell(model, batch, n_ctx, args)
+                        per_seq = r['per_seq']
+                        cells = [f'{r["prefill_ms"]:.1f}', f'{r["ms"]:.3f}', f'{batch * 1e3 / r["ms"]:.0f}']
+                        cells += [fmt_bytes(r['peak'])] if cuda else []
+                    except torch.OutOfMemoryError:
+                        cells = ['-', '-', 'OOM'] + (['-'] if cuda else [])
+                print(md_row([f'{name} ({SERVE_KINDS.get(name, "cache")})', n_ctx, batch, fmt_bytes(model_bytes),
+                              fmt_bytes(per_seq), f'{largest_batch(model_bytes, per_seq, args):,}', *cells]), flush=True)
+            del model
+    print()
+
+
+# ----------------------------------------------------------------------------- 8. SDPA backends
+
+def bench_sdpa(args):
+    """Print the transformer's batch-1 decode (eager through decode.Cache, and decode.StaticDecoder
+    eager) with scaled_dot_product_attention left to choose its backend, then forced to each
+    backend of SDPA_BACKENDS (torch.nn.attention.sdpa_kernel); a backend that cannot run here reads
+    'not available' with torch's reason. At --decode_sizes and --decode_n_ctx, as the decode table."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    print(f'## SDPA backends\n\n_The transformer\'s decode, batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; '
+          f'median ms/token over {args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt (as the '
+          f'decode table). eager: LanguageModel.decode with decode.Cache (one query against a key length that '
+          f'grows every token); static: decode.StaticDecoder, not compiled (n_ctx keys, the unwritten masked). '
+          f'Backend: torch.nn.attention.sdpa_kernel(SDPBackend.X) around both; "default": none forced._\n')
+    print(md_table(['backend', 'd_model x n_layer', 'eager ms', 'static ms'], []), flush=True)
+    wait = lambda: machine.sync(args.device)          # noqa: E731
+    for d_model, n_layer in args.decode_sizes:
+        model = build('transformer', args, d_model=d_model, n_layer=n_layer, n_ctx=args.decode_n_ctx).eval()
+        prompt = torch.randint(args.vocab_size, (1, args.decode_n_ctx // 4), device=args.device)
+        for backend in ('default', *SDPA_BACKENDS):
+            say(f'sdpa: {backend}, d_model {d_model}, n_layer {n_layer}')
+            cells = []
+            for step in (eager_step(model), decode.StaticDecoder(model).step):
+                try:
+                    with sdpa_kernel(getattr(SDPBackend, backend)) if backend != 'default' else nullcontext(), \
+                            machine.autocast(args.device, args.dtype):
+                        cells.append(f'{decode_ms(step, prompt, args.decode_tokens, wait):.3f}')
+                except RuntimeError as err:                    # no kernel of this backend for these inputs
+                    cells.append(f'not available ({str(err).splitlines()[0][:60]})')
+            print(md_row([backend.lower(), f'{d_model} x {n_layer}', *cells]), flush=True)
+    print()
