@@ -1,4 +1,4 @@
-"""Masked mixers and their baselines: every model kind, in one file.
+"""Masked mixers and their baselines: every model kind, its config, token mixings, blocks and models.
 
 A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a
 learned token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and
