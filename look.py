@@ -19,9 +19,10 @@ first --positions positions:
       the hybrid's masked mixing beside them; linear attention: its normalised analogue
       phi(q_i) . phi(k_j) / sum_{j' <= i} phi(q_i) . phi(k_j') (attention.LinearAttention.weights).
   The weights are taken from the model's own modules, on its own forward pass (hooks), not recomputed.
-Matrices share one diverging colour scale centred at zero, a panel each (red positive, blue negative),
-clipped at the 99th percentile of |M| over the panel's lower triangle (the first rows, with few
-entries each, would otherwise take the whole scale).
+An autoencoder's encoder and decoder layers are a row each. Every matrix is drawn on a diverging colour
+scale centred at zero (red > 0, white 0, blue < 0), full colour at +-s, s (in the panel's title) the
+99th percentile of |M| over its nonzero entries (the first rows, with few entries each, would
+otherwise take the whole scale).
 
 The table has one row a matrix: a layer's head (or tap, or M1 / M2), never a mean over heads. For a
 matrix M over T positions (for M1 and M2, a hidden row's position is r // 2):
@@ -57,9 +58,9 @@ def fail(msg):
 
 @dataclass(eq=False)
 class Panel:
-    """One panel of a layer's row. A matrix: M float [R, C] (row r at position rows[r], column c at
-    cols[c], long [R] and [C]); or curves: a list of (label, float [K]) against the lag 0..K-1, with
-    `matrices` of the table computed from them elsewhere."""
+    """One panel of a layer's row, or a row of the table. A matrix: M float [R, C] (row r at position
+    rows[r], column c at cols[c], long [R] and [C]); or curves: a list of (label, float [K]) against
+    the lag 0..K-1, ylabel naming them."""
     name: str
     M: torch.Tensor = None
     rows: torch.Tensor = None
