@@ -40,6 +40,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -264,8 +265,9 @@ def draw(layers, title, path, T):
                 name += f' (±{s:.2g})'
             ax.tick_params(labelsize=6, length=2)
             ax.set_title(name, fontsize=7)
-    fig.suptitle(title + ('\nmatrices: red > 0, white 0, blue < 0, full colour at ±s (in each title)'
-                          if image is not None else ''), fontsize=8)
+    key = 'matrices: red > 0, white 0, blue < 0, full colour at ±s (in each title)' if image is not None else ''
+    width = int(13 * fig.get_figwidth())                  # characters a line at 8 points
+    fig.suptitle('\n'.join(textwrap.wrap(title, width) + textwrap.wrap(key, width)), fontsize=8)
     return save_figure(fig, path)
 
 
