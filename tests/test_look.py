@@ -187,6 +187,15 @@ class TestLook(unittest.TestCase):
         for got, exp in zip(drawn.images, want):
             np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-6)
 
+    def test_an_autoencoders_encoder_and_decoder_are_rows(self):
+        path = os.path.join(self.tmp, 'autoencoder.pt')
+        save(tiny_model('linear_attention', task='autoencode'), path, self.tok, self.sha, self.data, 'linear_attention')
+        r = run_in_process('look.py', '--ckpt', path, '--no_figure', '--windows', '2')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([layer for layer, _ in table_rows(r.stdout)],
+                         [f'{part} {i}' for part in ('encoder', 'decoder') for i in range(TINY['n_layer'])
+                          for _ in range(HEADS)])
+
     def test_attention_weights_are_what_the_module_applies(self):
         """Attention.weights and LinearAttention.weights times V, projected, are the module's output."""
         torch.manual_seed(0)
