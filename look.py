@@ -339,6 +339,7 @@ def main(argv=None):
     print('\n'.join(table_lines(layers, T)), flush=True)
     if args.no_figure:
         return
+    print(f'drawing {sum(len(layer.panels) for layer in layers)} panels (a few seconds) ...', flush=True)
     try:
         print(draw(layers, f'{variant} ({cfg.kind}), step {ckpt.get("step", "?")}: token mixing, the first {T} '
                    'positions (row i reads column j)', out, T))
