@@ -28,6 +28,9 @@ The table has one row a matrix: a layer's head (or tap, or M1 / M2), never a mea
 matrix M over T positions (for M1 and M2, a hidden row's position is r // 2):
   mean lag        = mean over rows i of  sum_j |M[i, j]| (i - j) / sum_j |M[i, j]|   (tokens back)
   diagonal share  = mean over rows i of  |M[i, i]| / sum_j |M[i, j]|
+  lag fit         = 1 - sum_{j<=i} (M[i, j] - m[i - j])^2 / sum_{j<=i} (M[i, j] - mean)^2,  m[k] the mean
+                    of the entries at lag k, mean that of all entries j <= i: the share of the
+                    entries' variance that their lag alone explains (1: Toeplitz, a function of i - j)
 rows with sum_j |M[i, j]| = 0 left out. A uniform causal average (the masked mixers' init: each row the
 mean of the past) has mean lag (T - 1) / 4 and diagonal share (1/T) sum_i 1 / (i + 1); the table's last
 line gives them for T. Toeplitz rows are its effective matrix w[i - j]. Reads the checkpoint alone
@@ -202,18 +205,31 @@ def lag_stats(M, rows, cols):
     return mean_lag, diagonal
 
 
+def lag_fit(M, rows, cols):
+    """The share of the variance of M's entries at lags >= 0 (M float [R, C], rows and cols their
+    positions, as in lag_stats) that their lag alone explains (the module docstring defines it) ->
+    float, 1 for a Toeplitz matrix; NaN when the entries do not vary."""
+    lag = rows[:, None] - cols[None, :]
+    keep = lag >= 0
+    x, k = M.double()[keep], lag[keep]
+    m = torch.zeros(int(k.max()) + 1, dtype=torch.double).index_add_(0, k, x) / torch.bincount(k).clamp(min=1)
+    total = ((x - x.mean()) ** 2).sum()
+    return 1 - (((x - m[k]) ** 2).sum() / total).item() if total > 0 else math.nan
+
+
 def uniform_reference(T):
     """Mean lag and diagonal share of the uniform causal average over T positions (M[i, j] = 1/(i+1))."""
     return (T - 1) / 4, sum(1 / (i + 1) for i in range(T)) / T
 
 
 def table_lines(layers, T):
-    """The summary table: a header, one line a matrix of each layer's table, the reference line."""
-    lines = [f'{"layer":<11} {"matrix":<26} {"mean lag":>9} {"diagonal share":>15}']
+    """The summary table: a header, one line a matrix of each layer's table (mean lag, diagonal share,
+    lag fit), the reference line."""
+    lines = [f'{"layer":<11} {"matrix":<26} {"mean lag":>9} {"diagonal share":>15} {"lag fit":>8}']
     for layer in layers:
         for p in layer.table:
             lag, diag = lag_stats(p.M, p.rows, p.cols)
-            lines.append(f'{layer.name:<11} {p.name:<26} {lag:9.2f} {diag:15.3f}')
+            lines.append(f'{layer.name:<11} {p.name:<26} {lag:9.2f} {diag:15.3f} {lag_fit(p.M, p.rows, p.cols):8.3f}')
     lag, diag = uniform_reference(T)
     lines.append(f'(a uniform causal average over {T} positions: mean lag {lag:.2f}, diagonal share {diag:.3f})')
     return lines

@@ -165,7 +165,7 @@ class TestLook(unittest.TestCase):
                         self.assertEqual(np.abs(np.triu(A, 1)).max(), 0)
                 for (_, line), M in zip(rows, want):   # the table's numbers are the drawn matrices'
                     pos = [torch.arange(n) // (2 if n > T else 1) for n in M.shape]   # expanded: 2 rows a position
-                    self.assertAlmostEqual(float(line.split()[-2]), look.lag_stats(torch.tensor(M), *pos)[0], places=2)
+                    self.assertAlmostEqual(float(line.split()[-3]), look.lag_stats(torch.tensor(M), *pos)[0], places=2)
 
     def test_attention_drawn_is_what_the_forward_pass_applied(self):
         """The attention maps drawn are the softmax weights the naive path multiplied V by on the model's
@@ -218,6 +218,12 @@ class TestLook(unittest.TestCase):
             self.assertAlmostEqual(got, ref)
         below = torch.diag(torch.full((7,), -2.0), -1)                     # M[i, i-1]: row 0 is empty
         self.assertEqual(look.lag_stats(below, pos, pos), (1.0, 0.0))
+        # lag fit: 1 for any function of i - j; [[1, 0], [0, 3]] by hand: lag-0 mean 2, residual 2, total
+        # variance of (1, 0, 3) about 4/3 is 14/3, so 1 - 2 / (14/3) = 4/7
+        toeplitz = torch.randn(8)[(pos[:, None] - pos[None, :]).clamp(min=0)] * (pos[:, None] >= pos[None, :])
+        self.assertAlmostEqual(look.lag_fit(toeplitz, pos, pos), 1.0)
+        self.assertAlmostEqual(look.lag_fit(torch.tensor([[1.0, 0], [0, 3]]), pos[:2], pos[:2]), 4 / 7)
+        self.assertLess(look.lag_fit(prefix, pos, pos), 0.9)                 # 1/(i+1): the row, not the lag
 
     def test_bad_input_is_one_line_and_exit_2(self):
         garbage = os.path.join(self.tmp, 'garbage.pt')
