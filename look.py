@@ -260,24 +260,23 @@ def draw(layers, title, path, T):
                 ax.axis('off')
                 continue
             p, name = layer.panels[c], f'{layer.name}: {layer.panels[c].name}'.rstrip(': ')
-            ticks = [0, T - 1]              # few ticks: a tick is most of the drawing time
             if p.curves is not None:
                 for label, y in p.curves:
                     ax.plot(np.arange(len(y)), y.numpy(), label=label, lw=1)
                 ax.axhline(0, color='grey', lw=0.5)
-                ax.set_xticks(ticks)
+                ax.set_xticks([0, T - 1])       # few ticks and labels: text is most of the drawing time
                 ax.set_xlabel('lag k = i - j', fontsize=7, labelpad=-6)
                 ax.set_ylabel(p.ylabel, fontsize=7)
                 ax.legend(fontsize=5)
             else:
                 s = colour_scale(p.M)
                 image = ax.imshow(p.M.numpy(), cmap='RdBu_r', vmin=-s, vmax=s, interpolation='nearest', aspect='auto')
-                ax.set_xticks([0, p.M.shape[1] - 1])
-                ax.set_yticks([0, p.M.shape[0] - 1])
-                if r == len(layers) - 1:        # axis names once a column and row: text is slow to draw
-                    ax.set_xlabel('j (read)', fontsize=7, labelpad=-6)
+                ax.set_xticks([])               # no ticks; the axes named once a column and a row
+                ax.set_yticks([])
+                if r == len(layers) - 1:
+                    ax.set_xlabel(f'j = 0 .. {T - 1} (read)', fontsize=7)
                 if c == first:
-                    ax.set_ylabel('i (position)', fontsize=7, labelpad=-8)
+                    ax.set_ylabel(f'i = 0 .. {T - 1} (position)', fontsize=7)
                 name += f' (±{s:.2g})'
             ax.tick_params(labelsize=6, length=2)
             ax.set_title(name, fontsize=7)
