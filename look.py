@@ -89,13 +89,13 @@ def matrix_panel(name, M, rows=None, cols=None):
                  torch.arange(M.shape[1]) if cols is None else cols)
 
 
-def head_name(h, n_head, prefix='head'):
+def head_name(h, n_head):
     """'' for a single head, else 'head h'."""
-    return f'{prefix} {h}' if n_head > 1 else ''
+    return f'head {h}' if n_head > 1 else ''
 
 
 def masked_panels(mixing, T):
-    """The masked mixing's effective matrices over T positions -> (panels, table: the same panels).
+    """A token mixing's view over T positions -> (the panels drawn, the matrices of the table).
     MaskedMixing: M1 = W1 * mask1 [H, k, e T, T] a head and tap, and with expansion e > 1 also
     M2 = W2 * mask2 [H, T, e T]; ToeplitzMixing: the kernel w[:, :T] as curves, the table from its
     matrix w[i - j]; RecurrentMixing: a^k as curves, and its matrix [H, T, T] a head."""
