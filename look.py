@@ -98,7 +98,8 @@ def masked_panels(mixing, T):
     """A token mixing's view over T positions -> (the panels drawn, the matrices of the table).
     MaskedMixing: M1 = W1 * mask1 [H, k, e T, T] a head and tap, and with expansion e > 1 also
     M2 = W2 * mask2 [H, T, e T]; ToeplitzMixing: the kernel w[:, :T] as curves, the table from its
-    matrix w[i - j]; RecurrentMixing: a^k as curves, and its matrix [H, T, T] a head."""
+    matrix w[i - j]; RecurrentMixing: a^k as curves, and its matrix [H, T, T] a head. TypeError for
+    another module."""
     H = mixing.n_head
     if isinstance(mixing, mixer.MaskedMixing):
         e, k, panels = mixing.e, mixing.k, []
