@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from mixer import (Attention, HeadMixing, HybridMixing, LinearAttention, MaskedMixing, RecurrentMixing,
-                   ToeplitzMixing, apply_rope, mix_tokens)
+from attention import Attention, LinearAttention, apply_rope
+from mixer import HeadMixing, HybridMixing, MaskedMixing, RecurrentMixing, ToeplitzMixing, mix_tokens
 
 
 # ----------------------------------------------------------------------------- sampling

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+import attention
 import mixer
 from configurator import fail
 
@@ -54,9 +55,9 @@ def mixing_flops(m, T):
         return 2 * T * m.d_model
     if isinstance(m, mixer.RecurrentMixing):
         return 2 * min(T, m.chunk_size) * m.d_model
-    if isinstance(m, mixer.Attention):
+    if isinstance(m, attention.Attention):
         return 4 * T * m.qkv.in_features
-    if isinstance(m, mixer.LinearAttention):
+    if isinstance(m, attention.LinearAttention):
         d = m.qkv.in_features
         return 4 * min(T, m.chunk_size) * d + 4 * d * d // m.n_head
     return 0

@@ -1,9 +1,10 @@
-"""Masked mixers and their baselines: every model kind, in one file.
+"""Masked mixers and their baselines: every model kind, its config, token mixings, blocks and models.
 
 A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a
 learned token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and
 Retrieval", arXiv 2409.01482). One config and one interface for every kind; read top to bottom: config,
-token mixings (each with its incremental path), blocks, models. Sampling: decode.py; FLOPs: machine.py.
+token mixings (each with its incremental path), blocks, models. The baselines' attention: attention.py;
+sampling: decode.py; FLOPs: machine.py.
 
     model = build_model(variant_config('toeplitz', d_model=256, n_layer=4, n_ctx=256))
     logits, loss = model(idx, targets)      # idx long [B, T], T <= n_ctx; loss in nats/token
@@ -16,6 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
+
+from attention import Attention, LinearAttention, append_cache, chunk_starts
 
 KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
 MIXINGS = ('dense', 'toeplitz', 'recurrent')
@@ -105,23 +108,6 @@ def variant_config(name, **base):
 
 # ----------------------------------------------------------------------------- token mixings
 
-def _append(state, key, x):
-    """Decoding: append x [B, H, t, e] along time to the layer state's tensor `key` (a dict a layer:
-    decode.Cache) -> all [B, H, n, e] (x when state is None); the buffer doubles when full."""
-    if state is None:
-        return x
-    buf, n = state.get(key), state.get(key + '_len', 0)
-    need = n + x.shape[2]
-    if buf is None or need > buf.shape[2]:
-        grown = x.new_empty(*x.shape[:2], max(need, 2 * n), x.shape[3])
-        if buf is not None:
-            grown[:, :, :n] = buf[:, :, :n]
-        buf = state[key] = grown
-    buf[:, :, n:need] = x
-    state[key + '_len'] = need
-    return buf[:, :, :need]
-
-
 class HeadMixing(nn.Module):
     """Base of the token mixings: x float [B, T, d] at positions pos.. -> float [B, T, d]. n_head = 1:
     no projections (the flat mixer); n_head > 1: Linear(d, d) -> heads of e = d / n_head -> mix ->
@@ -191,14 +177,14 @@ class MaskedMixing(HeadMixing):
     def mix(self, z, state=None, pos=0):
         T = z.shape[2]
         end = pos + T
-        z = _append(state, 'z', z)                                        # [B, H, end, e]
+        z = append_cache(state, 'z', z)                                        # [B, H, end, e]
         W1 = (self.W1[..., self.e * pos:self.e * end, :end]
               * self.mask1[self.e * pos:self.e * end, :end])              # rows of the new positions
         h = mix_tokens(W1[:, 0], z) if self.k == 1 else torch.einsum('hkts,bhkse->bhte', W1, self._taps(z))
         h = h + self.c1[:, self.e * pos:self.e * end]
         if self.e == 1:
             return h
-        h = _append(state, 'h', F.gelu(h))                                # [B, H, e end, e]
+        h = append_cache(state, 'h', F.gelu(h))                                # [B, H, e end, e]
         W2 = self.W2[:, pos:end, :self.e * end] * self.mask2[pos:end, :self.e * end]
         return mix_tokens(W2, h) + self.c2[:, pos:end]
 
@@ -226,7 +212,7 @@ class ToeplitzMixing(HeadMixing):
 
     def mix(self, z, state=None, pos=0, use_fft=None):
         T = z.shape[2]
-        z = _append(state, 'z', z)
+        z = append_cache(state, 'z', z)
         if use_fft is None:
             use_fft = state is None and T >= self.fft_threshold
         if use_fft:
@@ -242,12 +228,6 @@ class ToeplitzMixing(HeadMixing):
         else:
             y = mix_tokens(self.matrix(slice(pos, pos + T), pos + T), z)
         return y + self.c[:, pos:pos + T]
-
-
-def chunk_starts(T, chunk_size):
-    """Start positions 0, chunk_size, ... of a length-T sequence's chunks. (Counting the
-    chunks first: under torch.compile, range(0, T, chunk_size) would recompile per T.)"""
-    return [i * chunk_size for i in range((T + chunk_size - 1) // chunk_size)]
 
 
 class RecurrentMixing(HeadMixing):
@@ -304,85 +284,6 @@ class RecurrentMixing(HeadMixing):
             hs = hs + carry[:, :, None].to(z.dtype) * h0[:, :, None]
         y = torch.where(self.column, v * hs, hs) + self.c[:, pos:pos + C]
         return y, hs[:, :, -1]
-
-
-def rope_tables(n_ctx, head_size, base=10000.0):
-    """cos, sin of the rotary position embedding (Su et al. 2021): float [n_ctx, head_size / 2]."""
-    inv_freq = base ** (-torch.arange(0, head_size, 2).float() / head_size)
-    angles = torch.arange(n_ctx).float()[:, None] * inv_freq[None, :]
-    return angles.cos(), angles.sin()
-
-
-def apply_rope(x, cos, sin):
-    """Rotate x [B, H, T, e] by cos, sin [T, e / 2] (half-split convention)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
-
-
-class Attention(nn.Module):
-    """Causal self-attention, llama-style with RoPE (Su et al. 2021) or GPT-2-style without (rope=False:
-    learned positions): x float [B, T, d] at positions pos.. -> float [B, T, d]. Decoding appends K, V
-    [B, H, t, e] to the layer state. naive=True materialises the [B, H, T, t] scores (O(T^2) memory)."""
-    def __init__(self, n_ctx, d_model, n_head, rope=True, naive=False):
-        super().__init__()
-        self.n_head, self.rope, self.naive = n_head, rope, naive
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.proj_out = nn.Linear(d_model, d_model, bias=False)
-        cos, sin = rope_tables(n_ctx, d_model // n_head)
-        self.register_buffer('cos', cos, persistent=False)
-        self.register_buffer('sin', sin, persistent=False)
-
-    def forward(self, x, state=None, pos=0):
-        T = x.shape[1]
-        q, k, v = rearrange(self.qkv(x), 'b t (three h e) -> three b h t e', three=3, h=self.n_head)
-        if self.rope:
-            cos, sin = self.cos[pos:pos + T], self.sin[pos:pos + T]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k, v = _append(state, 'k', k), _append(state, 'v', v)
-        # query i (at position pos + i) may see keys 0 .. pos + i
-        mask = torch.arange(pos + T, device=x.device)[None, :] <= torch.arange(pos, pos + T, device=x.device)[:, None]
-        if self.naive:
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])      # [B, H, T, pos + T]
-            y = scores.masked_fill(~mask, float('-inf')).softmax(-1) @ v
-        elif pos == 0:             # the whole prefix (is_causal must be a constant for torch.compile)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        elif T == 1:               # one new query that may see every key
-            y = F.scaled_dot_product_attention(q, k, v)
-        else:                      # T new queries after a cached prefix
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
-
-
-class LinearAttention(nn.Module):
-    """Causal linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"), x float [B, T, d] ->
-    [B, T, d]: y_i = phi(q_i) S_i / (phi(q_i) . s_i), phi = elu + 1, S_i = sum_{j<=i} phi(k_j) v_j^T,
-    s_i = sum_{j<=i} phi(k_j). Chunks of chunk_size (a masked C x C product inside, S and s carried
-    between): memory O(T d + C^2). Decoding keeps S [B, H, e, e] and s [B, H, e]; no window past n_ctx."""
-    def __init__(self, d_model, n_head, chunk_size=256, eps=1e-6):
-        super().__init__()
-        self.n_head, self.chunk_size, self.eps = n_head, chunk_size, eps
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.proj_out = nn.Linear(d_model, d_model, bias=False)
-
-    def forward(self, x, state=None, pos=0):
-        q, k, v = rearrange(self.qkv(x), 'b t (three h e) -> three b h t e', three=3, h=self.n_head)
-        q, k = F.elu(q) + 1, F.elu(k) + 1
-        S = None if state is None else state.get('S')
-        s = None if state is None else state.get('s')
-        ys = []
-        for c0 in chunk_starts(x.shape[1], self.chunk_size):
-            qc, kc, vc = (t[:, :, c0:c0 + self.chunk_size] for t in (q, k, v))
-            A = (qc @ kc.transpose(-1, -2)).tril()                    # [B, H, C, C]
-            num, den = A @ vc, A.sum(-1, keepdim=True)
-            if S is not None:
-                num = num + qc @ S
-                den = den + qc @ s[..., None]
-            ys.append(num / (den + self.eps))
-            S = kc.transpose(-1, -2) @ vc + (0 if S is None else S)  # [B, H, e, e]
-            s = kc.sum(2) + (0 if s is None else s)                   # [B, H, e]
-        if state is not None:
-            state['S'], state['s'] = S, s
-        return self.proj_out(rearrange(torch.cat(ys, dim=2), 'b h t e -> b t (h e)'))
 
 
 class HybridMixing(nn.Module):

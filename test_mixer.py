@@ -1,7 +1,7 @@
 """The test suite: python test_mixer.py   (the last line reads 'N passed, M failed, K skipped (of T tests)').
 
 Runs every tests/test_*.py module, one file a subject: test_model (causality,
-incremental decoding, each variant's definition), test_train, test_sample,
+incremental decoding, each variant's definition), test_train, test_sample, test_look,
 test_compile, test_prepare, test_retrieval, test_scale, the experiments'
 (test_claims, test_icl, test_mqar, test_represent, test_bench) and test_docs. Tests assert
 the properties themselves: a future token changes no earlier logit, cached

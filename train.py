@@ -8,7 +8,7 @@ Settings are the module-level defaults below; a config file (plain Python
 assignments) and then --key=value arguments override them (configurator.py).
 `--variant=NAME` applies mixer.VARIANTS[NAME] on top of the defaults, below anything
 set explicitly. Unknown keys, wrong types and values out of range are an error.
-`python train.py --help` lists every setting.
+`python train.py --help` lists every setting. The optimisers and the schedule: optim.py.
 """
 
 import contextlib
@@ -34,6 +34,7 @@ import checkpoint
 import configurator
 import machine
 import mixer
+import optim
 from configurator import fail
 
 # ----------------------------------------------------------------------------- defaults
@@ -79,63 +80,6 @@ chunk_size = None               # and both may change on resume
 MODEL_KEYS = [f.name for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')]
 TUNING_KEYS = ('fft_threshold', 'chunk_size')
 DEFAULTS = configurator.collect_defaults(globals(), skip=('MODEL_KEYS', 'TUNING_KEYS'))
-
-
-# ----------------------------------------------------------------------------- optimisation
-
-def muon_params(model):
-    """The parameters that optimizer='muon' gives to torch.optim.Muon: the 2-D weights of
-    the nn.Linear layers inside the blocks (mixer.Block: attention, MLP and head
-    projections); never embeddings, the (tied) LM head, norms, biases or the
-    token-mixing matrices of a mixer.HeadMixing. Returns a set of parameter ids."""
-    return {id(m.weight) for b in model.modules() if isinstance(b, mixer.Block)
-            for m in b.modules() if isinstance(m, torch.nn.Linear) and m.weight.dim() == 2}
-
-
-def param_groups(model, cfg, only=None):
-    """AdamW groups: weight decay only on matrices (not biases, norms or the mixing bias
-    c; the mixing matrices at mixing_weight_decay when set), and the token-mixing
-    parameters (those of a mixer.HeadMixing, projections excluded) at `mixing_lr_mult`
-    times the learning rate. Each group carries 'lr_mult'.
-    `only`: a set of parameter ids to group (default: every parameter)."""
-    mixing = {id(p) for m in model.modules() if isinstance(m, mixer.HeadMixing)
-              for n, p in m.named_parameters() if not n.startswith('proj_')}
-    groups = {}
-    for n, p in model.named_parameters():
-        if only is not None and id(p) not in only:
-            continue
-        decay = p.dim() >= 2 and not n.endswith(('.c', '.c1', '.c2'))
-        wd = cfg['weight_decay'] if decay else 0.0
-        if id(p) in mixing and decay and cfg['mixing_weight_decay'] is not None:
-            wd = cfg['mixing_weight_decay']
-        mult = cfg['mixing_lr_mult'] if id(p) in mixing else 1.0
-        groups.setdefault((decay, wd, mult), []).append(p)
-    return [{'params': ps, 'weight_decay': wd, 'lr_mult': mult} for (_, wd, mult), ps in groups.items()]
-
-
-def build_optimizers(model, cfg, cuda):
-    """AdamW over every parameter, or with optimizer='muon' Muon over muon_params and
-    AdamW over the rest -> list of (checkpoint key, optimizer)."""
-    muon_ids = muon_params(model) if cfg['optimizer'] == 'muon' else set()
-    adamw_ids = {id(p) for p in model.parameters()} - muon_ids
-    out = [('optimizer', torch.optim.AdamW(param_groups(model, cfg, adamw_ids), lr=cfg['learning_rate'],
-                                           betas=(cfg['beta1'], cfg['beta2']), fused=cuda))]
-    if muon_ids:
-        out.append(('optimizer_muon', torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
-                                                       weight_decay=cfg['weight_decay'],
-                                                       adjust_lr_fn='match_rms_adamw')))
-    return out
-
-
-def lr_at(it, cfg):
-    """Linear warm-up to learning_rate, then cosine decay to min_lr at lr_decay_iters."""
-    decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
-    if it < cfg['warmup_iters']:
-        return cfg['learning_rate'] * (it + 1) / cfg['warmup_iters']
-    if it >= decay_iters:
-        return cfg['min_lr']
-    ratio = (it - cfg['warmup_iters']) / max(1, decay_iters - cfg['warmup_iters'])
-    return cfg['min_lr'] + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg['learning_rate'] - cfg['min_lr'])
 
 
 # ----------------------------------------------------------------------------- data and evaluation
@@ -319,7 +263,7 @@ def build_run(cfg, ckpt, env, meta):
              '...): its token ids mean other text; prepare the data with the checkpoint\'s tokenizer')
     torch.manual_seed(cfg['seed'] + env.rank)
     raw_model = mixer.build_model(model_cfg).to(env.dev)
-    optimizers = build_optimizers(raw_model, cfg, env.cuda)
+    optimizers = optim.build_optimizers(raw_model, cfg, env.cuda)
     batch_gen = torch.Generator().manual_seed(cfg['seed'])      # the same on every rank: see draw_windows
     step, best_val = 0, float('inf')
     if ckpt is not None:
@@ -396,9 +340,9 @@ def log_start(run, ckpt):
     decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
     schedule = {'event': 'schedule', 'from_step': run.step, 'max_iters': cfg['max_iters'],
                 'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'],
-                'lr_decay_iters': decay_iters, 'lr_now': lr_at(run.step, cfg)}
+                'lr_decay_iters': decay_iters, 'lr_now': optim.lr_at(run.step, cfg)}
     if ckpt is not None:
-        schedule['lr_saved_schedule'] = lr_at(run.step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
+        schedule['lr_saved_schedule'] = optim.lr_at(run.step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
             'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'max_iters')}})
     write_log(run, schedule)
     say(f'schedule: steps {run.step} -> {cfg["max_iters"]}; lr warm-up {cfg["warmup_iters"]} steps to '
@@ -508,7 +452,7 @@ def train(run, clock):
         skip_eval = False
         if run.step >= max_iters:
             return
-        lr = lr_at(run.step, cfg)
+        lr = optim.lr_at(run.step, cfg)
         starts = draw_windows(run.batch_gen, len(run.train_data), cfg['n_ctx'], cfg['batch_size'],
                               cfg['grad_accum'], env.world)[env.rank]
         loss = train_step(run.model, run.optimizers, run.train_data, starts, lr, cfg, env)

@@ -25,7 +25,7 @@ the attention kinds with one head as Zoology's attention (--attention_heads); th
 with the best mean accuracy trains again with 4 layers. Each (kind, layers, T, d_model, lr) is one
 cached job of runner.Runner (OUT/runs/NAME/result.json): a stopped run resumes where it stopped.
 Training is Zoology's trainer: AdamW (betas 0.9, 0.999, weight decay 0.01 on matrices as
-train.param_groups sets it), the learning rate on a cosine over 64 epochs stepped once an epoch
+optim.param_groups sets it), the learning rate on a cosine over 64 epochs stepped once an epoch
 (nearly constant over the few epochs a run lasts), the test set scored after every epoch and
 training stopped once its accuracy is above 0.99. A cell's number is the best test accuracy over
 its learning rates (Zoology's figure: "the maximum performance for each model over four learning
@@ -251,8 +251,8 @@ def evaluate(model, inputs, targets, batch_size):
 
 def optimizer(model, lr, weight_decay=WEIGHT_DECAY):
     """Zoology's AdamW (betas 0.9, 0.999) at peak rate lr, weight decay `weight_decay` on matrices
-    (train.param_groups: not on biases, norms or the mixing bias)."""
-    from train import param_groups
+    (optim.param_groups: not on biases, norms or the mixing bias)."""
+    from optim import param_groups
     groups = param_groups(model, {'weight_decay': weight_decay, 'mixing_weight_decay': None, 'mixing_lr_mult': 1.0})
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999))
 

@@ -93,7 +93,7 @@ class TestCompile(unittest.TestCase):
         length. These are the kinds whose code depends on the length: the dense
         slices, the FFT switch, the chunk loops, SDPA."""
         for name, bound in (('toeplitz', 4), ('recurrent', 8), ('transformer', 3)):   # linear attention
-            # chunks as the recurrent mixing does (mixer.chunk_starts); flat slices as Toeplitz does
+            # chunks as the recurrent mixing does (attention.chunk_starts); flat slices as Toeplitz does
             with self.subTest(kind=name), torch._dynamo.config.patch(recompile_limit=64):   # dynamo's 8 would
                 # cap the count (it then runs eager) and hide a compilation per length
                 torch._dynamo.reset()

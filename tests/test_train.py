@@ -19,6 +19,7 @@ import unittest
 import torch
 
 import mixer
+import optim
 from tests.common import finished, prepared_data, read_log, run, run_in_process, start
 
 TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
@@ -250,11 +251,10 @@ class TestTrainPy(Base):
         """param_groups puts each parameter in one group; only the mixings' W and c
         (not the multi-head projections) get mixing_lr_mult, and c is not decayed.
         With mixing_lr_mult = 0, train.py leaves the mixing matrices untouched."""
-        import train as train_py
         model = mixer.build_model(mixer.variant_config('multihead', vocab_size=64, n_ctx=8, d_model=16, n_layer=2))
         for mixing_wd in (None, 2.0):          # None: the mixing matrices at weight_decay too
-            groups = train_py.param_groups(model, {'mixing_lr_mult': 0.5, 'weight_decay': 0.1,
-                                                   'mixing_weight_decay': mixing_wd})
+            groups = optim.param_groups(model, {'mixing_lr_mult': 0.5, 'weight_decay': 0.1,
+                                                'mixing_weight_decay': mixing_wd})
             ids = [id(p) for g in groups for p in g['params']]
             self.assertEqual(sorted(ids), sorted(id(p) for p in model.parameters()))
             group_of = {id(p): g for g in groups for p in g['params']}
@@ -391,7 +391,6 @@ class TestDistributed(Base):
 class TestMuon(unittest.TestCase):
 
     def test_muon_gets_exactly_the_blocks_linear_weights(self):
-        import train as train_py
         for name in ('flat', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'hybrid', 'linear_attention'):
             for task in ('lm', 'autoencode'):
                 model = mixer.build_model(mixer.variant_config(name, vocab_size=64, n_ctx=8, d_model=16, n_layer=2,
@@ -401,13 +400,13 @@ class TestMuon(unittest.TestCase):
                 expected = {n for n, p in model.named_parameters()
                             if n.split('.')[0] in ('blocks', 'encoder', 'decoder') and n.endswith('.weight')
                             and p.dim() == 2}
-                got = {n for n, p in model.named_parameters() if id(p) in train_py.muon_params(model)}
+                got = {n for n, p in model.named_parameters() if id(p) in optim.muon_params(model)}
                 with self.subTest(variant=name, task=task):
                     self.assertEqual(got, expected)
                     self.assertTrue(any('ff.fc' in n for n in got))
                     self.assertFalse(any(n.endswith(('W1', 'W2', '.w', '.v')) or 'wte' in n for n in got))
         model = mixer.build_model(mixer.variant_config('multihead', vocab_size=64, n_ctx=8, d_model=16, n_layer=1))
-        got = {n for n, p in model.named_parameters() if id(p) in train_py.muon_params(model)}
+        got = {n for n, p in model.named_parameters() if id(p) in optim.muon_params(model)}
         self.assertEqual(got, {'blocks.0.mixing.proj_in.weight', 'blocks.0.mixing.proj_out.weight',
                                'blocks.0.ff.fc.weight', 'blocks.0.ff.proj_out.weight'})
 

@@ -1,0 +1,369 @@
+"""Look inside a checkpoint: the token mixing each layer learned, as a figure and a table.
+
+    python look.py --ckpt out/tinystories_cpu/ckpt.pt            # writes out/tinystories_cpu/look.png
+    python look.py --ckpt out/transformer_cpu/ckpt.pt --out look_tf.png --positions 32 --windows 64
+
+The papers ask whether masked mixers learn "a fundamentally different structure than transformers"
+(Badger 2024, arXiv 2409.01482, the hybrids; blog post "Masked Mixers II"); this draws, for each layer
+(a row of the figure), the weights with which position i (down) reads position j (across), over the
+first --positions positions:
+
+  masked mixers (flat, expanded, multihead, kernel, posenc, linear): the effective matrix M = W * tril(1)
+      (mixer.MaskedMixing.matrix), one panel a head (and a tap of the kernel mixer); the expanded mixer's
+      two, M1 (2 hidden rows a position) and M2, GELU between them;
+  Toeplitz: the learned kernel w[k] against the lag k = i - j, one curve a head (M[i, j] = w[i - j]);
+  recurrent: the decay a^k its state keeps of a token k steps back, one curve a head, and the matrix the
+      mixing reduces to, M[i, j] = v[i] a^(i-j) (column form) or v[j] a^(i-j) (row form), a head each;
+  transformer, gpt, hybrid: the softmax attention weights (attention.Attention.weights) averaged over
+      --windows validation windows read from the checkpoint's data folder (--data_dir), a head each, and
+      the hybrid's masked mixing beside them; linear attention: its normalised analogue
+      phi(q_i) . phi(k_j) / sum_{j' <= i} phi(q_i) . phi(k_j') (attention.LinearAttention.weights).
+  The weights are taken from the model's own modules, on its own forward pass (hooks), not recomputed.
+An autoencoder's encoder and decoder layers are a row each. Every matrix is drawn on a diverging colour
+scale centred at zero (red > 0, white 0, blue < 0), full colour at +-s, s (in the panel's title) the
+99th percentile of |M| over its nonzero entries (the first rows, with few entries each, would
+otherwise take the whole scale).
+
+The table has one row a matrix: a layer's head (or tap, or M1 / M2), never a mean over heads. For a
+matrix M over T positions (for M1 and M2, a hidden row's position is r // 2):
+  mean lag        = mean over rows i of  sum_j |M[i, j]| (i - j) / sum_j |M[i, j]|   (tokens back)
+  diagonal share  = mean over rows i of  |M[i, i]| / sum_j |M[i, j]|
+  lag fit         = 1 - sum_{j<=i} (M[i, j] - m[i - j])^2 / sum_{j<=i} (M[i, j] - mean)^2,  m[k] the mean
+                    of the entries at lag k, mean that of all entries j <= i: the share of the
+                    entries' variance that their lag alone explains (1: Toeplitz, a function of i - j)
+rows with sum_j |M[i, j]| = 0 left out. A uniform causal average (the masked mixers' init: each row the
+mean of the past) has mean lag (T - 1) / 4 and diagonal share (1/T) sum_i 1 / (i + 1); the table's last
+line gives them for T. Toeplitz rows are its effective matrix w[i - j]. Reads the checkpoint alone
+(checkpoint.load_checkpoint), and for attention val.bin and meta.json of the data folder. A bad path,
+a file that is not a checkpoint, an old checkpoint format or bad data: one line, exit 2.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import textwrap
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+import checkpoint
+import mixer
+from attention import Attention, LinearAttention
+
+
+def fail(msg):
+    """Print a one-line error 'look.py: error: msg' and exit with status 2."""
+    print(f'look.py: error: {msg}', file=sys.stderr)
+    sys.exit(2)
+
+
+@dataclass(eq=False)
+class Panel:
+    """One panel of a layer's row, or a row of the table. A matrix: M float [R, C] (row r at position
+    rows[r], column c at cols[c], long [R] and [C]); or curves: a list of (label, float [K]) against
+    the lag 0..K-1, ylabel naming them."""
+    name: str
+    M: torch.Tensor = None
+    rows: torch.Tensor = None
+    cols: torch.Tensor = None
+    curves: list = None
+    ylabel: str = ''
+
+
+@dataclass
+class Layer:
+    """A layer: its name ('layer 0', 'encoder 1'), the panels drawn, and the matrices of the table
+    (Panel with M; the drawn matrices and, for Toeplitz, the effective matrices behind its curves)."""
+    name: str
+    panels: list = field(default_factory=list)
+    table: list = field(default_factory=list)
+
+
+def matrix_panel(name, M, rows=None, cols=None):
+    """A Panel of the matrix M float [R, C]; rows, cols default to positions 0..R-1, 0..C-1."""
+    M = M.detach().float().cpu()
+    return Panel(name, M, torch.arange(M.shape[0]) if rows is None else rows,
+                 torch.arange(M.shape[1]) if cols is None else cols)
+
+
+def head_name(h, n_head):
+    """'' for a single head, else 'head h'."""
+    return f'head {h}' if n_head > 1 else ''
+
+
+def masked_panels(mixing, T):
+    """A token mixing's view over T positions -> (the panels drawn, the matrices of the table).
+    MaskedMixing: M1 = W1 * mask1 [H, k, e T, T] a head and tap, and with expansion e > 1 also
+    M2 = W2 * mask2 [H, T, e T]; ToeplitzMixing: the kernel w[:, :T] as curves, the table from its
+    matrix w[i - j]; RecurrentMixing: a^k as curves, and its matrix [H, T, T] a head. TypeError for
+    another module."""
+    H = mixing.n_head
+    if isinstance(mixing, mixer.MaskedMixing):
+        e, k, panels = mixing.e, mixing.k, []
+        M1 = mixing.matrix(T)
+        hidden = torch.arange(e * T) // e                     # the position of each hidden row
+        for h in range(H):
+            for u in range(k):
+                name = ' '.join(filter(None, [head_name(h, H), f'tap {u}' if k > 1 else '', 'M1' if e > 1 else '']))
+                panels.append(matrix_panel(name or 'M', M1[h, u], rows=hidden))
+            if e > 1:
+                M2 = mixing.W2[h, :T, :e * T] * mixing.mask2[:T, :e * T]
+                panels.append(matrix_panel(' '.join(filter(None, [head_name(h, H), 'M2'])), M2, cols=hidden))
+        return panels, panels
+    if isinstance(mixing, mixer.ToeplitzMixing):
+        w = mixing.w[:, :T].detach().float()
+        curves = Panel('kernel w[k]', curves=[(f'head {h}', w[h]) for h in range(H)], ylabel='w[k]')
+        M = mixing.matrix(slice(0, T), T)
+        return [curves], [matrix_panel(head_name(h, H) or 'M', M[h]) for h in range(H)]
+    if isinstance(mixing, mixer.RecurrentMixing):
+        a = torch.sigmoid(mixing.decay_logit.detach().float())
+        decay = mixing.powers(T)[:, :, 0].detach()            # a^(i - 0): a^k for k = 0..T-1, [H, T]
+        curves = Panel('decay a^k (state)', curves=[(f'head {h}: a={a[h]:.3f}', decay[h]) for h in range(H)],
+                       ylabel='a^k')
+        M = mixing.matrix(T)
+        forms = ['column' if c else 'row' for c in mixing.column.flatten().tolist()]
+        mats = [matrix_panel(f'{head_name(h, H)} ({forms[h]})'.strip(), M[h]) for h in range(H)]
+        return [curves] + mats, mats
+    raise TypeError(f'no view of {type(mixing).__name__}')
+
+
+def attention_panels(module, mean):
+    """Panels of attention weights averaged over windows, mean float [H, T, T], a head each."""
+    kind = 'linear attention' if isinstance(module, LinearAttention) else 'attention'
+    return [matrix_panel(f'{kind} {head_name(h, len(mean)) or ""}'.strip(), mean[h]) for h in range(len(mean))]
+
+
+def stacks(model):
+    """(label, blocks) of each stack: ('layer', blocks) of a LanguageModel, the encoder and decoder of an
+    Autoencoder."""
+    if isinstance(model, mixer.Autoencoder):
+        return [('encoder', model.encoder), ('decoder', model.decoder)]
+    return [('layer', model.blocks)]
+
+
+def needs_data(model):
+    """True when a layer's mixing depends on the input (attention): its weights need text."""
+    return any(isinstance(m, (Attention, LinearAttention)) for m in model.modules())
+
+
+@torch.no_grad()
+def mean_attention(model, idx):
+    """Every attention module's weights on the model's own forward pass over idx long [B, T], averaged
+    over the B windows -> {module: float [H, T, T]}. A forward pre-hook reads each module's input."""
+    sums, hooks = {}, []
+
+    def hook(module, args):
+        sums[module] = sums.get(module, 0) + module.weights(args[0]).float().sum(0)
+    for m in model.modules():
+        if isinstance(m, (Attention, LinearAttention)):
+            hooks.append(m.register_forward_pre_hook(hook))
+    try:
+        model(idx)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {m: s / idx.shape[0] for m, s in sums.items()}
+
+
+def collect(model, T, idx=None):
+    """The layers' panels over the first T positions -> list of Layer. idx long [B, T]: the windows
+    attention is averaged over (needed when needs_data(model))."""
+    att = mean_attention(model, idx) if needs_data(model) else {}
+    layers = []
+    for label, blocks in stacks(model):
+        for i, block in enumerate(blocks):
+            layer, m = Layer(f'{label} {i}'), block.mixing
+            if isinstance(m, mixer.HybridMixing):
+                layer.panels = attention_panels(m.attn, att[m.attn])
+                drawn, table = masked_panels(m.mix, T)
+                for p in {id(p): p for p in drawn + table}.values():
+                    p.name = f'mixing {p.name}'.strip()
+                layer.table = layer.panels + table
+                layer.panels = layer.panels + drawn
+            elif isinstance(m, (Attention, LinearAttention)):
+                layer.panels = layer.table = attention_panels(m, att[m])
+            else:
+                layer.panels, layer.table = masked_panels(m, T)
+            layers.append(layer)
+    return layers
+
+
+def lag_stats(M, rows, cols):
+    """Mean lag (tokens) and diagonal share of the matrix M float [R, C] whose row r sits at position
+    rows[r] and column c at cols[c] (the module docstring defines both) -> (float, float); NaN when
+    every row is zero."""
+    A = M.abs().double()
+    lag = (rows[:, None] - cols[None, :]).double()
+    total = A.sum(1)
+    keep = total > 0
+    if not keep.any():
+        return math.nan, math.nan
+    mean_lag = ((A * lag).sum(1)[keep] / total[keep]).mean().item()
+    diagonal = ((A * (lag == 0)).sum(1)[keep] / total[keep]).mean().item()
+    return mean_lag, diagonal
+
+
+def lag_fit(M, rows, cols):
+    """The share of the variance of M's entries at lags >= 0 (M float [R, C], rows and cols their
+    positions, as in lag_stats) that their lag alone explains (the module docstring defines it) ->
+    float, 1 for a Toeplitz matrix; NaN when the entries do not vary."""
+    lag = rows[:, None] - cols[None, :]
+    keep = lag >= 0
+    x, k = M.double()[keep], lag[keep]
+    m = torch.zeros(int(k.max()) + 1, dtype=torch.double).index_add_(0, k, x) / torch.bincount(k).clamp(min=1)
+    total = ((x - x.mean()) ** 2).sum()
+    return 1 - (((x - m[k]) ** 2).sum() / total).item() if total > 0 else math.nan
+
+
+def uniform_reference(T):
+    """Mean lag and diagonal share of the uniform causal average over T positions (M[i, j] = 1/(i+1))."""
+    return (T - 1) / 4, sum(1 / (i + 1) for i in range(T)) / T
+
+
+def table_lines(layers, T):
+    """The summary table: a header, one line a matrix of each layer's table (mean lag, diagonal share,
+    lag fit), the reference line."""
+    lines = [f'{"layer":<11} {"matrix":<26} {"mean lag":>9} {"diagonal share":>15} {"lag fit":>8}']
+    for layer in layers:
+        for p in layer.table:
+            lag, diag = lag_stats(p.M, p.rows, p.cols)
+            lines.append(f'{layer.name:<11} {p.name:<26} {lag:9.2f} {diag:15.3f} {lag_fit(p.M, p.rows, p.cols):8.3f}')
+    lag, diag = uniform_reference(T)
+    lines.append(f'(a uniform causal average over {T} positions: mean lag {lag:.2f}, diagonal share {diag:.3f})')
+    return lines
+
+
+def colour_scale(M):
+    """Half-width of the panel's colour scale: the 99th percentile of |M| over its nonzero entries."""
+    a = M.abs().flatten()
+    a = a[a > 0]
+    return max(torch.quantile(a, 0.99).item(), 1e-12) if len(a) else 1.0
+
+
+def draw(layers, title, path, T):
+    """The figure: a row a layer, a panel a matrix (imshow, RdBu_r from -s to +s, s the panel's
+    colour_scale, in its title) or a set of curves against the lag; written
+    whole (experiments.runner.save_figure) -> 'plot: path'. Raises ImportError without matplotlib."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from experiments.runner import save_figure
+    ncols = max(len(layer.panels) for layer in layers)
+    fig, axes = plt.subplots(len(layers), ncols, figsize=(2.3 * ncols + 0.8, 2.3 * len(layers) + 0.5), squeeze=False)
+    image = None
+    for r, (row, layer) in enumerate(zip(axes, layers)):
+        first = next((c for c, p in enumerate(layer.panels) if p.curves is None), None)   # the row's first matrix
+        for c, ax in enumerate(row):
+            if c >= len(layer.panels):
+                ax.axis('off')
+                continue
+            p, name = layer.panels[c], f'{layer.name}: {layer.panels[c].name}'.rstrip(': ')
+            if p.curves is not None:
+                for label, y in p.curves:
+                    ax.plot(np.arange(len(y)), y.numpy(), label=label, lw=1)
+                ax.axhline(0, color='grey', lw=0.5)
+                ax.set_xticks([0, T - 1])       # few ticks and labels: text is most of the drawing time
+                ax.set_xlabel('lag k = i - j', fontsize=7, labelpad=-6)
+                ax.set_ylabel(p.ylabel, fontsize=7)
+                ax.legend(fontsize=5)
+            else:
+                s = colour_scale(p.M)
+                image = ax.imshow(p.M.numpy(), cmap='RdBu_r', vmin=-s, vmax=s, interpolation='nearest', aspect='auto')
+                ax.set_xticks([])               # no ticks; the axes named once a column and a row
+                ax.set_yticks([])
+                if r == len(layers) - 1:
+                    ax.set_xlabel(f'j = 0 .. {T - 1} (read)', fontsize=7)
+                if c == first:
+                    ax.set_ylabel(f'i = 0 .. {T - 1} (position)', fontsize=7)
+                name += f' (±{s:.2g})'
+            ax.tick_params(labelsize=6, length=2)
+            ax.set_title(name, fontsize=7)
+    key = 'matrices: red > 0, white 0, blue < 0, full colour at ±s (in each title)' if image is not None else ''
+    width = int(13 * fig.get_figwidth())                  # characters a line at 8 points
+    fig.suptitle('\n'.join(textwrap.wrap(title, width) + textwrap.wrap(key, width)), fontsize=8)
+    return save_figure(fig, path)
+
+
+def read_windows(data_dir, ckpt, vocab_size, T, n):
+    """n evenly spaced windows of T tokens of data_dir/val.bin -> long [n, T]. The folder's meta.json
+    must name the checkpoint's tokenizer (its SHA-256); ids must be below vocab_size. Else one line, exit 2."""
+    meta_path, val_path = os.path.join(data_dir, 'meta.json'), os.path.join(data_dir, 'val.bin')
+    for p in (meta_path, val_path):
+        if not os.path.isfile(p):
+            fail(f'{p} not found: attention maps need validation text (run data/prepare.py, or set --data_dir)')
+    try:
+        with open(meta_path) as f:
+            sha = json.load(f)['tokenizer_sha256']
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f'{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
+    if sha != ckpt['tokenizer']['sha256']:
+        fail(f'the data in {data_dir} was encoded with another tokenizer than the checkpoint\'s: '
+             'its token ids mean other text (set --data_dir to the folder the model was trained on)')
+    size = os.path.getsize(val_path)
+    if size % 2 or size // 2 < T + 1:
+        fail(f'{val_path} holds {size} bytes: not a token file of at least {T + 1} uint16 ids')
+    data = np.memmap(val_path, dtype=np.uint16, mode='r')
+    starts = torch.linspace(0, len(data) - T - 1, n).long().tolist()
+    idx = torch.from_numpy(np.stack([data[s:s + T].astype(np.int64) for s in starts]))
+    if int(idx.max()) >= vocab_size:
+        fail(f'{val_path} holds token id {int(idx.max())}, but the model has {vocab_size} tokens')
+    return idx
+
+
+def main(argv=None):
+    """Command line: load --ckpt, collect its layers' mixing, print the table and write the figure.
+    Exit 2 with one line on bad input; 1 when the figure cannot be written (matplotlib missing)."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--ckpt', required=True, help='a checkpoint written by train.py (any kind)')
+    p.add_argument('--out', default=None, help='the figure (PNG); default look.png beside the checkpoint')
+    p.add_argument('--positions', type=int, default=64, help='the first T positions drawn (at most n_ctx)')
+    p.add_argument('--windows', type=int, default=32, help='validation windows attention is averaged over')
+    p.add_argument('--data_dir', default=None, help="the data folder (default: the checkpoint's data_dir)")
+    p.add_argument('--overwrite', action='store_true', help='replace an existing figure at --out')
+    p.add_argument('--no_figure', action='store_true', help='print the table only')
+    args = p.parse_args(argv)
+    if args.positions < 1 or args.windows < 1:
+        fail('--positions and --windows must be >= 1')
+    try:
+        model, _, ckpt = checkpoint.load_checkpoint(args.ckpt)
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.ckpt)), 'look.png')
+    if not args.no_figure:
+        try:
+            checkpoint.check_writable(out, overwrite=args.overwrite, what='figure')
+        except ValueError as e:
+            fail(str(e))
+    cfg, config = model.cfg, ckpt.get('config', {})
+    T = min(args.positions, cfg.n_ctx)
+    variant = config.get('variant', cfg.kind)
+    print(f'look.py: {args.ckpt}: {variant} ({cfg.kind}, mixing {cfg.mixing}, task {cfg.task}), '
+          f'{cfg.n_layer} layers, step {ckpt.get("step", "?")}; the first {T} positions'
+          + (f' (n_ctx = {cfg.n_ctx})' if T < args.positions else ''), flush=True)
+    idx = None
+    if needs_data(model):
+        data_dir = args.data_dir or config.get('data_dir')
+        if not data_dir:
+            fail('the checkpoint names no data folder; pass --data_dir')
+        idx = read_windows(data_dir, ckpt, cfg.vocab_size, T, args.windows)
+        print(f'attention averaged over {args.windows} windows of {T} tokens of {os.path.join(data_dir, "val.bin")}',
+              flush=True)
+    layers = collect(model, T, idx)
+    print('\n'.join(table_lines(layers, T)), flush=True)
+    if args.no_figure:
+        return
+    print(f'drawing {sum(len(layer.panels) for layer in layers)} panels (a few seconds) ...', flush=True)
+    try:
+        print(draw(layers, f'{variant} ({cfg.kind}), step {ckpt.get("step", "?")}: token mixing, the first {T} '
+                   'positions (row i reads column j)', out, T))
+    except ImportError:
+        print('look.py: matplotlib is not installed: no figure written (pip install matplotlib, or pass '
+              '--no_figure); the table above is the summary', file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,70 @@
+"""The optimisers of train.py: parameter groups (the token-mixing matrices' own learning rate and weight
+decay), AdamW and Muon, and the learning-rate schedule (linear warm-up, then cosine decay, as nanoGPT).
+
+    optimizers = build_optimizers(model, cfg, cuda=False)     # [('optimizer', AdamW)], + ('optimizer_muon', Muon)
+    lr = lr_at(step, cfg)                                      # each group then steps at lr * group['lr_mult']
+
+cfg is train.py's settings dict (learning_rate, min_lr, warmup_iters, lr_decay_iters, max_iters,
+weight_decay, beta1, beta2, optimizer, mixing_lr_mult, mixing_weight_decay).
+"""
+
+import math
+
+import torch
+
+import mixer
+
+
+def muon_params(model):
+    """The parameters that optimizer='muon' gives to torch.optim.Muon: the 2-D weights of
+    the nn.Linear layers inside the blocks (mixer.Block: attention, MLP and head
+    projections); never embeddings, the (tied) LM head, norms, biases or the
+    token-mixing matrices of a mixer.HeadMixing. Returns a set of parameter ids."""
+    return {id(m.weight) for b in model.modules() if isinstance(b, mixer.Block)
+            for m in b.modules() if isinstance(m, torch.nn.Linear) and m.weight.dim() == 2}
+
+
+def param_groups(model, cfg, only=None):
+    """AdamW groups: weight decay only on matrices (not biases, norms or the mixing bias
+    c; the mixing matrices at mixing_weight_decay when set), and the token-mixing
+    parameters (those of a mixer.HeadMixing, projections excluded) at `mixing_lr_mult`
+    times the learning rate. Each group carries 'lr_mult'.
+    `only`: a set of parameter ids to group (default: every parameter)."""
+    mixing = {id(p) for m in model.modules() if isinstance(m, mixer.HeadMixing)
+              for n, p in m.named_parameters() if not n.startswith('proj_')}
+    groups = {}
+    for n, p in model.named_parameters():
+        if only is not None and id(p) not in only:
+            continue
+        decay = p.dim() >= 2 and not n.endswith(('.c', '.c1', '.c2'))
+        wd = cfg['weight_decay'] if decay else 0.0
+        if id(p) in mixing and decay and cfg['mixing_weight_decay'] is not None:
+            wd = cfg['mixing_weight_decay']
+        mult = cfg['mixing_lr_mult'] if id(p) in mixing else 1.0
+        groups.setdefault((decay, wd, mult), []).append(p)
+    return [{'params': ps, 'weight_decay': wd, 'lr_mult': mult} for (_, wd, mult), ps in groups.items()]
+
+
+def build_optimizers(model, cfg, cuda):
+    """AdamW over every parameter, or with optimizer='muon' Muon over muon_params and
+    AdamW over the rest -> list of (checkpoint key, optimizer)."""
+    muon_ids = muon_params(model) if cfg['optimizer'] == 'muon' else set()
+    adamw_ids = {id(p) for p in model.parameters()} - muon_ids
+    out = [('optimizer', torch.optim.AdamW(param_groups(model, cfg, adamw_ids), lr=cfg['learning_rate'],
+                                           betas=(cfg['beta1'], cfg['beta2']), fused=cuda))]
+    if muon_ids:
+        out.append(('optimizer_muon', torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
+                                                       weight_decay=cfg['weight_decay'],
+                                                       adjust_lr_fn='match_rms_adamw')))
+    return out
+
+
+def lr_at(it, cfg):
+    """Linear warm-up to learning_rate, then cosine decay to min_lr at lr_decay_iters."""
+    decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
+    if it < cfg['warmup_iters']:
+        return cfg['learning_rate'] * (it + 1) / cfg['warmup_iters']
+    if it >= decay_iters:
+        return cfg['min_lr']
+    ratio = (it - cfg['warmup_iters']) / max(1, decay_iters - cfg['warmup_iters'])
+    return cfg['min_lr'] + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg['learning_rate'] - cfg['min_lr'])
