@@ -342,3 +342,8 @@ def bench_sdpa(args):
                     cells.append(f'not available ({str(err).splitlines()[0][:60]})')
             print(md_row([backend.lower(), f'{d_model} x {n_layer}', *cells]), flush=True)
     print()
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("bench.py's generation tables, not a command: python -m experiments.bench --tables serving,decode", 'bench_decode.py')

@@ -292,7 +292,7 @@ class TestModules(unittest.TestCase):
     def test_a_module_that_is_not_a_command_says_so(self):
         for args in (['-m', 'experiments.mqar_report'], ['-m', 'experiments.runner'], ['-m', 'experiments.icl_report'],
                      ['-m', 'experiments.icl_ladder'], ['-m', 'experiments.icl_mixers'], ['-m', 'experiments.regression'],
-                     ['-m', 'experiments.claims_report'], ['mixer.py'], ['checkpoint.py'], ['decode.py'],
+                     ['-m', 'experiments.claims_report'], ['-m', 'experiments.bench_decode'], ['mixer.py'], ['checkpoint.py'], ['decode.py'],
                      ['machine.py'], ['configurator.py'], ['-m', 'data.pairs']):
             with self.subTest(args=args):
                 r = run_in_process(*args)
