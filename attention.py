@@ -153,3 +153,8 @@ class LinearAttention(nn.Module):
         if state is not None:
             state['S'], state['s'] = S, s
         return self.proj_out(rearrange(torch.cat(ys, dim=2), 'b h t e -> b t (h e)'))
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("the attention module, not a command: python train.py --variant=transformer trains one (--help)", 'attention.py')

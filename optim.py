@@ -68,3 +68,8 @@ def lr_at(it, cfg):
         return cfg['min_lr']
     ratio = (it - cfg['warmup_iters']) / max(1, decay_iters - cfg['warmup_iters'])
     return cfg['min_lr'] + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg['learning_rate'] - cfg['min_lr'])
+
+
+if __name__ == '__main__':
+    from configurator import fail
+    fail("train.py's optimisers and schedule, not a command: python train.py --help", 'optim.py')

@@ -181,7 +181,7 @@ class TestPages(unittest.TestCase):
             f.write(self.PAGE)
 
     def ladder(self, results, note):
-        """icl.mixer_ladder with --docs on a plan of `results` whose figure's note is `note` -> exit code."""
+        """icl.section (--mixer_ladder) with --docs on a plan of `results` whose figure's note is `note` -> exit code."""
         args = icl.parse_args(['--mixer_ladder', '--docs', self.page, '--out', os.path.join(self.tmp, 'out')])
 
         def plot(plan, L, path):
@@ -194,7 +194,7 @@ class TestPages(unittest.TestCase):
                 mock.patch.object(icl_ladder, 'plot_ladder', plot), \
                 contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
             try:
-                icl.mixer_ladder(args, [])
+                icl.section(args, [], 'mixer_ladder')
                 code = 0
             except SystemExit as e:
                 code = e.code
@@ -289,12 +289,21 @@ class TestReports(unittest.TestCase):
 
 class TestModules(unittest.TestCase):
 
+    COMMANDS = {'train.py', 'sample.py', 'retrieval.py', 'look.py', 'test_mixer.py', 'data/prepare.py',
+                'experiments/bench.py', 'experiments/claims.py', 'experiments/gpu_check.py', 'experiments/icl.py',
+                'experiments/mqar.py', 'experiments/represent.py', 'experiments/profiles.py'}
+
     def test_a_module_that_is_not_a_command_says_so(self):
-        for args in (['-m', 'experiments.mqar_report'], ['-m', 'experiments.runner'], ['-m', 'experiments.icl_report'],
-                     ['-m', 'experiments.icl_ladder'], ['-m', 'experiments.icl_mixers'], ['-m', 'experiments.regression'],
-                     ['-m', 'experiments.claims_report'], ['-m', 'experiments.bench_decode'], ['mixer.py'], ['checkpoint.py'], ['decode.py'],
-                     ['machine.py'], ['configurator.py'], ['-m', 'data.pairs']):
-            with self.subTest(args=args):
+        """Every .py file of the repository root, data/ and experiments/ that is not a command: run as one
+        (a file, or -m for the packages' modules), one line saying so, exit 2, nothing on stdout."""
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        modules = sorted({os.path.join(d, f) for d in ('', 'data', 'experiments')
+                          for f in os.listdir(os.path.join(root, d))
+                          if f.endswith('.py') and f != '__init__.py'} - self.COMMANDS)
+        self.assertTrue({'mixer.py', 'experiments/runner.py', 'data/pairs.py'} <= set(modules), modules)
+        for path in modules:
+            args = ['-m', path[:-3].replace('/', '.')] if '/' in path else [path]
+            with self.subTest(module=path):
                 r = run_in_process(*args)
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
