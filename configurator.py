@@ -109,16 +109,6 @@ def listing(cast=str, choices=None, empty=False, items='values', what='name'):
     return parse
 
 
-def parse_list(text, cast, flag, prog='train.py', empty=False, items='values'):
-    """A command line's comma-separated list 'a,b,c' -> [cast(a), ...], each item once. A bad item (cast
-    raises ValueError), an item named twice or (unless `empty`) no item at all is a one-line error naming
-    `flag` and what its items are (`items`; int, float and str name their own) (fail: exit 2)."""
-    try:
-        return listing(cast, empty=empty, items=items)(text)
-    except argparse.ArgumentTypeError as e:
-        fail(f'{flag} {e}', prog)
-
-
 def collect_defaults(namespace, skip=()):
     """The settings of a module namespace (train.py's globals()): every public name
     bound to an int, float, bool, str or None, in order, except those in `skip`."""

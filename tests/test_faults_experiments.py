@@ -97,7 +97,7 @@ class TestCacheKeys(unittest.TestCase):
         dirs = []
 
         class Fake:
-            def train_batch(self, js, what):
+            def map(self, fn, js, what):
                 dirs.extend(j.dir for j in js)
                 return [{'rc': 0, 'evals': [(1, 4.0, 1.0, 0.1)], 'summary': None, 'line': ''} for _ in js]
         for budget_s in (10.0, 20.0):
@@ -181,7 +181,7 @@ class TestPages(unittest.TestCase):
             f.write(self.PAGE)
 
     def ladder(self, results, note):
-        """icl.mixer_ladder with --docs on a plan of `results` whose figure's note is `note` -> exit code."""
+        """icl.section (--mixer_ladder) with --docs on a plan of `results` whose figure's note is `note` -> exit code."""
         args = icl.parse_args(['--mixer_ladder', '--docs', self.page, '--out', os.path.join(self.tmp, 'out')])
 
         def plot(plan, L, path):
@@ -194,7 +194,7 @@ class TestPages(unittest.TestCase):
                 mock.patch.object(icl_ladder, 'plot_ladder', plot), \
                 contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
             try:
-                icl.mixer_ladder(args, [])
+                icl.section(args, [], 'mixer_ladder')
                 code = 0
             except SystemExit as e:
                 code = e.code
