@@ -61,7 +61,7 @@ import numpy as np
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
 from checkpoint import check_folder_writable, write_atomic
-from configurator import ArgumentParser, fail, listing, number
+from configurator import ArgumentParser, fail, listing, number, read_config_file
 from experiments.runner import (ROOT, Runner, command, fmt_s, job, reset_dir, say, step_times, train_job, train_run,
                                window_loss_job)
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
@@ -242,13 +242,10 @@ def unigram(data_dir):
 
 
 def tokens_per_step(base_lm):
-    """batch_size x n_ctx of the runs (config file, then the --key=value overrides)."""
-    ns = {}
-    exec(open(os.path.join(ROOT, CONFIG)).read(), {}, ns)
-    for a in base_lm:
-        k, _, v = a[2:].partition('=')
-        if k in ('batch_size', 'n_ctx'):
-            ns[k] = int(v)
+    """batch_size x n_ctx of the runs (config file, read by configurator.read_config_file, then the
+    --key=value overrides)."""
+    ns = dict(read_config_file(os.path.join(ROOT, CONFIG)))
+    ns.update((k, int(v)) for k, _, v in (a[2:].partition('=') for a in base_lm) if k in ('batch_size', 'n_ctx'))
     return ns['batch_size'] * ns['n_ctx']
 
 

@@ -40,7 +40,7 @@ from experiments import icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, build, check_noise, fixed_prompts,
                                     half_sq, implicit_weights, mean_loss, train, train_batched)
-from experiments.runner import Runner, command, fmt_s, job, md_table, say
+from experiments.runner import Runner, command, fmt_s, job, md_table, say, torch_threads
 
 
 # Budgets (docs/icl.md): the default run, and --quick. mixer_*: experiments/icl_mixers.py's.
@@ -134,12 +134,8 @@ def speed(s, iters=300, noise='3', n_layer=7):
     (train_batched) -> markdown table (wall-clock s, prompts/s) and a line with the speed-up and
     the largest parameter difference relative to the parameters' scale (float64 rounding: about
     1e-10). The caller's torch thread count is restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _speed(s, iters, noise, n_layer)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _speed(s, iters, noise, n_layer):
@@ -364,14 +360,10 @@ def main(argv=None):
         print(speed(s, iters=30 if args.quick else 300))
         return
     os.makedirs(out, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)      # the report's small tensor work: 2 threads on 2 busy cores
-    try:                                     # were 6x slower than 1
-        if args.mixer_ladder or args.compute:
+    with torch_threads(args.threads):        # the report's small tensor work: 2 threads on 2 busy cores
+        if args.mixer_ladder or args.compute:  # were 6x slower than 1
             return section(args, argv if argv is not None else sys.argv[1:], 'compute' if args.compute else 'mixer_ladder')
         run_all(args)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def run_all(args):

@@ -152,8 +152,8 @@ def data_tokenizer(data_dir):
 
 def load_checkpoints(args):
     """Every --ckpt, loaded and checked before any work -> list of (path, model, checkpoint
-    dict). A missing or corrupt checkpoint, an autoencoder, an n_ctx below --T, or (with
-    --data_dir) a tokenizer other than the data's: one line, exit 2."""
+    dict). A missing or corrupt checkpoint, an autoencoder, or (with --data_dir) a tokenizer
+    other than the data's: one line, exit 2 (an n_ctx below --T: measure's check of every model)."""
     out, data_sha = [], data_tokenizer(args.data_dir) if args.data_dir and args.ckpt else None
     for path in args.ckpt:
         try:
@@ -162,8 +162,6 @@ def load_checkpoints(args):
             fail(str(e))
         if model.cfg.task != 'lm':
             fail(f'{path} is an autoencoder; represent.py needs a language model')
-        if args.T > model.cfg.n_ctx:
-            fail(f'--T {args.T} is longer than the n_ctx {model.cfg.n_ctx} of {path}')
         sha = ckpt['tokenizer']['sha256']
         if data_sha is not None and sha != data_sha:
             fail(f'{path} was trained with another tokenizer (sha256 {sha}) than {args.data_dir} was encoded with '
@@ -257,15 +255,11 @@ def measure(args):
     half = args.steps // 2
     positions = np.unique(np.linspace(0, args.T - 2, args.positions).round().astype(int)).tolist()
     for name, model, trained, path in models(args, checkpoints):
-        if args.T > model.cfg.n_ctx:
-            fail(f'--T {args.T} is longer than {name}\'s n_ctx {model.cfg.n_ctx}')
         idx = windows(args.data_dir, model.cfg.n_ctx, args.T, args.windows, model.cfg.vocab_size, args.seed)
         if int(idx.max()) >= model.cfg.vocab_size:
             fail(f'{args.data_dir} holds token ids beyond {name}\'s vocabulary')
         for depth in args.depths:
             d = len(model.blocks) if depth == 'all' else depth
-            if not 1 <= d <= len(model.blocks):
-                fail(f'depth {d} is outside 1..{len(model.blocks)} for {name}')
             res = {m: recover(model, idx, d, m, positions, args.steps, args.lr, args.seed, checkpoints=(half,))
                    for m in ('self', 'nonself')}
             results.append({'model': name, 'trained': trained, 'ckpt': path, 'depth': d, **res})

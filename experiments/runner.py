@@ -172,6 +172,18 @@ def time_calls(fn, n, warmup=0, device=None):
     return times
 
 
+@contextlib.contextmanager
+def torch_threads(n):
+    """torch's intra-op threads set to n inside the block, the caller's count restored after it."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def step_time_job(spec, run_dir=None):
     """Runner job: seconds a training step of the step function that spec['builder'] ('module:function',
     imported here, called with spec['args']) returns, measured in this pool process as the runs go:
