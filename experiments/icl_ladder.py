@@ -50,8 +50,8 @@ import time
 import torch
 
 from checkpoint import write_atomic
-from experiments.icl_mixers import adjusted_loss, diagnose, initialised, zero_loss
-from experiments.regression import VERSION, fixed_prompts, half_sq, sample_prompts
+from experiments.icl_mixers import adam_step, adjusted_loss, diagnose, initialised, zero_loss
+from experiments.regression import VERSION, fixed_prompts
 from experiments.runner import NO_PLOT, fmt_s, job, load_json, md_table, mean_range, pyplot, save_figure, say, step_times
 
 MIXERS = tuple((v, L, '0') for v in ('flat', 'toeplitz', 'recurrent') for L in (2, 4)) + (('flat', 4, '5'),)
@@ -189,15 +189,10 @@ def segment_job(spec, run_dir):
         for g in opt.param_groups:
             g['lr'] = lr_wsd(it, spec['lr'], spec['warmup'], fork, end)
         t_step = time.perf_counter()
-        p = sample_prompts(spec['batch_size'], spec['noise'], gen, dtype=torch.float32)
-        loss = half_sq(model(p), p.y_q).mean()
+        loss = adam_step(model, opt, spec['batch_size'], spec['noise'], gen)
         if not torch.isfinite(loss):
             finished = False
             break
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
         st['acc'].append(loss.item())
         st['train_seconds'][it >= fork] += time.perf_counter() - t_step
         st['step'] = it = it + 1

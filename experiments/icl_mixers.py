@@ -106,21 +106,26 @@ def initialised(variant, n_layer, d_model, products, seed):
     return SequenceRegressor(variant, n_layer, d_model, products)
 
 
-def regressor_step(variant, n_layer, d_model, products, batch_size):
-    """runner.step_time_job's builder (the step times of this module's runs and of icl_ladder's): one
-    training step of a SequenceRegressor as they take it (Adam, gradient clipping at 1, float32) on
-    batch_size fresh prompts of sigma = 0 -> step()."""
-    model = initialised(variant, n_layer, d_model, products, 0)
-    opt, gen = torch.optim.Adam(model.parameters(), lr=1e-3), torch.Generator().manual_seed(0)
-
-    def step():
-        p = sample_prompts(batch_size, '0', gen, dtype=torch.float32)
-        loss = half_sq(model(p), p.y_q).mean()
+def adam_step(model, opt, batch_size, noise, gen):
+    """One training step of a SequenceRegressor as icl_ladder's rungs take it: batch_size fresh prompts of
+    `noise` from the generator gen (float32), the loss mean 0.5 (y_hat - y_q)^2, then (unless it is not
+    finite: no step) the gradients clipped at norm 1 and opt's step -> the loss (a 0-d tensor)."""
+    p = sample_prompts(batch_size, noise, gen, dtype=torch.float32)
+    loss = half_sq(model(p), p.y_q).mean()
+    if torch.isfinite(loss):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-    return step
+    return loss
+
+
+def regressor_step(variant, n_layer, d_model, products, batch_size):
+    """runner.step_time_job's builder (the step times of this module's runs and of icl_ladder's): adam_step
+    of a SequenceRegressor (Adam at 1e-3) on batch_size fresh prompts of sigma = 0 -> step()."""
+    model = initialised(variant, n_layer, d_model, products, 0)
+    opt, gen = torch.optim.Adam(model.parameters(), lr=1e-3), torch.Generator().manual_seed(0)
+    return lambda: adam_step(model, opt, batch_size, '0', gen)
 
 
 def seq_job(spec, run_dir=None):

@@ -358,14 +358,14 @@ class TestMixerLadder(unittest.TestCase):
     def test_a_stopped_rung_goes_on_to_the_same_numbers(self):
         """A rung stopped after its second checkpoint (step 40 of 80) resumes from it and ends exactly
         where the same rung run without a stop ends."""
-        draw, calls = icl_ladder.sample_prompts, {'n': 0}
+        draw, calls = icl_mixers.sample_prompts, {'n': 0}          # icl_mixers.adam_step draws a step's prompts
 
         def stop_at_50(*args, **kw):
             calls['n'] += 1
             if calls['n'] > 50:
                 raise KeyboardInterrupt
             return draw(*args, **kw)
-        with unittest.mock.patch.object(icl_ladder, 'sample_prompts', stop_at_50), self.assertRaises(KeyboardInterrupt):
+        with unittest.mock.patch.object(icl_mixers, 'sample_prompts', stop_at_50), self.assertRaises(KeyboardInterrupt):
             self.job('stopped', ladder_spec(4))
         resumed = self.job('stopped', ladder_spec(4))
         whole = self.job('whole', ladder_spec(4))
