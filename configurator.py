@@ -12,6 +12,7 @@ status 2, wherever the value came from: the merged settings are checked, not the
 argument strings.
 """
 
+import argparse
 import ast
 import math
 import os
@@ -28,11 +29,12 @@ AT_LEAST = {'batch_size': 1, 'grad_accum': 1, 'max_iters': 0, 'warmup_iters': 0,
             'min_lr': 0, 'ddp_timeout': 1}
 
 
-def fail(msg, prog='train.py'):
-    """Print a one-line error 'PROG: error: msg' and exit with status 2: every command's bad input
-    (train.py's settings here; the experiments and tools pass their own name)."""
-    print(f'{prog}: error: {msg}', file=sys.stderr)
-    sys.exit(2)
+def fail(msg, prog='train.py', code=2):
+    """Print a one-line error 'PROG: error: msg' and exit with status `code`: 2, every command's bad
+    input (train.py's settings here; the experiments and tools pass their own name); 1, a run that
+    could not finish (a failed job, a full disk)."""
+    print(f'{prog}: error: {msg}', file=sys.stderr, flush=True)
+    sys.exit(code)
 
 
 def failing(prog):
@@ -40,22 +42,71 @@ def failing(prog):
     return lambda msg: fail(msg, prog)
 
 
-def parse_list(text, cast, flag, prog='train.py', empty=False, items='values'):
-    """A command line's comma-separated list 'a,b,c' -> [cast(a), ...], each item once. A bad item (cast
-    raises ValueError), an item named twice or (unless `empty`) no item at all is a one-line error naming
-    `flag` and what its items are (`items`; int, float and str name their own) (fail: exit 2)."""
+# ----------------------------------------------------------------------------- the commands' flags
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The project's command lines (the experiments, their tools): argparse with the description the
+    first line of `doc`, each flag's default in --help (unless formatter_class says otherwise), and a
+    bad flag or value one line 'PROG: error: msg' and exit 2 (fail: no usage block above it)."""
+
+    def __init__(self, prog, doc, **kw):
+        kw.setdefault('formatter_class', argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(prog=prog, description=doc.split('\n')[0], **kw)
+
+    def error(self, message):
+        fail(message, self.prog)
+
+    def check(self, fn, *args, prefix=''):
+        """fn(*args) -> its value; its ValueError is the command's one-line error (`prefix` before it), exit 2."""
+        try:
+            return fn(*args)
+        except ValueError as e:
+            self.error(f'{prefix}{e}')
+
+
+def number(cast=int, low=1, above=False):
+    """An argparse type: a finite number of type `cast` (int or float) >= low (> low when `above`;
+    'positive' when that is 0) -> the number; anything else argparse.ArgumentTypeError (one line)."""
+    def parse(text):
+        try:
+            x = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'expected {"an integer" if cast is int else "a number"}, '
+                                             f'got {text!r}') from None
+        if not math.isfinite(x) or x < low or above and x == low:
+            bound = 'positive' if above and low == 0 else f'> {low}' if above else f'>= {low}'
+            raise argparse.ArgumentTypeError(f'must be {bound}, got {text}')
+        return x
+    parse.__name__ = cast.__name__                  # argparse's name for the type in its own messages
+    return parse
+
+
+def listing(cast=str, choices=None, empty=False, items='values', what='name'):
+    """The one list parser of the command lines, an argparse type: a comma-separated list 'a,b,c' ->
+    [cast(a), ...], each item once and among `choices` when given. argparse.ArgumentTypeError (one line)
+    on an item named twice, (unless `empty`) no item at all, an item not among the choices ('unknown WHAT
+    x; choose from ...'), or a bad item: cast's own argparse.ArgumentTypeError (a type of its own words,
+    e.g. number()) says why, its ValueError names what the items must be (`items`; int, float and str
+    name their own)."""
     items = {int: 'integers', float: 'numbers', str: 'names'}.get(cast, items)
-    parts = [x.strip() for x in text.split(',') if x.strip()]
-    try:
-        values = [cast(x) for x in parts]
-    except ValueError:
-        fail(f'{flag} must be {items} separated by commas, got {text!r}', prog)
-    twice = [x for i, x in enumerate(parts) if x in parts[:i] or values[i] in values[:i]]
-    if twice:
-        fail(f'{flag} names {twice[0]} twice (got {text!r}); give each once', prog)
-    if not values and not empty:
-        fail(f'{flag} is empty; give at least one value', prog)
-    return values
+
+    def parse(text):
+        parts = [x.strip() for x in text.split(',') if x.strip()]
+        try:
+            values = [cast(x) for x in parts]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'must be {items} separated by commas, got {text!r}') from None
+        twice = [x for i, x in enumerate(parts) if x in parts[:i] or values[i] in values[:i]]
+        if twice:
+            raise argparse.ArgumentTypeError(f'names {twice[0]} twice (got {text!r}); give each once')
+        if not values and not empty:
+            raise argparse.ArgumentTypeError('is empty; give at least one value')
+        bad = [x for x, v in zip(parts, values) if choices is not None and v not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f'unknown {what} {",".join(bad)}; choose from '
+                                             f'{",".join(map(str, choices))}')
+        return values
+    return parse
 
 
 def collect_defaults(namespace, skip=()):

@@ -39,7 +39,8 @@ import machine
 import mixer
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
                                       bench_sdpa, bench_serving, build)
-from experiments.runner import ROOT, md_row, md_table, say
+from configurator import ArgumentParser, listing, number
+from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa')
 MEM_VARIANTS = ('flat', 'multihead', 'kernel', 'expanded', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent',
@@ -95,17 +96,14 @@ def train_step_ms(name, args, compile=False):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     step_model = torch.compile(model) if compile else model
     x = torch.randint(args.vocab_size, (args.batch_size, args.n_ctx + 1), device=args.device)
-    times = []
-    for i in range(args.warmup + args.steps):
-        machine.sync(args.device)
-        t0 = time.perf_counter()
+
+    def step():
         with machine.autocast(args.device, args.dtype):
             _, loss = step_model(x[:, :-1], x[:, 1:])
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        machine.sync(args.device)
-        times.append(1e3 * (time.perf_counter() - t0))
+    times = [1e3 * t for t in time_calls(step, args.warmup + args.steps, device=args.device)]
     return model, statistics.median(times[args.warmup:]), sum(times[:args.warmup])
 
 
@@ -213,8 +211,8 @@ def mem_cell(name, T, args):
 def mem_child(args):
     """--mem_cells NAME:T1,T2,..: run the cells in increasing T in this process and
     print one JSON line per cell: {"T": T, "step": bytes, "model": bytes} or {"T": T, "error": "OOM"}."""
-    name, lengths = args.mem_cells.split(':')
-    for T in map(int, lengths.split(',')):
+    name, lengths = args.mem_cells
+    for T in lengths:
         try:
             step, model_bytes = mem_cell(name, T, args)
             out = dict(T=T, step=step, model=model_bytes)
@@ -267,15 +265,10 @@ def bench_memory(args):
 
 def time_mix(layer, z, args, **kw):
     """Median ms of one forward + backward of layer.mix(z, **kw) (z float [B, H, T, e])."""
-    times = []
-    for i in range(args.warmup + args.steps):
-        machine.sync(args.device)
-        t0 = time.perf_counter()
+    def step():
         with machine.autocast(args.device, args.dtype):
             layer.mix(z, **kw).sum().backward()
-        machine.sync(args.device)
-        times.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(times[args.warmup:])
+    return 1e3 * statistics.median(time_calls(step, args.steps, args.warmup, args.device))
 
 
 PATH_CHUNKS = (2048, 256)      # the recurrent chunks timed beside one chunk (DEVICE_TUNING's candidates)
@@ -307,32 +300,15 @@ def bench_paths(args):
 
 # ----------------------------------------------------------------------------- main
 
-def names(allowed):
-    """An argparse type: comma-separated names, each in `allowed` -> list of str."""
-    def check(s):
-        bad = [x for x in s.split(',') if x not in allowed]
-        if bad:
-            raise argparse.ArgumentTypeError(f'{",".join(bad)!r}: choose from {",".join(allowed)}')
-        return s.split(',')
-    return check
-
-
-def ints(s):
-    """An argparse type: comma-separated positive integers -> list of int."""
-    if not all(x.isdigit() and int(x) > 0 for x in s.split(',')):
-        raise argparse.ArgumentTypeError(f'{s!r}: expected positive integers separated by commas')
-    return [int(x) for x in s.split(',')]
-
-
-def sizes(s):
-    """An argparse type: d_modelxn_layer pairs, e.g. 128x4,512x8 -> list of (int, int)."""
+def size(text):
+    """An argparse type: 'DxL' (d_model x n_layer, both >= 1, e.g. 128x4) -> (d_model, n_layer)."""
     try:
-        out = [tuple(int(v) for v in x.split('x')) for x in s.split(',')]
+        d_model, n_layer = (int(v) for v in text.split('x'))
+        if min(d_model, n_layer) >= 1:
+            return d_model, n_layer
     except ValueError:
-        out = []
-    if not out or any(len(x) != 2 or min(x) < 1 for x in out):
-        raise argparse.ArgumentTypeError(f'{s!r}: expected d_modelxn_layer pairs, e.g. 128x4,512x8')
-    return out
+        pass
+    raise argparse.ArgumentTypeError(f'expected d_modelxn_layer pairs, e.g. 128x4,512x8, got {text!r}')
 
 
 def device_and_dtype(p, args):
@@ -348,56 +324,60 @@ def device_and_dtype(p, args):
 
 
 def parse_args(argv=None):
-    """Command-line flags (argparse; a bad flag exits with status 2)."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    """Command-line flags (configurator.ArgumentParser: a bad flag is one line, exit 2)."""
+    p = ArgumentParser('bench.py', __doc__)
+    count, positive, variants = number(int, 1), number(float, 0, above=True), tuple(mixer.VARIANTS)
+    counts = listing(count)
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--dtype', choices=('fp32', 'bf16'), help='default: bf16 (autocast) on CUDA, fp32 on CPU')
     p.add_argument('--compile', action='store_true', help='also time the training step under torch.compile')
     p.add_argument('--quick', action='store_true', help='everything tiny (the smoke test): under a minute on 2 cores')
-    p.add_argument('--tables', type=names(TABLES), default=list(TABLES), help='tables to print, comma separated')
-    p.add_argument('--variants', type=names(tuple(mixer.VARIANTS)), default=list(mixer.VARIANTS),
+    p.add_argument('--tables', type=listing(str, TABLES, what='table'), default=list(TABLES),
+                   help='tables to print, comma separated')
+    p.add_argument('--variants', type=listing(str, variants, what='variant'), default=list(variants),
                    help='variants of the training table, comma separated')
-    p.add_argument('--threads', type=int, default=torch.get_num_threads(), help='torch CPU threads')
-    p.add_argument('--vocab_size', type=int, default=4096)
-    p.add_argument('--d_model', type=int, default=256, help='width of the training and generation tables')
-    p.add_argument('--n_layer', type=int, default=4)
-    p.add_argument('--n_ctx', type=int, default=512, help='training table context length')
-    p.add_argument('--batch_size', type=int, default=4)
-    p.add_argument('--warmup', type=int, default=1, help='training steps not timed')
-    p.add_argument('--steps', type=int, default=3, help='timed training steps (median)')
-    p.add_argument('--mem_lengths', type=ints, default=[512, 1024, 2048, 4096, 8192])
-    p.add_argument('--mem_d_model', type=int, default=128)
-    p.add_argument('--mem_n_layer', type=int, default=2)
-    p.add_argument('--mem_batch', type=int, default=1, help='sequences in the memory table\'s step')
+    p.add_argument('--threads', type=count, default=torch.get_num_threads(), help='torch CPU threads')
+    p.add_argument('--vocab_size', type=count, default=4096)
+    p.add_argument('--d_model', type=count, default=256, help='width of the training and generation tables')
+    p.add_argument('--n_layer', type=count, default=4)
+    p.add_argument('--n_ctx', type=count, default=512, help='training table context length')
+    p.add_argument('--batch_size', type=count, default=4)
+    p.add_argument('--warmup', type=number(int, 0), default=1, help='training steps not timed')
+    p.add_argument('--steps', type=count, default=3, help='timed training steps (median)')
+    p.add_argument('--mem_lengths', type=counts, default=[512, 1024, 2048, 4096, 8192])
+    p.add_argument('--mem_d_model', type=count, default=128)
+    p.add_argument('--mem_n_layer', type=count, default=2)
+    p.add_argument('--mem_batch', type=count, default=1, help='sequences in the memory table\'s step')
     p.add_argument('--mem_scope', choices=('model', 'block'), default='model',
                    help='memory of the whole language model, or of one mixer.Block alone')
-    p.add_argument('--mem_variants', type=names(tuple(mixer.VARIANTS)), default=list(MEM_VARIANTS),
+    p.add_argument('--mem_variants', type=listing(str, variants, what='variant'), default=list(MEM_VARIANTS),
                    help='variants of the memory table, comma separated')
-    p.add_argument('--mem_budget_gb', type=float, help='memory cells estimated above this are not run '
+    p.add_argument('--mem_budget_gb', type=positive, help='memory cells estimated above this are not run '
                    '(default: 8 on CPU, 90%% of the GPU memory on CUDA)')
-    p.add_argument('--prompts', type=ints, default=[64, 512, 2048], help='prompt lengths of the generation table')
-    p.add_argument('--new_tokens', type=int, default=256, help='tokens generated after each prompt')
-    p.add_argument('--recompute_tokens', type=int, default=16, help='tokens timed for the window recompute')
-    p.add_argument('--path_lengths', type=ints, default=[128, 256, 512, 1024, 2048, 4096])
-    p.add_argument('--decode_variants', type=names(tuple(mixer.VARIANTS)),
+    p.add_argument('--prompts', type=counts, default=[64, 512, 2048], help='prompt lengths of the generation table')
+    p.add_argument('--new_tokens', type=count, default=256, help='tokens generated after each prompt')
+    p.add_argument('--recompute_tokens', type=count, default=16, help='tokens timed for the window recompute')
+    p.add_argument('--path_lengths', type=counts, default=[128, 256, 512, 1024, 2048, 4096])
+    p.add_argument('--decode_variants', type=listing(str, variants, what='variant'),
                    default=['flat', 'toeplitz', 'recurrent', 'transformer', 'linear_attention'],
                    help='variants of the decode table')
-    p.add_argument('--decode_sizes', type=sizes, default=[(128, 4), (512, 8)],
+    p.add_argument('--decode_sizes', type=listing(size), default=[(128, 4), (512, 8)],
                    help='d_model x n_layer of the decode and SDPA tables, e.g. 128x4,512x8')
-    p.add_argument('--decode_n_ctx', type=int, default=256)
-    p.add_argument('--decode_tokens', type=int, default=128, help='tokens timed per decode row')
-    p.add_argument('--serve_variants', type=names(tuple(mixer.VARIANTS)), default=list(SERVE_KINDS),
+    p.add_argument('--decode_n_ctx', type=count, default=256)
+    p.add_argument('--decode_tokens', type=count, default=128, help='tokens timed per decode row')
+    p.add_argument('--serve_variants', type=listing(str, variants, what='variant'), default=list(SERVE_KINDS),
                    help='kinds of the serving table')
-    p.add_argument('--serve_size', type=sizes, help='d_model x n_layer of the serving table (default: 1024x8 on '
+    p.add_argument('--serve_size', type=size, help='d_model x n_layer of the serving table (default: 1024x8 on '
                    'CUDA, --d_model x --n_layer on CPU)')
-    p.add_argument('--serve_batches', type=ints, default=[1, 8, 64, 256], help='batch sizes of the serving table')
-    p.add_argument('--serve_contexts', type=ints, default=[512, 2048, 8192], help='contexts of the serving table')
-    p.add_argument('--serve_tokens', type=int, default=32, help='steps timed per serving cell')
-    p.add_argument('--serve_memory_gb', type=float, default=16.0, help='the memory of the serving table: cells '
+    p.add_argument('--serve_batches', type=counts, default=[1, 8, 64, 256], help='batch sizes of the serving table')
+    p.add_argument('--serve_contexts', type=counts, default=[512, 2048, 8192], help='contexts of the serving table')
+    p.add_argument('--serve_tokens', type=count, default=32, help='steps timed per serving cell')
+    p.add_argument('--serve_memory_gb', type=positive, default=16.0, help='the memory of the serving table: cells '
                    'estimated above it are not run; its largest-batch column')
     p.add_argument('--serve_compile', action='store_true', help='serve through the torch.compile\'d static step '
                    '(CUDA graphs on CUDA): one compilation a cell')
-    p.add_argument('--mem_cells', help=argparse.SUPPRESS)      # internal: run memory cells in this process
+    p.add_argument('--mem_cells', type=lambda text: (text.partition(':')[0], listing(count)(text.partition(':')[2])),
+                   help=argparse.SUPPRESS)      # internal: run the memory cells NAME:T1,T2,.. in this process
     args = p.parse_args(argv)
     if args.quick:
         for k, v in QUICK.items():
@@ -407,19 +387,9 @@ def parse_args(argv=None):
     if args.mem_budget_gb is None:
         args.mem_budget_gb = (0.9 * torch.cuda.get_device_properties(args.device).total_memory / 2**30
                               if args.device.type == 'cuda' else 8.0)
-    if min(args.threads, args.d_model, args.n_layer, args.n_ctx, args.batch_size, args.steps, args.new_tokens,
-           args.decode_n_ctx, args.decode_tokens, args.vocab_size, args.mem_d_model, args.mem_n_layer,
-           args.mem_batch, args.recompute_tokens) < 1 or args.warmup < 0:
-        p.error('sizes and step counts must be >= 1 (--warmup >= 0)')
-    if not 0 < args.mem_budget_gb < float('inf') or not 0 < args.serve_memory_gb < float('inf'):
-        p.error('--mem_budget_gb and --serve_memory_gb must be positive numbers')
     if args.serve_size is None:
         args.serve_size = (1024, 8) if args.device.type == 'cuda' else (args.d_model, args.n_layer)
-    elif len(args.serve_size) != 1:
-        p.error('--serve_size: one d_modelxn_layer pair')
-    else:
-        args.serve_size = args.serve_size[0]
-    if not 0 < args.serve_tokens < min(args.serve_contexts) - SERVE_WARM:
+    if not args.serve_tokens < min(args.serve_contexts) - SERVE_WARM:
         p.error(f'--serve_tokens must be >= 1 and leave a prompt: below the smallest context - {SERVE_WARM}')
     check_models(p, args)
     return args

@@ -29,7 +29,7 @@ import torch
 import decode
 import machine
 import mixer
-from experiments.runner import fmt_bytes, md_row, md_table, say
+from experiments.runner import fmt_bytes, md_row, md_table, say, time_calls
 
 GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
                ('transformer', 'KV cache'), ('linear_attention', 'state'))
@@ -119,14 +119,7 @@ def copy_bandwidth(device, nbytes=2 ** 28, repeats=5):
     float32 tensor (STREAM's 'copy' convention) -> float, B/s."""
     src = torch.randn(nbytes // 4, device=device)
     dst = torch.empty_like(src)
-    best = float('inf')
-    for _ in range(repeats):
-        machine.sync(device)
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        machine.sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * nbytes / best
+    return 2 * nbytes / min(time_calls(lambda: dst.copy_(src), repeats, device=device))
 
 
 @torch.no_grad()

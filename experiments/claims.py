@@ -7,11 +7,11 @@
     python -m experiments.claims --models flat,toeplitz,recurrent,transformer --budgets 1,6   # the budget sweep
 
 Every model trains for the same wall-clock budget on the machine it runs on.
-First each model's step time is measured by train.py itself (a short run, two
-runs at a time, one thread each, as the real runs go); its max_iters is then
-budget / step time, so that its cosine schedule ends on time. The step times
-are cached in OUT/calibration.json, so a rerun trains the same step counts
-(--recalibrate measures again).
+First each model's step time is measured on train.py's own step (its model,
+optimisers and data as train.py builds them; two runs at a time, one thread each,
+as the real runs go); its max_iters is then budget / step time, so that its cosine
+schedule ends on time. The step times are cached in OUT/calibration (runner.step_times),
+so a rerun trains the same step counts (--recalibrate measures again).
 
 Same tuning effort for every model: a learning-rate sweep over --lrs on a proxy
 (the first third of the full schedule, seed 0), the best of which is continued
@@ -47,25 +47,23 @@ Retrieval" (arXiv 2409.01482), and the blog posts Masked Mixers II, Masked
 Mixers IV: Linear Language Models and Masked Recurrent Mixers.
 """
 
-import argparse
 import json
 import math
 import os
 import shutil
-import statistics
 import sys
 import time
 
 import numpy as np
 
-from checkpoint import CheckpointError, read_log
 
 # the compared models (MODELS, ...) are claims_report's, which turns the finished runs into the report
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
 from checkpoint import check_folder_writable, write_atomic
-from configurator import failing, parse_list
-from experiments.runner import ROOT, Runner, command, fmt_s, job, load_json, reset_dir, say, window_loss_job
+from configurator import ArgumentParser, fail, listing, number, read_config_file
+from experiments.runner import (ROOT, Runner, command, fmt_s, job, reset_dir, say, step_times, train_job, train_run,
+                               window_loss_job)
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
 VERSION = 'claims 2'      # of train.py's loop as these runs use it: in every cached run's key; change it with train.py
 
@@ -85,8 +83,6 @@ SETTINGS = {   # default run and --quick
 }
 
 
-fail = failing('claims.py')
-
 
 # ----------------------------------------------------------------------------- the comparison
 
@@ -96,35 +92,29 @@ def train_args(base, model, extra):
     return [CONFIG, *base, *own, *extra]
 
 
+def train_step(argv):
+    """runner.step_time_job's builder of train.py's own step for the settings argv (runner.train_run, from
+    the repository root) -> step()."""
+    os.chdir(ROOT)
+    return train_run(argv)[2]
+
+
 def calibrate(runner, out, names, base, steps, recalibrate):
-    """Median ms per training step of each name (a MODELS name, or 'ae:NAME') measured by
-    train.py under the run conditions -> {name: seconds per step}; cached in OUT/calibration.json."""
-    path = os.path.join(out, 'calibration.json')
-    cal = {} if recalibrate else load_json(path, 'calibration (step times)') or {}
-    if not isinstance(cal, dict) or not all(isinstance(c, dict) and isinstance(c.get('s_per_step'), float)
-                                            for c in cal.values()):
-        say(f'warning: {path}: not a calibration of this claims.py; measuring again')
-        cal = {}
-    todo = [n for n in names if n not in cal or cal[n].get('argv_base') != base]
-    jobs = []
-    for n in todo:
+    """Seconds a training step of each name (a MODELS name, or 'ae:NAME') -> {name: seconds}: the median of 5
+    chunks of steps // 5 steps after 3 warm-up steps (runner.step_times of train_step), measured in the
+    pool under the runs' conditions and cached in OUT/calibration, so that a rerun trains the same step counts
+    (recalibrate: measured again). The step is train.py's own (train.train_step on the model, optimisers and
+    data train.py builds from the run's settings), not a forward and backward of the model alone: the runs'
+    step counts are the budget over it, and it is what their seconds are spent on."""
+    builders = {}
+    for n in names:
         model, extra = (n[3:], base['ae']) if n.startswith('ae:') else (n, [])
-        argv = train_args(base['lm'], model, [*extra, f'--max_iters={steps}', '--eval_interval=100000',
-                                               '--log_interval=5', '--save_checkpoint=False'])
-        jobs.append(job(os.path.join(out, 'calibration'), n.replace(':', '_'), argv, 10 + 0.5 * steps,
-                        VERSION))                     # eta: a guess of ~0.5 s a step
-        shutil.rmtree(jobs[-1].dir, ignore_errors=True)        # measured now, never taken from a cache
-    if jobs:
-        say('calibration: the step times measured now fix every run\'s step count, so nothing else '
-            'may run on this machine until the calibration ends')
-    for n, j, res in zip(todo, jobs, runner.train_batch(jobs, 'calibration') if jobs else []):
-        logs = read_log(os.path.join(j.dir, 'log.jsonl'))
-        ms = [r['ms_per_step'] for r in logs if r.get('event') == 'train']
-        if res['rc'] != 0 or not ms:
-            fail(f'calibration run of {n} failed: see {os.path.join(j.dir, "console.txt")}')
-        cal[n] = {'s_per_step': statistics.median(ms[1:] or ms) / 1000, 'argv_base': base}
-    write_atomic(path, json.dumps(cal, indent=1))
-    return {n: cal[n]['s_per_step'] for n in names}
+        builders[n] = (n.replace(':', '_'), 'experiments.claims:train_step',
+                       dict(argv=train_args(base['lm'], model, extra)))
+    say('calibration: the step times not yet cached are measured now and fix every run\'s step count, so nothing '
+        'else may run on this machine until the calibration ends')
+    t = step_times(runner, os.path.join(out, 'calibration'), builders, steps, VERSION, 'calibration', recalibrate)
+    return {n: x[0] for n, x in t.items()}
 
 
 def lm_runs(runner, runs_dir, models, base, step_s, budget_s, lrs, seeds):
@@ -152,7 +142,7 @@ def lm_runs(runner, runs_dir, models, base, step_s, budget_s, lrs, seeds):
 
     if len(lrs) > 1:
         jobs = [proxy(m, lr) for m in models for lr in lrs]
-        res = iter(runner.train_batch(jobs, 'learning-rate sweep (proxy: first third of each schedule)'))
+        res = iter(runner.map(train_job, jobs, 'learning-rate sweep (proxy: first third of each schedule)'))
         for m in models:
             plan[m]['sweep'] = {lr: final_loss(next(res)) for lr in lrs}
             plan[m]['lr'] = min(lrs, key=lambda lr: plan[m]['sweep'][lr])
@@ -176,7 +166,7 @@ def lm_runs(runner, runs_dir, models, base, step_s, budget_s, lrs, seeds):
             jobs.append(run(m, lr, seed, steps, (steps - plan[m]['proxy'] * resume) * step_s[m], resume=resume,
                             prepare=from_proxy(m) if resume else None))
             plan[m].setdefault('dirs', []).append(jobs[-1].dir)
-    res = iter(runner.train_batch(jobs, 'full budget at the chosen learning rates'))
+    res = iter(runner.map(train_job, jobs, 'full budget at the chosen learning rates'))
     for m in models:
         plan[m]['runs'] = [next(res) for _ in range(seeds)]
         plan[m]['command'] = 'python train.py ' + ' '.join(argv(m, plan[m]['lr'], 0, plan[m]['steps'])) + \
@@ -200,7 +190,7 @@ def ae_runs(runner, out, base, step_s, budget_s, lr, seeds):
             jobs.append(job(os.path.join(out, 'runs', f'ae_{m}'), f'lr{lr:g}-seed{seed}', argv,
                             steps * step_s[f'ae:{m}'], VERSION))
             dirs.setdefault(m, []).append(jobs[-1].dir)
-    res = iter(runner.train_batch(jobs, 'autoencoders'))
+    res = iter(runner.map(train_job, jobs, 'autoencoders'))
     runs = {m: [next(res) for _ in range(seeds)] for m in AE_MODELS}
     ok = [r for m in runs for r in runs[m] if r['rc'] == 0 and r['evals']]
     return {'ae': {m: [(r['evals'][-1][1], r['evals'][-1][3]) if r['rc'] == 0 and r['evals'] else
@@ -252,13 +242,10 @@ def unigram(data_dir):
 
 
 def tokens_per_step(base_lm):
-    """batch_size x n_ctx of the runs (config file, then the --key=value overrides)."""
-    ns = {}
-    exec(open(os.path.join(ROOT, CONFIG)).read(), {}, ns)
-    for a in base_lm:
-        k, _, v = a[2:].partition('=')
-        if k in ('batch_size', 'n_ctx'):
-            ns[k] = int(v)
+    """batch_size x n_ctx of the runs (config file, read by configurator.read_config_file, then the
+    --key=value overrides)."""
+    ns = dict(read_config_file(os.path.join(ROOT, CONFIG)))
+    ns.update((k, int(v)) for k, _, v in (a[2:].partition('=') for a in base_lm) if k in ('batch_size', 'n_ctx'))
     return ns['batch_size'] * ns['n_ctx']
 
 
@@ -267,49 +254,39 @@ def tokens_per_step(base_lm):
 def parse_args(argv):
     """The command line -> argparse namespace, checked (one-line errors, exit 2), with
     .s: the SETTINGS of the run ('full' or 'quick')."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser('claims.py', __doc__)
+    count, positive = number(int, 1), number(float, 0, above=True)
     p.add_argument('--quick', action='store_true', help='tiny models and budgets (the smoke test)')
-    p.add_argument('--budget', type=float, default=1.0, help='multiplier of every training budget')
-    p.add_argument('--models', help=f'comma-separated subset of: {",".join(MODELS)}')
-    p.add_argument('--lrs', help='comma-separated learning rates of the sweep (default 1e-3,3e-3,9e-3)')
-    p.add_argument('--budgets', help='comma-separated multiples of the budget for the budget sweep of '
-                   f'{",".join(BUDGET_MODELS)} (e.g. 1,6; default: none, 1,2 with --quick)')
-    p.add_argument('--seeds', type=int, help='seeds per model at the full budget (default 2)')
-    p.add_argument('--workers', type=int, default=2, help='runs at a time')
-    p.add_argument('--threads', type=int, default=1, help='torch threads per run')
+    p.add_argument('--budget', type=positive, default=1.0, help='multiplier of every training budget')
+    p.add_argument('--models', type=listing(str, MODELS, what='model'),
+                   help=f'comma-separated subset of: {",".join(MODELS)}')
+    p.add_argument('--lrs', type=listing(positive),
+                   help='comma-separated learning rates of the sweep (default 1e-3,3e-3,9e-3)')
+    p.add_argument('--budgets', type=listing(positive), help='comma-separated multiples of the budget for the budget '
+                   f'sweep of {",".join(BUDGET_MODELS)} (e.g. 1,6; default: none, 1,2 with --quick)')
+    p.add_argument('--seeds', type=count, help='seeds per model at the full budget (default 2)')
+    p.add_argument('--workers', type=count, default=2, help='runs at a time')
+    p.add_argument('--threads', type=count, default=1, help='torch threads per run')
     p.add_argument('--data_dir', default=os.path.join('data', 'tinystories'), help='prepared data')
     p.add_argument('--out', help='output folder (default out/claims, out/claims_quick with --quick)')
     p.add_argument('--recalibrate', action='store_true', help='measure the step times again')
     args = p.parse_args(argv)
     s = SETTINGS['quick' if args.quick else 'full']
-    args.models = parse_list(args.models, str, '--models', 'claims.py') if args.models else list(MODELS)
-    bad = [m for m in args.models if m not in MODELS]
-    if bad:
-        fail(f'unknown model(s) {",".join(bad)}; choose from {",".join(MODELS)}')
-    args.lrs = tuple(parse_list(args.lrs, float, '--lrs', 'claims.py')) if args.lrs else s['lrs']
-    args.budgets = tuple(sorted(parse_list(args.budgets, float, '--budgets', 'claims.py'))) if args.budgets \
-        else s['budgets']
-    if args.budgets and min(args.budgets) <= 0:
-        fail('--budgets must be positive')
+    args.models = args.models or list(MODELS)
+    args.lrs = tuple(args.lrs or s['lrs'])
+    args.budgets = tuple(sorted(args.budgets)) if args.budgets else s['budgets']
     args.seeds = args.seeds or s['seeds']
-    for name in ('budget', 'seeds', 'workers', 'threads'):
-        if getattr(args, name) <= 0 or min(args.lrs) <= 0:
-            fail(f'--{name} and --lrs must be positive')
     meta_path = os.path.join(args.data_dir, 'meta.json')
     if not os.path.isfile(meta_path):
-        fail(f'{args.data_dir}/meta.json not found: run data/prepare.py first (or set --data_dir)')
+        p.error(f'{args.data_dir}/meta.json not found: run data/prepare.py first (or set --data_dir)')
     try:
         with open(meta_path) as f:
             args.meta = json.load(f)
         args.meta['train'], args.meta['tokenizer_sha256']
     except (OSError, ValueError, KeyError, TypeError) as e:
-        fail(f'{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
+        p.error(f'{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
     args.out = args.out or os.path.join('out', 'claims_quick' if args.quick else 'claims')
-    try:
-        check_folder_writable(args.out, '--out folder')
-    except ValueError as e:
-        fail(str(e))
+    p.check(check_folder_writable, args.out, '--out folder')
     args.s = s
     return args
 
@@ -321,16 +298,14 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         run_claims(args)
-    except CheckpointError as e:                   # a damaged calibration log
-        print(f'claims.py: error: {e}', file=sys.stderr)
-        sys.exit(1)
+    except RuntimeError as e:                      # a step-time job failed: no step counts, no runs
+        fail(str(e), 'claims.py', 1)
 
 
 def run_claims(args):
     """main() on parsed arguments."""
     s, out = args.s, os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    os.environ['OMP_NUM_THREADS'] = str(args.threads)      # pool processes start with this many threads
     t_start = time.time()
     data_dir = os.path.abspath(args.data_dir)
     if not os.path.relpath(data_dir, ROOT).startswith('..'):   # the same cache keys from any checkout

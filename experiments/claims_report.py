@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from checkpoint import write_atomic
-from experiments.runner import md_table, save_figure
+from experiments.runner import NO_PLOT, md_table, mean_range, pyplot, save_figure
 
 # name -> (train.py arguments, family). Families decide the "best of" row.
 MODELS = {
@@ -107,11 +107,11 @@ def ratio_verdict(measured, claimed, factor=2.0):
 
 
 def fmt(xs, digits=3, sign='', unit=''):
-    """'mean +- spread unit' of per-seed values, or 'failed in k of n runs' if any is not finite."""
-    m, s = stats(xs)
-    if not math.isfinite(m):
-        return f'failed in {sum(not math.isfinite(x) for x in xs)} of {len(xs)} runs'
-    return f'{m:{sign}.{digits}f} +- {s:.{digits}f}' + (f' {unit}' if unit else '')
+    """'mean +- spread unit' of per-seed values (runner.mean_range), or 'failed in k of n runs' if any is
+    not finite."""
+    bad = f'failed in {sum(not math.isfinite(x) for x in xs)} of {len(xs)} runs'
+    text = mean_range(xs, f'{sign}.{digits}f', f'.{digits}f', bad, one=True)
+    return text + (f' {unit}' if unit and text != bad else '')
 
 
 def cmd(*models):
@@ -424,20 +424,6 @@ def budget_table(extras, budget_s, n_train, tps):
 
 
 # ----------------------------------------------------------------------------- plots
-
-def pyplot():
-    """matplotlib.pyplot with the Agg backend, or None when matplotlib is not installed."""
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-        return plt
-    except ImportError:
-        return None
-
-
-NO_PLOT = 'no plot: matplotlib is not installed (pip install matplotlib)'
-
 
 def plot_budgets(extras, path):
     """The budget sweep: final validation loss (left) and generalisation gap (right)

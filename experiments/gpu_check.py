@@ -34,9 +34,7 @@ runs in a session of its own, which the terminal's Ctrl-C does not reach) and ex
 kept as far as it got. Preparing the data counts against the budget.
 """
 
-import argparse
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -50,7 +48,8 @@ import torch
 
 import machine
 from checkpoint import write_atomic
-from experiments.runner import ROOT, fmt_s, md_table, say
+from configurator import ArgumentParser, failing, number
+from experiments.runner import ROOT, fmt_s, md_table, read_log, say
 
 BUDGET_S = 480                 # the whole check, so that it fits a 15-minute GPU loan with the start-up
 
@@ -195,13 +194,11 @@ class Check:
 
 
 def summary_of(run_dir):
-    """The 'summary' event of a train.py run's log (dict), or None."""
-    path = os.path.join(run_dir, 'log.jsonl')
-    if not os.path.isfile(path):
+    """The 'summary' event of a train.py run's log (dict), or None (runner.read_log: no log, a torn one)."""
+    try:
+        return read_log(os.path.join(run_dir, 'log.jsonl'))[1]
+    except ValueError:
         return None
-    with open(path) as f:
-        s = [json.loads(line) for line in f if '"summary"' in line]
-    return s[-1] if s else None
 
 
 def describe_run(run_dir):
@@ -304,24 +301,18 @@ def prepare(args, out, timeout_s):
     return data
 
 
-def fail(msg):
-    """Print a one-line error and exit with status 2."""
-    print(f'gpu_check: error: {msg}', file=sys.stderr)
-    sys.exit(2)
+fail = failing('gpu_check.py')
 
 
 def parse_args(argv):
     """The command line -> argparse.Namespace (--budget_s under 60: a one-line error, exit 2)."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser('gpu_check.py', __doc__)
     p.add_argument('--data_dir', default=os.path.join('data', 'tinystories'), help='prepared data, if there is one')
     p.add_argument('--text_dir', default=os.path.join('..', 'shared', 'data', 'tinystories'),
                    help='train.txt and valid.txt, prepared into OUT/data when --data_dir has no meta.json')
     p.add_argument('--out', default=os.path.join('out', 'gpu_check'), help='output folder')
-    p.add_argument('--budget_s', type=int, default=BUDGET_S, help='the whole check\'s time limit, seconds')
-    args = p.parse_args(argv)
-    if args.budget_s < 60:
-        p.error(f'--budget_s must be at least 60, got {args.budget_s}')
-    return args
+    p.add_argument('--budget_s', type=number(int, 60), default=BUDGET_S, help='the whole check\'s time limit, seconds')
+    return p.parse_args(argv)
 
 
 def main(argv=None):

@@ -35,12 +35,12 @@ import time
 import torch
 
 from checkpoint import check_folder_writable, write_atomic
-from configurator import failing, parse_list
+from configurator import ArgumentParser, fail, listing, number
 from experiments import icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
-from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, LinearSelfAttention, check_noise,
-                                    fixed_prompts, half_sq, implicit_weights, mean_loss, train, train_batched, y_scale)
-from experiments.runner import Runner, command, fmt_s, job, md_table, say
+from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, build, check_noise, fixed_prompts,
+                                    half_sq, implicit_weights, mean_loss, train, train_batched)
+from experiments.runner import Runner, command, fmt_s, job, md_table, say, torch_threads
 
 
 # Budgets (docs/icl.md): the default run, and --quick. mixer_*: experiments/icl_mixers.py's.
@@ -60,20 +60,7 @@ SETTINGS = {
 LADDER_MODELS = [(4, 'diag'), (4, 'full'), (7, 'diag'), (7, 'full')]
 
 
-fail = failing('icl.py')
-
-
-def parse(text, cast, flag):
-    """configurator.parse_list for icl.py's flags: each item once, a one-line error otherwise."""
-    return parse_list(text, cast, flag, 'icl.py')
-
-
 # ----------------------------------------------------------------------------- the LSA jobs
-def build(spec):
-    """The LSA model of a spec (dict: 'param', 'n_layer', 'noise', 'seed'), initialised from its seed."""
-    torch.manual_seed(spec['seed'])
-    return LinearSelfAttention(spec['n_layer'], spec['param'], y_scale=y_scale(spec['noise']))
-
 
 @torch.no_grad()
 def evaluate_lsa(model, spec):
@@ -147,12 +134,8 @@ def speed(s, iters=300, noise='3', n_layer=7):
     (train_batched) -> markdown table (wall-clock s, prompts/s) and a line with the speed-up and
     the largest parameter difference relative to the parameters' scale (float64 rounding: about
     1e-10). The caller's torch thread count is restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _speed(s, iters, noise, n_layer)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _speed(s, iters, noise, n_layer):
@@ -180,116 +163,108 @@ def _speed(s, iters, noise, n_layer):
         f'{((a - b).abs().max() / a.abs().max()).item():.1e} of their scale.')
 
 
+def training_noise(name):
+    """An argparse type: a noise setting to train on (regression.check_noise; a fixed sigma '=x' is for
+    evaluation only) -> the name; argparse.ArgumentTypeError (one line) otherwise."""
+    try:
+        check_noise(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if name.startswith('='):
+        raise argparse.ArgumentTypeError(f'noise {name!r}: a fixed sigma is for evaluation only; train on 0..7, '
+                                         'c13 or c135')
+    return name
+
+
 def parse_args(argv):
     """The command line -> argparse.Namespace with .s (the settings), .models, .noises, .out."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ArgumentParser('icl.py', __doc__)
+    count, positive = number(int, 1), number(float, 0, above=True)
     p.add_argument('--quick', action='store_true', help='tiny budget: every row and plot in a few minutes')
     p.add_argument('--speed', action='store_true',
                    help='only time the batched LSA trainer against one model at a time')
     p.add_argument('--mixers', action='store_true', help="also the same prompts through mixer.py's sequence models")
     p.add_argument('--ladder', action='store_true', help='also the budget ladder of the verdicts that disagree')
-    p.add_argument('--mixer_layers', default='2,4', help='depths of the sequence models')
+    p.add_argument('--mixer_layers', type=listing(count), default='2,4', help='depths of the sequence models')
     p.add_argument('--mixer_ladder', action='store_true',
                    help="only the masked mixers' budget ladder in context (experiments/icl_ladder.py)")
-    p.add_argument('--mixer_rungs', help="the mixer ladder's multiples of the 60 s budget, 1 first (default 1,4,16)")
-    p.add_argument('--mixer_rates', help="the mixer ladder's peak learning rates (default 1e-3,3e-3,1e-2)")
+    p.add_argument('--mixer_rungs', type=listing(positive),
+                   help="the mixer ladder's multiples of the 60 s budget, 1 first (default 1,4,16)")
+    p.add_argument('--mixer_rates', type=listing(positive),
+                   help="the mixer ladder's peak learning rates (default 1e-3,3e-3,1e-2)")
     p.add_argument('--compute', action='store_true', help='only the 2-layer flat mixer and transformer trained '
                    'long, their loss against training FLOPs (experiments/icl_compute.py; hours)')
     p.add_argument('--docs', help="with --mixer_ladder or --compute: write its section into this page (between "
                                   "its markers) and its figure into the assets/ folder beside")
-    p.add_argument('--ladder_budgets', help="the ladder's multiples of the LSA budget (default 1,3,10)")
-    p.add_argument('--mixer_budget', type=float,
+    p.add_argument('--ladder_budgets', type=listing(positive),
+                   help="the ladder's multiples of the LSA budget (default 1,3,10)")
+    p.add_argument('--mixer_budget', type=positive,
                    help='seconds of training per sequence model; with --mixer_ladder its 1x rung (default 60)')
-    p.add_argument('--layers', help="comma-separated depths (with --params: that grid; default the paper's rows)")
-    p.add_argument('--params', help='comma-separated parameterisations among full,diag,gdpp')
-    p.add_argument('--noise', default=','.join(NOISE_NAMES), help='settings: 0..7 = sigma ~ U(0, x), c13, c135 = sets')
-    p.add_argument('--iters', type=int, help='Adam steps per LSA model (default 3000, --quick 60)')
-    p.add_argument('--batch_size', type=int, help='prompts per step (default 256)')
-    p.add_argument('--lr', type=float, help='peak learning rate (default 1e-2)')
-    p.add_argument('--seeds', type=int, help='seeds per cell; the best by separate prompts is reported (default 3)')
-    p.add_argument('--eval_prompts', type=int, help='evaluation prompts per noise setting (default 100000)')
-    p.add_argument('--workers', type=int, default=2, help='jobs at a time')
-    p.add_argument('--threads', type=int, default=1, help='torch threads per job')
+    p.add_argument('--layers', type=listing(count),
+                   help="comma-separated depths (with --params: that grid; default the paper's rows)")
+    p.add_argument('--params', type=listing(str, PARAMS, what='parameterisation'),
+                   help='comma-separated parameterisations among full,diag,gdpp')
+    p.add_argument('--noise', dest='noises', type=listing(training_noise), default=','.join(NOISE_NAMES),
+                   help='settings: 0..7 = sigma ~ U(0, x), c13, c135 = sets')
+    p.add_argument('--iters', type=count, help='Adam steps per LSA model (default 3000, --quick 60)')
+    p.add_argument('--batch_size', type=count, help='prompts per step (default 256)')
+    p.add_argument('--lr', type=positive, help='peak learning rate (default 1e-2)')
+    p.add_argument('--seeds', type=count, help='seeds per cell; the best by separate prompts is reported (default 3)')
+    p.add_argument('--eval_prompts', type=count, help='evaluation prompts per noise setting (default 100000)')
+    p.add_argument('--workers', type=count, default=2, help='jobs at a time')
+    p.add_argument('--threads', type=count, default=1, help='torch threads per job')
     p.add_argument('--device', default='cpu', help='only cpu: these models are too small for a GPU to help')
     p.add_argument('--out', help='output folder (default out/icl, out/icl_quick with --quick)')
     args = p.parse_args(argv)
     if args.device != 'cpu':
-        fail(f'--device {args.device}: only cpu is supported (a prompt is 21 tokens of 11 numbers)')
+        p.error(f'--device {args.device}: only cpu is supported (a prompt is 21 tokens of 11 numbers)')
     s = dict(SETTINGS['quick' if args.quick else 'full'])
     for k, v in (('iters', args.iters), ('batch_size', args.batch_size), ('lr', args.lr), ('seeds', args.seeds),
                  ('eval_prompts', args.eval_prompts), ('mixer_budget_s', args.mixer_budget)):
         if v is not None:
-            if not v > 0 or not math.isfinite(v):
-                fail(f'--{k.replace("_s", "").replace("mixer_budget", "mixer_budget")} must be positive, got {v}')
             s[k] = v
-    for k in ('workers', 'threads'):
-        if getattr(args, k) <= 0:
-            fail(f'--{k} must be positive')
-    args.noises = parse(args.noise, str, '--noise')
-    for n in args.noises:
-        try:
-            check_noise(n)
-            if n.startswith('='):
-                raise ValueError(f'noise {n!r}: a fixed sigma is for evaluation only; train on 0..7, c13 or c135')
-        except ValueError as e:
-            fail(str(e))
-    layers = parse(args.layers, int, '--layers') if args.layers else None
-    s['mixer_layers'] = tuple(parse(args.mixer_layers, int, '--mixer_layers'))
+    s['mixer_layers'] = tuple(args.mixer_layers)
     if args.ladder_budgets:
-        s['ladder'] = tuple(parse(args.ladder_budgets, float, '--ladder_budgets'))
-        if 1 not in s['ladder'] or not all(math.isfinite(x) and x > 0 for x in s['ladder']):
-            fail(f'--ladder_budgets must be positive and hold 1 (Table 1\'s runs), got {args.ladder_budgets!r}')
-    args.ladder_settings = parse_mixer_ladder(args)
-    params = parse(args.params, str, '--params') if args.params else None
-    if params and any(x not in PARAMS for x in params):
-        fail(f'--params: choose among {",".join(PARAMS)}, got {args.params!r}')
-    if min(layers or [1]) < 1 or min(s['mixer_layers']) < 1:
-        fail('--layers and --mixer_layers must be >= 1')
-    if layers or params:
-        args.models = [(L, q) for L in (layers or sorted({m[0] for m in PAPER_MODELS})) for q in (params or PARAMS)]
+        s['ladder'] = tuple(args.ladder_budgets)
+        if 1 not in s['ladder']:
+            p.error(f'--ladder_budgets must be positive and hold 1 (Table 1\'s runs), got {args.ladder_budgets}')
+    args.ladder_settings = parse_mixer_ladder(p, args)
+    if args.layers or args.params:
+        args.models = [(L, q) for L in (args.layers or sorted({m[0] for m in PAPER_MODELS}))
+                       for q in (args.params or PARAMS)]
     else:
         args.models = PAPER_MODELS
     args.s = s
     args.out = os.path.abspath(args.out or os.path.join('out', 'icl_quick' if args.quick else 'icl'))
-    try:
-        check_folder_writable(args.out)
-    except ValueError as e:
-        fail(str(e))
+    p.check(check_folder_writable, args.out)
     return args
 
 
-def parse_mixer_ladder(args):
+def parse_mixer_ladder(p, args):
     """The settings of --mixer_ladder (icl_ladder.SETTINGS with --mixer_rungs, --mixer_rates and
     --mixer_budget) or of --compute (icl_compute.SETTINGS), and args.figure (the --docs page's figure path,
-    checked), or a one-line error (exit 2)."""
+    checked), or a one-line error (p.error: exit 2)."""
     L = dict((icl_compute if args.compute else icl_ladder).SETTINGS['quick' if args.quick else 'full'])
     if args.mixer_budget is not None and not args.compute:
         L['budget_s'] = args.mixer_budget
     for flag, key in (('mixer_rungs', 'rungs'), ('mixer_rates', 'rates')):
-        value = getattr(args, flag)
-        if value is None:
-            continue
-        L[key] = tuple(parse(value, float, f'--{flag}'))
-        if not all(math.isfinite(x) and x > 0 for x in L[key]):
-            fail(f'--{flag} must be positive, got {value!r}')
+        if getattr(args, flag) is not None:
+            L[key] = tuple(getattr(args, flag))
     if L['rungs'][0] != 1 or list(L['rungs']) != sorted(set(L['rungs'])):
-        fail(f'--mixer_rungs must start at 1 (the --mixer_budget budget) and grow, got {args.mixer_rungs!r}')
+        p.error(f'--mixer_rungs must start at 1 (the --mixer_budget budget) and grow, got {args.mixer_rungs}')
     if (args.mixer_rungs or args.mixer_rates) and not args.mixer_ladder:
-        fail('--mixer_rungs and --mixer_rates go with --mixer_ladder')
+        p.error('--mixer_rungs and --mixer_rates go with --mixer_ladder')
     if args.docs and not (args.mixer_ladder or args.compute):
-        fail('--docs goes with --mixer_ladder or --compute')
+        p.error('--docs goes with --mixer_ladder or --compute')
     if args.mixer_ladder + args.compute + (args.mixers or args.ladder or args.speed) > 1:
-        fail('--mixer_ladder and --compute run alone: one of them, without --mixers, --ladder and --speed')
+        p.error('--mixer_ladder and --compute run alone: one of them, without --mixers, --ladder and --speed')
     args.figure = None
     if args.docs and args.quick:
-        fail('--docs writes the page from a full run; a --quick run\'s numbers never go on it (its report is in '
-             '--out)')
+        p.error('--docs writes the page from a full run; a --quick run\'s numbers never go on it (its report is in '
+                '--out)')
     if args.docs:
         sec = SECTIONS['compute' if args.compute else 'mixer_ladder']
-        try:
-            args.figure = icl_ladder.check_docs(args.docs, sec.module.FIGURE, (sec.module.BEGIN, sec.module.END))
-        except ValueError as e:
-            fail(str(e))
+        args.figure = p.check(icl_ladder.check_docs, args.docs, sec.module.FIGURE, (sec.module.BEGIN, sec.module.END))
     return L
 
 
@@ -299,19 +274,17 @@ def write_report(path, text):
     try:
         write_atomic(path, text)
     except OSError as e:
-        print(f'icl.py: error: could not write {path} ({e.strerror or e}); the report is the text above',
-              file=sys.stderr)
-        sys.exit(1)
+        fail(f'could not write {path} ({e.strerror or e}); the report is the text above', 'icl.py', 1)
 
 
 # The sections a page takes from one command (--mixer_ladder, --compute): their module (its BEGIN, END and
-# FIGURE), the plan, its report and its figure, the figure's words on the page.
+# FIGURE), the names of its plan, report and figure functions there, the figure's words on the page.
 Section = namedtuple('Section', 'module runs report plot what alt')
 SECTIONS = {
-    'mixer_ladder': Section(icl_ladder, icl_ladder.ladder_runs, icl_ladder.ladder_report, icl_ladder.plot_ladder,
-                            'the mixers\' budget ladder', 'The mixers\' budget ladder: adjusted loss against prompts seen'),
-    'compute': Section(icl_compute, icl_compute.compute_runs, icl_compute.compute_report, icl_compute.plot_compute,
-                       'in context against compute', 'In context against compute: adjusted loss against training FLOPs'),
+    'mixer_ladder': Section(icl_ladder, 'ladder_runs', 'ladder_report', 'plot_ladder', 'the mixers\' budget ladder',
+                            'The mixers\' budget ladder: adjusted loss against prompts seen'),
+    'compute': Section(icl_compute, 'compute_runs', 'compute_report', 'plot_compute', 'in context against compute',
+                       'In context against compute: adjusted loss against training FLOPs'),
 }
 
 
@@ -321,13 +294,13 @@ def section(args, argv, name):
     plan whose figure was drawn; print the report and a summary line (jobs run: 0 when everything came
     from the cache). Exits 1 if a job failed."""
     sec, L, out, t0 = SECTIONS[name], args.ladder_settings, args.out, time.time()
+    runs, report_of, plot = (getattr(sec.module, f) for f in (sec.runs, sec.report, sec.plot))
     runner = Runner(out, args.workers, args.threads)
     say(f'icl: {sec.what}, rungs {",".join(f"{r:g}" for r in L["rungs"])}, {L["seeds"]} seed(s); output in {out}')
     try:
-        plan = sec.runs(runner, out, L)
+        plan = runs(runner, out, L)
     except RuntimeError as e:
-        print(f'icl.py: error: {e}', file=sys.stderr)
-        sys.exit(1)
+        fail(str(e), 'icl.py', 1)
     finally:
         runner.pool.shutdown()
     jobs = plan['results']
@@ -336,24 +309,21 @@ def section(args, argv, name):
     meta = (f'`python -m experiments.icl {" ".join(argv)}`: {len(jobs)} training jobs, their own time summed '
             f'{fmt_s(total)} (about {fmt_s(total / args.workers)} on {args.workers} workers)' +
             (f'; {failed} failed' if failed else '') + '.')
-    report = sec.report(plan, L, meta)
+    report = report_of(plan, L, meta)
     figure = os.path.join(out, f'{name}.png')
-    note = sec.plot(plan, L, figure)
+    note = plot(plan, L, figure)
     print(report)
     write_report(os.path.join(out, f'{name}.md'), report + '\n')
     if args.docs and (failed or not note.startswith('plot: ')):
         why = (f'{failed} of {len(jobs)} jobs failed (run the same command again to retry them)' if failed else
                f'its figure was not drawn ({note})')
-        print(f'icl.py: error: {args.docs} not written: {why}; a page is written from a finished plan and its '
-              'figure only', file=sys.stderr)
-        sys.exit(1)
+        fail(f'{args.docs} not written: {why}; a page is written from a finished plan and its figure only', 'icl.py', 1)
     if args.docs:
         try:
             icl_ladder.write_docs(args.docs, report, figure, args.figure, (sec.module.BEGIN, sec.module.END), sec.alt)
         except OSError as e:
-            print(f'icl.py: error: could not write {args.docs} ({e.strerror or e}); the report is above and in '
-                  f'{os.path.join(out, f"{name}.md")}', file=sys.stderr)
-            sys.exit(1)
+            fail(f'could not write {args.docs} ({e.strerror or e}); the report is above and in '
+                 f'{os.path.join(out, f"{name}.md")}', 'icl.py', 1)
         note += f'; section written into {args.docs}'
     say(note)
     say(f'icl: {sec.what} done in {fmt_s(time.time() - t0)}; {runner.ran} jobs run; report in '
@@ -390,15 +360,10 @@ def main(argv=None):
         print(speed(s, iters=30 if args.quick else 300))
         return
     os.makedirs(out, exist_ok=True)
-    os.environ['OMP_NUM_THREADS'] = str(args.threads)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)      # the report's small tensor work: 2 threads on 2 busy cores
-    try:                                     # were 6x slower than 1
-        if args.mixer_ladder or args.compute:
+    with torch_threads(args.threads):        # the report's small tensor work: 2 threads on 2 busy cores
+        if args.mixer_ladder or args.compute:  # were 6x slower than 1
             return section(args, argv if argv is not None else sys.argv[1:], 'compute' if args.compute else 'mixer_ladder')
         run_all(args)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def run_all(args):
@@ -419,7 +384,10 @@ def run_all(args):
     notes = [icl_report.plot(adj, base, sig, noises, models, os.path.join(out, 'icl.png'))]
     plan = None
     if args.mixers:
-        plan = icl_mixers.mixer_runs(runner, out, s)
+        try:
+            plan = icl_mixers.mixer_runs(runner, out, s)
+        except RuntimeError as e:                # a step-time job failed: no budgets, no runs
+            fail(str(e), 'icl.py', 1)
         notes.append(icl_mixers.plot_mixers(plan, adj, os.path.join(out, 'mixers.png'), s))
     report = icl_report.report_text(table, adj, base, sig, noises, results, jobs, s, ladder, plan,
                                     ' '.join(argv if argv is not None else sys.argv[1:]))

@@ -21,7 +21,7 @@ import os
 from experiments.icl_ladder import (fmt_count, gd_step_loss, noise_label, rung_steps, run_chain, segment_job,
                                     step_seconds)
 from experiments.icl_mixers import initialised, zero_loss
-from experiments.runner import md_table, save_figure
+from experiments.runner import NO_PLOT, md_table, pyplot, save_figure
 
 SETTINGS = {
     'full': dict(models=(('flat', 2, 3e-3), ('transformer', 2, 1e-2)), noise='0', batch=256, base=1563,
@@ -117,12 +117,9 @@ def plot_compute(plan, C, path):
     """Adjusted loss against training FLOPs, log-log: each model's rungs (the end of each rung's decay, on the
     curve prompts) joined, its stable phase a thin line; one GD step and predict 0 as levels (the oracle,
     exact at sigma = 0, is the axis' floor) -> a line saying where, or why not (matplotlib missing)."""
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
     fig, ax = plt.subplots(figsize=(7, 5))
     for i, (v, n, _) in enumerate(C['models']):
         per = plan['flops'][(v, n)] * C['batch']

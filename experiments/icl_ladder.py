@@ -50,9 +50,9 @@ import time
 import torch
 
 from checkpoint import write_atomic
-from experiments.icl_mixers import adjusted_loss, diagnose, initialised, stat, zero_loss
-from experiments.regression import VERSION, fixed_prompts, half_sq, sample_prompts, train
-from experiments.runner import fmt_s, job, load_json, md_table, save_figure, say
+from experiments.icl_mixers import adam_step, adjusted_loss, diagnose, initialised, zero_loss
+from experiments.regression import VERSION, fixed_prompts
+from experiments.runner import NO_PLOT, fmt_s, job, load_json, md_table, mean_range, pyplot, save_figure, say, step_times
 
 MIXERS = tuple((v, L, '0') for v in ('flat', 'toeplitz', 'recurrent') for L in (2, 4)) + (('flat', 4, '5'),)
 SETTINGS = {
@@ -189,15 +189,10 @@ def segment_job(spec, run_dir):
         for g in opt.param_groups:
             g['lr'] = lr_wsd(it, spec['lr'], spec['warmup'], fork, end)
         t_step = time.perf_counter()
-        p = sample_prompts(spec['batch_size'], spec['noise'], gen, dtype=torch.float32)
-        loss = half_sq(model(p), p.y_q).mean()
+        loss = adam_step(model, opt, spec['batch_size'], spec['noise'], gen)
         if not torch.isfinite(loss):
             finished = False
             break
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
         st['acc'].append(loss.item())
         st['train_seconds'][it >= fork] += time.perf_counter() - t_step
         st['step'] = it = it + 1
@@ -224,21 +219,6 @@ def segment_job(spec, run_dir):
     res['line'] = (f'adjusted eval loss {res["eval"]:.4g}, ' if finished else 'diverged, ') + \
         f'{end} steps, {time.time() - t0:.0f} s'
     return res
-
-
-def calibrate_job(spec, run_dir=None):
-    """Runner job: seconds a training step of spec's model ('variant', 'n_layer', 'd_model', 'batch_size')
-    in this process: 3 warm-up steps, then the median of 5 timed chunks of spec['steps'] // 5 steps (the
-    median: a chunk that another process slowed does not move it) -> {'rc', 's_per_step', 'chunks', 'line'}."""
-    model = initialised(spec['variant'], spec['n_layer'], spec['d_model'], False, 0)
-    train(model, '0', 3, spec['batch_size'], 1e-3, 0)
-    n, chunks = max(1, spec['steps'] // 5), []
-    for k in range(5):
-        t0 = time.perf_counter()
-        train(model, '0', n, spec['batch_size'], 1e-3, k)
-        chunks.append((time.perf_counter() - t0) / n)
-    s = sorted(chunks)[2]
-    return {'rc': 0, 's_per_step': s, 'chunks': chunks, 'line': f'{1000 * s:.1f} ms/step'}
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -289,16 +269,13 @@ def run_chain(parent, L, cfg, base, s_per_step, lr, seed, rungs):
 
 
 def step_seconds(runner, out, L, keys):
-    """Seconds a training step of each (variant, n_layer, batch) of `keys` at L['d_model'] (calibrate_job, a
-    cached job in OUT/mixer_ladder, measured in the pool the runs train in) -> {key: seconds}.
-    RuntimeError if one fails."""
-    cal = runner.map(calibrate_job, [job(os.path.join(out, 'mixer_ladder'), f'calibrate-{v}-L{n}-d{L["d_model"]}-b{b}',
-                                         dict(variant=v, n_layer=n, d_model=L['d_model'], batch_size=b,
-                                              steps=L['calib_steps']), 3 + L['calib_steps'] * 0.1, VERSION)
-                                     for v, n, b in keys], 'seconds a step (calibration)')
-    if any(r['rc'] for r in cal):
-        raise RuntimeError('a calibration job failed (' + '; '.join(r.get('line', '') for r in cal if r['rc']) + ')')
-    return {k: r['s_per_step'] for k, r in zip(keys, cal)}
+    """Seconds a training step of each (variant, n_layer, batch) of `keys` at L['d_model'] (runner.step_times of
+    icl_mixers.regressor_step, cached in OUT/mixer_ladder, measured in the pool the runs train in: the median
+    of 5 chunks of steps) -> {key: seconds}. RuntimeError if one fails."""
+    return {k: t[0] for k, t in step_times(runner, os.path.join(out, 'mixer_ladder'), {
+        (v, n, b): (f'calibrate-{v}-L{n}-d{L["d_model"]}-b{b}', 'experiments.icl_mixers:regressor_step',
+                    dict(variant=v, n_layer=n, d_model=L['d_model'], products=False, batch_size=b))
+        for v, n, b in keys}, L['calib_steps'], VERSION, 'seconds a step (calibration)').items()}
 
 
 def ladder_runs(runner, out, L):
@@ -413,7 +390,7 @@ def ladder_report(plan, L, meta=''):
         if any(x['rc'] != 0 for x in plan['runs'][cfg][r]):
             return 'failed'
         xs = losses(plan['runs'][cfg][r])
-        return stat(xs) if xs else 'diverged'
+        return mean_range(xs) if xs else 'diverged'
     rows = [[label(c), c[3], noise_label(c[2]), f'{plan["lr"][c]:g}', *[cell(c, r) for r in rungs]] for c in cfgs]
     budget = []
     for c in cfgs + refs:
@@ -439,7 +416,7 @@ def ladder_report(plan, L, meta=''):
             spread = max(max(top) - min(top), max(before) - min(before))
             falling = 'yes' if clear_drop(sum(before) / len(before) - sum(top) / len(top), spread, zero[c[2]]) else 'no'
         summary.append([label(c), c[3], noise_label(c[2]), where, f'{c[4][-1]:g}x: {cell(c, c[4][-1])}',
-                        f'{zero[c[2]]:.4g}', f'{gd[c[2]]:.3g}', stat(tf[c[2]]) if tf.get(c[2]) else '-', closed,
+                        f'{zero[c[2]]:.4g}', f'{gd[c[2]]:.3g}', mean_range(tf[c[2]]) if tf.get(c[2]) else '-', closed,
                         falling])
     sweeps = []
     for c in cfgs + refs:
@@ -458,9 +435,9 @@ def ladder_report(plan, L, meta=''):
         init = [diagnose(initialised(c[0], c[1], L['d_model'], False, s).eval(), sweep_set)
                 for s in range(len(plan['runs'][c][c[4][-1]]))]
         probes.append([f'{label(c)}, {c[4][-1]:g}x', c[3], noise_label(c[2]), cell(c, c[4][-1]),
-                       *[stat([x['probes'][k] for x in xs]) for k in keys]])
+                       *[mean_range([x['probes'][k] for x in xs]) for k in keys]])
         probes.append([f'{label(c)} at initialisation', c[3], noise_label(c[2]), '',
-                       *[stat([p[k] for p in init]) for k in keys]])
+                       *[mean_range([p[k] for p in init]) for k in keys]])
     head = [f'{r:g}x' for r in rungs]
     swept = max(r for r in rungs if r <= L['sweep_rung'])
     return '\n'.join([
@@ -495,13 +472,10 @@ def plot_ladder(plan, L, path):
     0's run at the chosen rate through its stable phases as a thin line; predict 0, one GD step and the
     2-layer transformer's 1x level on the same prompts -> a line saying where, or why not (matplotlib
     missing). Everything drawn is on the curve prompts (the tables: on the eval prompts)."""
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker
-    except ImportError:
-        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
+    import matplotlib.ticker
     noises = sorted({c[2] for c in plan['configs']})
     fig, axes = plt.subplots(1, len(noises), figsize=(7 * len(noises), 6.5), squeeze=False)
     variants = sorted({c[0] for c in plan['configs']})

@@ -28,8 +28,9 @@ import torch
 import torch.nn as nn
 
 import mixer
-from experiments.regression import D_X, N_CTX, PARAM_NAMES, VERSION, fixed_prompts, half_sq, mean_loss, oracle, train
-from experiments.runner import job, md_table, save_figure
+from experiments.regression import (D_X, N_CTX, PARAM_NAMES, VERSION, fixed_prompts, half_sq, mean_loss, oracle,
+                                    sample_prompts, train)
+from experiments.runner import NO_PLOT, job, md_table, mean_range, pyplot, save_figure, step_times
 
 MIXER_VARIANTS = ('transformer', 'flat', 'toeplitz', 'recurrent', 'linear_attention')
 MIXER_LAYERS = (2, 4)
@@ -105,21 +106,36 @@ def initialised(variant, n_layer, d_model, products, seed):
     return SequenceRegressor(variant, n_layer, d_model, products)
 
 
+def adam_step(model, opt, batch_size, noise, gen):
+    """One training step of a SequenceRegressor as icl_ladder's rungs take it: batch_size fresh prompts of
+    `noise` from the generator gen (float32), the loss mean 0.5 (y_hat - y_q)^2, then (unless it is not
+    finite: no step) the gradients clipped at norm 1 and opt's step -> the loss (a 0-d tensor)."""
+    p = sample_prompts(batch_size, noise, gen, dtype=torch.float32)
+    loss = half_sq(model(p), p.y_q).mean()
+    if torch.isfinite(loss):
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    return loss
+
+
+def regressor_step(variant, n_layer, d_model, products, batch_size):
+    """runner.step_time_job's builder (the step times of this module's runs and of icl_ladder's): adam_step
+    of a SequenceRegressor (Adam at 1e-3) on batch_size fresh prompts of sigma = 0 -> step()."""
+    model = initialised(variant, n_layer, d_model, products, 0)
+    opt, gen = torch.optim.Adam(model.parameters(), lr=1e-3), torch.Generator().manual_seed(0)
+    return lambda: adam_step(model, opt, batch_size, '0', gen)
+
+
 def seq_job(spec, run_dir=None):
     """Runner job of one sequence model. spec: 'variant', 'n_layer', 'd_model', 'products', 'noise',
-    'seed', 'batch_size', and either 'calibrate' (steps to time) -> {'rc', 's_per_step', 'line'}, or
-    'iters', 'lr', 'eval_prompts' (0: a sweep proxy, no evaluation set and no probes), 'sweep_prompts',
-    'curve_prompts' -> {'rc', 'line', 'seconds', 'params', 'curve' [(step, train loss, adjusted loss
-    on curve_prompts)], 'sweep', 'eval' (adjusted losses: mean 0.5 (y_hat - y_q)^2 minus the
-    oracle's on the same prompts), 'probes' (diagnose on the sweep prompts)}."""
+    'seed', 'batch_size', 'iters', 'lr', 'eval_prompts' (0: a sweep proxy, no evaluation set and no
+    probes), 'sweep_prompts', 'curve_prompts' -> {'rc', 'line', 'seconds', 'params', 'curve' [(step, train
+    loss, adjusted loss on curve_prompts)], 'sweep', 'eval' (adjusted losses: mean 0.5 (y_hat - y_q)^2
+    minus the oracle's on the same prompts), 'probes' (diagnose on the sweep prompts)}."""
     model = initialised(spec['variant'], spec['n_layer'], spec['d_model'], spec['products'], spec['seed'])
     t0 = time.time()
-    if 'calibrate' in spec:                    # 3 warm-up steps, then the timed ones
-        train(model, spec['noise'], 3, spec['batch_size'], 1e-3, spec['seed'])
-        t0 = time.time()
-        train(model, spec['noise'], spec['calibrate'], spec['batch_size'], 1e-3, spec['seed'])
-        s = (time.time() - t0) / spec['calibrate']
-        return {'rc': 0, 's_per_step': s, 'line': f'{1000 * s:.1f} ms/step'}
     curve_set = fixed_prompts(spec['noise'], spec['curve_prompts'], 'curve')
     curve, _, finished = train(model, spec['noise'], spec['iters'], spec['batch_size'], spec['lr'], spec['seed'],
                                evaluate=lambda: adjusted_loss(model, curve_set))
@@ -152,28 +168,23 @@ def adjusted_loss(model, prompts):
 
 # ----------------------------------------------------------------------------- the runs
 
-def base_spec(s, variant, L, noise, products=False, seed=0):
-    """The spec fields every job of (variant, L, noise) shares."""
-    return dict(variant=variant, n_layer=L, d_model=s['mixer_d_model'], products=products, noise=noise, seed=seed,
-                batch_size=s['mixer_batch'])
-
-
 def calibrate(runner, out, s, keys):
-    """Seconds per training step of each (variant, L, products), measured in the pool as the runs go
-    (two at a time, one thread each); cached with the runs -> {key: s_per_step}."""
-    jobs = [job(os.path.join(out, 'mixers'), f'calibrate-{v}-L{L}{"-products" * p}',
-                {**base_spec(s, v, L, '0', p), 'calibrate': s['mixer_calib_steps']}, 5 + 0.5 * L, VERSION)
-            for v, L, p in keys]
-    return {k: r['s_per_step'] for k, r in zip(keys, runner.map(seq_job, jobs, 'mixers: step-time calibration'))}
+    """Seconds per training step of each (variant, L, products) (regressor_step in runner.step_times: measured
+    in the pool as the runs go, two at a time, one thread each; cached with the runs) -> {key: s_per_step}.
+    RuntimeError if one fails."""
+    return {k: t[0] for k, t in step_times(runner, os.path.join(out, 'mixers'), {
+        (v, L, p): (f'calibrate-{v}-L{L}{"-products" * p}', 'experiments.icl_mixers:regressor_step',
+                    dict(variant=v, n_layer=L, d_model=s['mixer_d_model'], products=p, batch_size=s['mixer_batch']))
+        for v, L, p in keys}, s['mixer_calib_steps'], VERSION, 'mixers: step-time calibration').items()}
 
 
 def run_spec(s, key, noise, lr, seed, steps, proxy=False):
     """(run folder name, spec) of a training run (a sweep proxy: not evaluated on the eval set)."""
     v, L, p = key
     return (f'{v}-L{L}{"-products" * p}-noise{noise}-lr{lr:g}-seed{seed}-steps{steps}',
-            {**base_spec(s, v, L, noise, p, seed), 'iters': steps, 'lr': lr,
-             'eval_prompts': 0 if proxy else s['mixer_eval_prompts'],
-             'sweep_prompts': s['sweep_prompts'], 'curve_prompts': s['curve_prompts']})
+            dict(variant=v, n_layer=L, d_model=s['mixer_d_model'], products=p, noise=noise, seed=seed,
+                 batch_size=s['mixer_batch'], iters=steps, lr=lr, eval_prompts=0 if proxy else s['mixer_eval_prompts'],
+                 sweep_prompts=s['sweep_prompts'], curve_prompts=s['curve_prompts']))
 
 
 def sweep_lrs(runner, out, s, cells, steps_of):
@@ -226,19 +237,12 @@ def mixer_runs(runner, out, s):
 
 # ----------------------------------------------------------------------------- the report
 
-def stat(xs):
-    """'mean +- half range' of finite values, or 'diverged'."""
-    if not xs or not all(math.isfinite(x) for x in xs):
-        return 'diverged'
-    m = sum(xs) / len(xs)
-    return f'{m:.4g} +- {(max(xs) - min(xs)) / 2:.2g}' if len(xs) > 1 else f'{m:.4g}'
-
-
 def runs_stat(runs, key='eval'):
-    """stat() of the runs' `key`, or 'failed' when one of them failed (rc != 0: never read as diverged)."""
+    """runner.mean_range of the runs' `key`, or 'failed' when one of them failed (rc != 0: never read as
+    diverged)."""
     if any(r.get('rc') != 0 for r in runs):
         return 'failed'
-    return stat([r[key] for r in runs])
+    return mean_range([r[key] for r in runs])
 
 
 def mixer_report(plan, lsa, s):
@@ -267,13 +271,13 @@ def mixer_report(plan, lsa, s):
             continue
         pr = [r['probes'] for r in runs if r.get('probes')]
         drows.append((2 * key[2], f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}', runs_stat(runs),
-                      *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
+                      *[mean_range([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
         if not key[2]:                         # the same probes before training: what random features give
             sweep = fixed_prompts(noise, s['sweep_prompts'], 'sweep')
             pr = [diagnose(initialised(key[0], key[1], s['mixer_d_model'], key[2], seed).eval(), sweep)
                   for seed in range(len(runs))]
             drows.append((1, f'{key[1]}L {key[0]} at initialisation', '',
-                          *[stat([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
+                          *[mean_range([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
     drows = [list(r[1:]) for r in sorted(drows, key=lambda r: r[0])]
     return '\n'.join([
         md_table(['model', 'parameters', 'noise', 'adjusted eval loss', 'lr', 'steps',
@@ -297,12 +301,9 @@ def plot_mixers(plan, lsa, path, s):
     dotted: given y_i x_i), a panel per noise, with one step of gradient descent (1-layer LSA),
     2-layer DIAG and the zero predictor (on the same curve prompts) as lines -> a
     line saying where, or why not (matplotlib missing)."""
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
     fig, axes = plt.subplots(1, len(MIXER_NOISE), figsize=(7 * len(MIXER_NOISE), 5), squeeze=False)
     for ax, noise in zip(axes[0], MIXER_NOISE):
         for (key, n), runs in ((c, r) for c, r in plan['runs'].items() if c[1] == noise):

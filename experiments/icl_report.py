@@ -11,7 +11,7 @@ import torch
 from experiments import icl_mixers
 from experiments.regression import (NOISE_NAMES, PARAM_NAMES, PARAMS, SIGMA_GRID, LinearSelfAttention, adarr,
                                     fixed_prompts, half_sq, oracle, tune_baselines, y_scale)
-from experiments.runner import md_table, save_figure
+from experiments.runner import NO_PLOT, md_table, mean_range, pyplot, save_figure
 
 
 # Table 1 of the paper (adjusted evaluation loss, columns NOISE_NAMES). 1-layer models
@@ -130,12 +130,9 @@ def plot(adj, base, sig, noises, models, path):
     (adjusted loss against a fixed sigma, the deepest models of each parameterisation
     trained on {1, 3} or the widest setting run) of the paper, in one PNG -> a line
     saying where, or why not (matplotlib missing)."""
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
     cols = min(5, len(noises))
     rows = -(-len(noises) // cols) + 1
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
@@ -185,7 +182,7 @@ def lsa_report(results, jobs, models, noises, s, seeds):
     text, adjusted losses of the best seed {(L, param): {noise: x}}, baselines {name: {noise: x}},
     sigma sweeps). A cell: the best seed's adjusted loss (the paper's protocol: best of seeds, chosen
     on separate prompts), the paper's in brackets, and with several seeds their mean +- half range."""
-    base, sig, adj, spread, rb, mean = {}, {}, {}, {}, {}, {}
+    base, sig, adj, spread, rb = {}, {}, {}, {}, {}
     oracle_sig = None
     for noise in noises:
         b, b_sig, _ = baselines(noise, s)
@@ -203,8 +200,7 @@ def lsa_report(results, jobs, models, noises, s, seeds):
         best, evs = best_seed(runs)
         o = base['ORACLE'][noise]
         adj.setdefault((L, param), {})[noise] = best['eval'] - o
-        spread[(L, param, noise)] = (max(evs) - min(evs)) / 2 if len(evs) > 1 else None
-        mean[(L, param, noise)] = sum(evs) / len(evs) - o
+        spread[(L, param, noise)] = mean_range([e - o for e in evs], fmt, fmt) if len(evs) > 1 else None
         rb[(L, param, noise)] = best.get('rollbacks', 0)
         if best.get('finished'):
             sig[(L, param, noise)] = [x - y for x, y in zip(best['sigma_sweep'], oracle_sig)]
@@ -223,8 +219,7 @@ def lsa_report(results, jobs, models, noises, s, seeds):
             p = paper[NOISE_NAMES.index(noise)] if paper and noise in NOISE_NAMES else None
             cells.append(f'{fmt(x)}' + (f' ({fmt(p)})' if p is not None else '') +
                          ('*' if rb[(L, param, noise)] else '') +
-                         (f' [{fmt(mean[(L, param, noise)])} +-{fmt(spread[(L, param, noise)])}]'
-                          if spread[(L, param, noise)] is not None else ''))
+                         (f' [{spread[(L, param, noise)]}]' if spread[(L, param, noise)] else ''))
         rows.append([f'{L}L {PARAM_NAMES[param]}', *cells])
     for name in ('CONSTRR', 'ADARR', 'TUNEDRR'):
         rows.append([name, *[f'{fmt(base[name][n])}' + (f' ({fmt(PAPER[name][NOISE_NAMES.index(n)])})'

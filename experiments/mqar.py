@@ -35,7 +35,9 @@ per T, a line per kind) and OUT/results.json (every run).
 """
 
 import argparse
+import ast
 import io
+import itertools
 import math
 import os
 import sys
@@ -48,10 +50,10 @@ import torch.nn.functional as F
 
 import mixer
 from checkpoint import check_folder_writable, write_atomic
-from configurator import failing, parse_list
+from configurator import ArgumentParser, fail, listing, number
 from experiments import mqar_report
 from experiments.mqar_report import N_LAYER, best
-from experiments.runner import Runner, command, fmt_s, job, say
+from experiments.runner import Runner, command, fmt_s, job, say, step_times
 
 POWER_A = 0.01            # Zoology's train_power_a = test_power_a
 FILLER = 0                # Zoology's figure-2 data (random_non_queries=False): every other position is token 0
@@ -88,8 +90,6 @@ PROTOCOLS = {
                   deep_layers=4, device='cpu', workers=2, threads=1),
 }
 
-
-fail = failing('mqar.py')
 
 
 # ----------------------------------------------------------------------------- the task
@@ -146,16 +146,11 @@ def mqar(n, T, kv, vocab_size, seed, power_a=POWER_A):
     return inputs, targets
 
 
-def data_name(T, kv, vocab_size, n, seed, split):
-    """File name of a cached split."""
-    return f'mqar-T{T}-kv{kv}-V{vocab_size}-n{n}-seed{seed}-{split}.npz'
-
-
 def split_files(s, T, kv, seed):
-    """{'train': file name, 'test': file name} of a cell: train from seed, test from seed + 10 (another
-    stream, as Zoology does)."""
-    return {'train': data_name(T, kv, s['vocab_size'], s['n_train'], seed, 'train'),
-            'test': data_name(T, kv, s['vocab_size'], s['n_test'], seed + 10, 'test')}
+    """{'train': file name, 'test': file name} of a cell (named by its cell, vocabulary, size and seed):
+    train from seed, test from seed + 10 (another stream, as Zoology does)."""
+    return {split: f'mqar-T{T}-kv{kv}-V{s["vocab_size"]}-n{n}-seed{sd}-{split}.npz'
+            for split, n, sd in (('train', s['n_train'], seed), ('test', s['n_test'], seed + 10))}
 
 
 def make_data(data_dir, s, seed):
@@ -338,45 +333,33 @@ def cell_job(spec, run_dir):
 
 # ----------------------------------------------------------------------------- step times and the plan
 
-def time_job(spec, run_dir=None):
-    """Runner job: seconds of one training step of spec's 'kind', 'n_layer', 'T', 'kv', 'd_model' at
-    'batch_size' sequences ('vocab_size', 'attention_heads', 'fields', 'device'), measured in a pool process as the
-    runs go (two at a time, one thread each on the CPU): the median of 'steps' after 2 warm-ups, and
-    the fastest -> {'rc', 's_per_step', 's_fastest', 'line'}."""
-    model = build(spec['kind'], spec['T'], spec['vocab_size'], spec['d_model'], spec['n_layer'], 0,
-                  spec['attention_heads'], spec['fields']).to(spec['device'])
+def train_step(kind, n_layer, T, kv, d_model, batch_size, vocab_size, attention_heads, fields, device):
+    """runner.step_time_job's builder: one training step of the shape (Zoology's AdamW, the loss at the
+    answer positions, answer_logits) on one batch of MQAR sequences, on `device` -> step()."""
+    model = build(kind, T, vocab_size, d_model, n_layer, 0, attention_heads, fields).to(device)
     opt = optimizer(model, 1e-4)
-    x, y = (torch.from_numpy(a).to(spec['device'])
-            for a in mqar(spec['batch_size'], spec['T'], spec['kv'], spec['vocab_size'], 0))
-    sync = torch.cuda.synchronize if spec['device'] == 'cuda' else (lambda: None)
-    times = []
-    for i in range(2 + spec['steps']):
-        sync()
-        t0 = time.perf_counter()
+    x, y = (torch.from_numpy(a).to(device) for a in mqar(batch_size, T, kv, vocab_size, 0))
+
+    def step():
         logits, ans = answer_logits(model, x, y)
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(logits, ans).backward()
         opt.step()
-        sync()
-        times.append(time.perf_counter() - t0)
-    timed = sorted(times[2:])
-    sec = timed[len(timed) // 2]
-    return {'rc': 0, 's_per_step': sec, 's_fastest': timed[0], 'line': f'{1000 * sec:.1f} ms a step'}
+    return step
 
 
-def step_times(runner, out, s, shapes, key='s_per_step'):
-    """Seconds a step of every shape (kind, n_layer, T, kv, d_model), each a cached job of the pool
-    (OUT/step_times/NAME: time_job), so measured as the runs go -> {shape: seconds}, the median step
-    (key 's_fastest': the fastest). They give the ETAs and --estimate: a job runs at most its epochs,
-    early stopping only shortens it."""
-    jobs = [job(os.path.join(out, 'step_times'), '-'.join(map(str, sh)),
-                dict(kind=sh[0], n_layer=sh[1], T=sh[2], kv=sh[3], d_model=sh[4], batch_size=s['batch'][sh[2]],
-                     vocab_size=s['vocab_size'], attention_heads=s['attention_heads'], fields=s['fields'],
-                     device=s['device'], steps=6), 1.0, VERSION) for sh in shapes]
-    res = runner.map(time_job, jobs, f'step times of {len(shapes)} model shapes (for the ETAs)')
-    if any(r['rc'] != 0 for r in res):
-        raise RuntimeError(next(r['line'] for r in res if r['rc'] != 0))
-    return {sh: r[key] for sh, r in zip(shapes, res)}
+def shape_seconds(runner, out, s, shapes):
+    """Seconds a training step of every shape (kind, n_layer, T, kv, d_model) at its T's batch (train_step
+    in runner.step_times: cached in OUT/step_times, measured as the runs go) -> ({shape: the median
+    seconds}, {shape: the fastest chunk's}): the ETAs and --estimate (a job runs at most its epochs,
+    early stopping only shortens it). RuntimeError if one fails."""
+    t = step_times(runner, os.path.join(out, 'step_times'), {
+        sh: ('-'.join(map(str, sh)), 'experiments.mqar:train_step',
+             dict(kind=sh[0], n_layer=sh[1], T=sh[2], kv=sh[3], d_model=sh[4], batch_size=s['batch'][sh[2]],
+                  vocab_size=s['vocab_size'], attention_heads=s['attention_heads'], fields=s['fields'],
+                  device=s['device'])) for sh in shapes},
+        6, VERSION, f'step times of {len(shapes)} model shapes (for the ETAs)')
+    return {sh: x[0] for sh, x in t.items()}, {sh: x[1] for sh, x in t.items()}
 
 
 def job_seconds(s, T, step_s):
@@ -393,17 +376,14 @@ def plan(s, kinds, n_layer, seed, out=''):
     """Every job of the grid for `kinds` at n_layer -> list of (runner.Job in OUT/runs, its shape (kind,
     n_layer, T, kv, d_model)); each job's eta is 0 until run_grid sets it from the step times."""
     jobs = []
-    for kind in kinds:
-        for T, kv in s['cells']:
-            for d in s['d_models']:
-                for lr in s['lrs']:
-                    spec = dict(kind=kind, fields=s['fields'], n_layer=n_layer, T=T, kv=kv, d_model=d, lr=lr,
-                                vocab_size=s['vocab_size'], attention_heads=s['attention_heads'],
-                                batch_size=s['batch'][T], epochs=s['epochs'], patience=s['patience'],
-                                weight_decay=s['weight_decay'], seed=seed,
-                                device=s['device'], data=split_files(s, T, kv, seed), task=TASK)
-                    name = f'{row_name(kind, s["fields"])}-L{n_layer}-T{T}-kv{kv}-d{d}-lr{lr:.3g}'
-                    jobs.append((job(os.path.join(out, 'runs'), name, spec, 0.0, VERSION), (kind, n_layer, T, kv, d)))
+    for kind, (T, kv), d, lr in itertools.product(kinds, s['cells'], s['d_models'], s['lrs']):
+        spec = dict(kind=kind, fields=s['fields'], n_layer=n_layer, T=T, kv=kv, d_model=d, lr=lr,
+                    vocab_size=s['vocab_size'], attention_heads=s['attention_heads'],
+                    batch_size=s['batch'][T], epochs=s['epochs'], patience=s['patience'],
+                    weight_decay=s['weight_decay'], seed=seed,
+                    device=s['device'], data=split_files(s, T, kv, seed), task=TASK)
+        name = f'{row_name(kind, s["fields"])}-L{n_layer}-T{T}-kv{kv}-d{d}-lr{lr:.3g}'
+        jobs.append((job(os.path.join(out, 'runs'), name, spec, 0.0, VERSION), (kind, n_layer, T, kv, d)))
     return jobs
 
 
@@ -441,13 +421,12 @@ def train_flops(s, kind, n_layer, T, kv, d_model):
     return s['epochs'] * s['n_train'] * (T * (flops_per_token(model, T) - head) + kv * head)
 
 
-def estimate(s, kinds, times, fastest, out):
-    """The protocol's time from the measured step times (times: the median steps; fastest: each shape's
-    fastest step, what an uncontended machine would give), at most (every job runs all its epochs;
-    early stopping only shortens it), and its FLOPs -> report lines."""
+def estimate(s, jobs, deep, times, fastest, out):
+    """The time of the protocol's jobs (plan()'s, the deep row's `deep` kind among them) from the measured
+    step times (times: the median steps; fastest: each shape's fastest chunk, what an uncontended machine
+    would give), at most (every job runs all its epochs; early stopping only shortens it), and its FLOPs
+    -> report lines."""
     per_kind, flops, best_case = {}, 0.0, 0.0
-    deep = [k for k in kinds if k in MIXER_KINDS][:1]
-    jobs = plan(s, kinds, N_LAYER, 0) + (plan(s, deep, s['deep_layers'], 0) if s['deep_layers'] else [])
     for j, shape in jobs:
         label = f'{shape[0]} ({shape[1]} layers)'
         per_kind[label] = per_kind.get(label, 0.0) + job_seconds(s, j.spec['T'], times[shape])
@@ -476,14 +455,14 @@ def cell(text):
 
 
 def model_fields(text):
-    """'key=value,...' (ModelConfig fields; values Python literals or bare names) -> dict; ValueError
-    (one line) on a malformed item. The fields a kind refuses are model_config's to say."""
-    import ast
+    """An argparse type: 'key=value,...' (ModelConfig fields; values Python literals or bare names) -> dict;
+    argparse.ArgumentTypeError (one line) on a malformed item. The fields a kind refuses are model_config's
+    to say."""
     out = {}
-    for item in parse_list(text, str, '--fields', 'mqar.py', empty=True):
+    for item in listing(empty=True)(text):
         key, eq, value = item.partition('=')
         if not eq or not key.isidentifier():
-            fail(f'--fields: expected key=value, got {item!r}')
+            raise argparse.ArgumentTypeError(f'expected key=value, got {item!r}')
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -494,96 +473,71 @@ def model_fields(text):
 def parse_args(argv):
     """The command line -> argparse.Namespace with .s (the settings), .kinds and .out. Every setting is
     checked before any work: a one-line error and exit 2 on a bad one."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = ArgumentParser('mqar.py', __doc__, formatter_class=argparse.HelpFormatter)
+    count, zero_up = number(int, 1), number(int, 0)
     p.add_argument('--protocol', choices=('cpu', 'window', 'gpu'),
                    help="cpu (the default): the 2-core protocol, about 1 h 45 min; window: the learning-rate "
                         "window at T=64, kv=4, d_model 128 (hours); gpu: Zoology's figure-2 grid")
     p.add_argument('--quick', action='store_true', help='every kind at a tiny cell, one rate (seconds: the tests)')
     p.add_argument('--estimate', action='store_true', help='only measure step times and print the time it takes')
-    p.add_argument('--kinds', default=','.join(KINDS), help='model kinds (default: every mixer.VARIANTS name '
-                   'but transformer_naive)')
-    p.add_argument('--cells', help="T:kv pairs, e.g. 64:4,128:8 (default the protocol's)")
-    p.add_argument('--d_models', help="widths, e.g. 64,128 (default the protocol's)")
-    p.add_argument('--lrs', help="learning rates of the sweep (default the protocol's)")
-    p.add_argument('--epochs', type=int, help="epochs at most (default the protocol's)")
-    p.add_argument('--n_train', type=int, help="training sequences a cell (default the protocol's)")
-    p.add_argument('--n_test', type=int, help="test sequences a cell (default the protocol's)")
-    p.add_argument('--vocab_size', type=int, help="vocabulary (default the protocol's)")
-    p.add_argument('--batch_size', type=int, help="sequences a step at every T (default the protocol's by T)")
-    p.add_argument('--fields', default='', help="ModelConfig fields for every kind given, e.g. "
+    p.add_argument('--kinds', type=listing(str, KINDS, what='kind'), default=','.join(KINDS),
+                   help='model kinds (default: every mixer.VARIANTS name but transformer_naive)')
+    p.add_argument('--cells', type=listing(cell, items='T:kv pairs (e.g. 64:4,128:8)'),
+                   help="T:kv pairs, e.g. 64:4,128:8 (default the protocol's)")
+    p.add_argument('--d_models', type=listing(count),
+                   help="widths, e.g. 64,128 (default the protocol's)")
+    p.add_argument('--lrs', type=listing(number(float, 0, above=True)),
+                   help="learning rates of the sweep (default the protocol's)")
+    p.add_argument('--epochs', type=count, help="epochs at most (default the protocol's)")
+    p.add_argument('--n_train', type=count, help="training sequences a cell (default the protocol's)")
+    p.add_argument('--n_test', type=count, help="test sequences a cell (default the protocol's)")
+    p.add_argument('--vocab_size', type=number(int, 4), help="vocabulary (default the protocol's)")
+    p.add_argument('--batch_size', type=count, help="sequences a step at every T (default the protocol's by T)")
+    p.add_argument('--fields', type=model_fields, default='', help="ModelConfig fields for every kind given, e.g. "
                    "n_head=1,toeplitz_init='normal' (another form of a kind; its rows are named kind[fields])")
-    p.add_argument('--patience', type=int, help="the plateau rule: stop after this many epochs without a rise of "
-                   "0.01 in test accuracy (default the protocol's: 8 for window, none otherwise)")
-    p.add_argument('--weight_decay', type=float, default=WEIGHT_DECAY,
+    p.add_argument('--patience', type=zero_up, help="the plateau rule: stop after this many epochs without a rise "
+                   "of 0.01 in test accuracy (default the protocol's: 8 for window, none otherwise)")
+    p.add_argument('--weight_decay', type=number(float, 0), default=WEIGHT_DECAY,
                    help="AdamW's weight decay on matrices (default 0.01, torch's and Zoology's)")
-    p.add_argument('--attention_heads', type=int, default=1,
+    p.add_argument('--attention_heads', type=zero_up, default=1,
                    help="heads of the attention kinds (default 1, Zoology's; 0: the variants')")
-    p.add_argument('--deep_layers', type=int, help='layers of the best mixer\'s second row (0: none; default 4)')
-    p.add_argument('--seed', type=int, default=0,
+    p.add_argument('--deep_layers', type=zero_up, help='layers of the best mixer\'s second row (0: none; default 4)')
+    p.add_argument('--seed', type=zero_up, default=0,
                    help='data (train: seed, test: seed + 10), init and shuffling (default 0)')
     p.add_argument('--device', choices=('cpu', 'cuda'), help="default: the protocol's")
-    p.add_argument('--workers', type=int, help="jobs at a time (default the protocol's: 2 on cpu, 1 on gpu)")
-    p.add_argument('--threads', type=int, help='torch threads a job (default 1 on cpu)')
+    p.add_argument('--workers', type=count, help="jobs at a time (default the protocol's: 2 on cpu, 1 on gpu)")
+    p.add_argument('--threads', type=count, help='torch threads a job (default 1 on cpu)')
     p.add_argument('--out', help='output folder (default out/mqar, out/mqar_window, out/mqar_gpu, out/mqar_quick)')
     args = p.parse_args(argv)
     if args.quick and args.protocol:
-        fail('--quick is a protocol of its own: give --quick or --protocol, not both')
+        p.error('--quick is a protocol of its own: give --quick or --protocol, not both')
     name = 'quick' if args.quick else args.protocol or 'cpu'
     s = {**PROTOCOLS[name], 'protocol': name, 'attention_heads': args.attention_heads,
-         'weight_decay': args.weight_decay,
-         'fields': model_fields(args.fields)}
-    args.kinds = parse_list(args.kinds, str, '--kinds', 'mqar.py')
-    unknown = [k for k in args.kinds if k not in KINDS]
-    if unknown:
-        fail(f'--kinds: unknown {", ".join(unknown)}; choose from {",".join(KINDS)}')
-    if args.cells:
-        s['cells'] = tuple(parse_list(args.cells, cell, '--cells', 'mqar.py', items='T:kv pairs (e.g. 64:4,128:8)'))
-    if args.d_models:
-        s['d_models'] = tuple(parse_list(args.d_models, int, '--d_models', 'mqar.py'))
-    if args.lrs:
-        s['lrs'] = tuple(parse_list(args.lrs, float, '--lrs', 'mqar.py'))
+         'weight_decay': args.weight_decay, 'fields': args.fields}
+    for k in ('cells', 'd_models', 'lrs'):
+        if getattr(args, k):
+            s[k] = tuple(getattr(args, k))
     for k in ('epochs', 'n_train', 'n_test', 'vocab_size', 'deep_layers', 'device', 'workers', 'threads',
               'patience'):
         if getattr(args, k) is not None:
             s[k] = getattr(args, k)
     s['batch'] = {T: s['batch'].get(T, 32) if args.batch_size is None else args.batch_size for T, _ in s['cells']}
-    positive = dict(epochs=s['epochs'], n_train=s['n_train'], n_test=s['n_test'], workers=s['workers'],
-                    threads=s['threads'], batch_size=min(s['batch'].values()))
-    for k, v in positive.items():
-        if v < 1:
-            fail(f'--{k} must be >= 1, got {v}')
-    if not s['d_models'] or min(s['d_models']) < 1:
-        fail(f'--d_models must be positive, got {args.d_models!r}')
-    if not s['lrs'] or not all(math.isfinite(x) and x > 0 for x in s['lrs']):
-        fail(f'--lrs must be positive and finite, got {args.lrs!r}')
-    if s['deep_layers'] < 0 or args.attention_heads < 0 or args.seed < 0 or (s['patience'] or 0) < 0 or not \
-            0 <= s['weight_decay'] < math.inf:
-        fail('--deep_layers, --attention_heads, --patience, --weight_decay and --seed must be >= 0 (and finite)')
-    if not 4 <= s['vocab_size'] <= 32767:
-        fail(f'--vocab_size must be in 4..32767 (the data are stored as int16), got {s["vocab_size"]}')
+    if s['vocab_size'] > 32767:
+        p.error(f'--vocab_size must be in 4..32767 (the data are stored as int16), got {s["vocab_size"]}')
     if s['n_train'] < max(s['batch'].values()):
-        fail(f'--n_train={s["n_train"]} is smaller than a batch ({max(s["batch"].values())} sequences)')
+        p.error(f'--n_train={s["n_train"]} is smaller than a batch ({max(s["batch"].values())} sequences)')
     for T, kv in s['cells']:
-        try:
-            check_cell(T, kv, s['vocab_size'])
-        except ValueError as e:
-            fail(f'--cells: {e}')
-        for kind in args.kinds:
-            for d in s['d_models']:
-                try:
-                    model_config(kind, T, s['vocab_size'], d, N_LAYER, args.attention_heads, s['fields'])
-                except ValueError as e:
-                    fail(f'{kind} at d_model {d}: {e}')
+        p.check(check_cell, T, kv, s['vocab_size'], prefix='--cells: ')
+        for kind, d in itertools.product(args.kinds, s['d_models']):
+            p.check(model_config, kind, T, s['vocab_size'], d, N_LAYER, args.attention_heads, s['fields'],
+                    prefix=f'{kind} at d_model {d}: ')
     if s['device'] == 'cuda' and not torch.cuda.is_available():
-        fail('--device cuda: CUDA is not available here (the gpu protocol needs a GPU; --device cpu runs it here)')
+        p.error('--device cuda: CUDA is not available here (the gpu protocol needs a GPU; --device cpu runs it here)')
     s['seed'] = args.seed
     args.s = s
     args.out = os.path.abspath(args.out or os.path.join('out', {'cpu': 'mqar', 'gpu': 'mqar_gpu', 'window': 'mqar_window',
                                                                'quick': 'mqar_quick'}[name]))
-    try:
-        check_folder_writable(args.out)
-    except ValueError as e:
-        fail(str(e))
+    p.check(check_folder_writable, args.out)
     return args
 
 
@@ -597,33 +551,28 @@ def main(argv=None):
     try:
         made = make_data(os.path.join(out, 'data'), s, s['seed'])
     except OSError as e:              # a full disk, a folder made read-only since the check
-        print(f'mqar.py: error: could not write the data under {out} ({e.strerror or e})', file=sys.stderr)
-        return 1
+        fail(f'could not write the data under {out} ({e.strerror or e})', 'mqar.py', 1)
     say(f'mqar: {s["protocol"]} protocol, {len(args.kinds)} kinds x {len(s["cells"])} (T, kv) x '
         f'{len(s["d_models"])} d_model x {len(s["lrs"])} lrs, {s["n_train"]} training sequences, at most '
         f'{s["epochs"]} epochs; data: {len(made)} files generated, in {os.path.join(out, "data")}')
-    os.environ['OMP_NUM_THREADS'] = str(s['threads'])
     runner = Runner(out, s['workers'], s['threads'])
     jobs = plan(s, args.kinds, N_LAYER, s['seed'], out)
-    shapes = [sh for _, sh in jobs]
     try:
         if args.estimate:
             deep = [k for k in args.kinds if k in MIXER_KINDS][:1]
-            shapes += [sh for _, sh in plan(s, deep, s['deep_layers'], s['seed'])] if s['deep_layers'] else []
-            shapes = list(dict.fromkeys(shapes))
-            times, fastest = (step_times(runner, out, s, shapes, key) for key in ('s_per_step', 's_fastest'))
-            print('\n'.join(estimate(s, args.kinds, times, fastest, out)))
+            jobs += plan(s, deep, s['deep_layers'], s['seed']) if s['deep_layers'] else []
+            times, fastest = shape_seconds(runner, out, s, list(dict.fromkeys(sh for _, sh in jobs)))
+            print('\n'.join(estimate(s, jobs, deep, times, fastest, out)))
             return 0
-        times = step_times(runner, out, s, list(dict.fromkeys(shapes)))
+        times = shape_seconds(runner, out, s, list(dict.fromkeys(sh for _, sh in jobs)))[0]
         grid = run_grid(runner, s, jobs, times, f'{N_LAYER}-layer models')
         deep = best_mixer(grid, N_LAYER, s['fields']) if s['deep_layers'] else None
         if deep:
             jobs = plan(s, [deep], s['deep_layers'], s['seed'], out)
-            times.update(step_times(runner, out, s, [sh for _, sh in jobs]))
+            times.update(shape_seconds(runner, out, s, [sh for _, sh in jobs])[0])
             grid.update(run_grid(runner, s, jobs, times, f'the best mixer ({deep}) at {s["deep_layers"]} layers'))
     except RuntimeError as e:           # a step-time job failed: no ETA, no run
-        print(f'mqar.py: error: measuring the step times failed ({e})', file=sys.stderr)
-        return 1
+        fail(f'measuring the step times failed ({e})', 'mqar.py', 1)
     finally:
         runner.pool.shutdown()
     total = sum(len(r) for r in grid.values())
@@ -633,9 +582,8 @@ def main(argv=None):
         notes = mqar_report.write(out, s, kinds, grid, deep and row_name(deep, s['fields']), command,
                                   time.time() - t0, cached, total)
     except OSError as e:
-        print(f'mqar.py: error: could not write the report under {out} ({e.strerror or e}); the runs are cached '
-              'there: run the same command again to write it', file=sys.stderr)
-        return 1
+        fail(f'could not write the report under {out} ({e.strerror or e}); the runs are cached there: run the '
+             'same command again to write it', 'mqar.py', 1)
     failed = sum(r.get('rc') != 0 for runs in grid.values() for r in runs.values())
     for note in notes:
         say(note)

@@ -12,7 +12,7 @@ import platform
 import torch
 
 from checkpoint import write_atomic
-from experiments.runner import fmt_s, md_table, save_figure
+from experiments.runner import NO_PLOT, fmt_s, md_table, pyplot, save_figure
 
 N_LAYER = 2               # every kind, as Zoology's attention; the best mixer again at deep_layers
 
@@ -149,73 +149,62 @@ def report_text(s, kinds, grid, deep, command, wall_s, cached, total):
         runs_table(grid, rows), ''])
 
 
+def panels(cells, xlabel, title, path, width, xaxis):
+    """A figure of MQAR test accuracy, panels side by side: cells [(panel title, lines [(label, n_layer, colour
+    index, points [(x, accuracy)])], dotted levels [(y, line style)])], a line of the deep row dashed, each
+    panel's x axis set by xaxis(ax) -> a line saying where, or why not (matplotlib missing)."""
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
+    fig, axes = plt.subplots(1, len(cells), figsize=(width * len(cells) + 2.5, 4.2), squeeze=False)
+    colors = plt.get_cmap('tab20')
+    for ax, (name, lines, levels) in zip(axes[0], cells):
+        for text, L, k, pts in lines:           # 10 colours twice, the second time paler, each its marker
+            if pts:
+                ax.plot(*zip(*pts), '--' if L != N_LAYER else '-', marker='osD^v<>ph*'[k % 10], ms=4, lw=1.4,
+                        color=colors(2 * (k % 10) + (k // 10) % 2), label=text)
+        for y, style in levels:
+            ax.axhline(y, color='grey', ls=style, lw=1)
+        xaxis(ax)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel(xlabel)
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel('MQAR test accuracy')
+    axes[0][-1].legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(title, fontsize=10)
+    return save_figure(fig, path, dpi=100)
+
+
 def plot(grid, kinds, deep, s, path):
     """Zoology's figure 2 for our kinds: test accuracy (best over the rates) against d_model, a panel per
     (T, kv), a line per kind (the deep row dashed), the two chance levels dotted -> a line saying where,
     or why not (matplotlib missing)."""
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
     rows = row_keys(grid, kinds, deep, s)
-    fig, axes = plt.subplots(1, len(s['cells']), figsize=(4.2 * len(s['cells']) + 2.5, 4.2), squeeze=False)
-    colors = plt.get_cmap('tab20')
-    for ax, (T, kv) in zip(axes[0], s['cells']):
-        for i, (kind, L) in enumerate(rows):
-            pts = [(d, best(grid[(kind, L, T, kv, d)])[0]) for d in s['d_models'] if (kind, L, T, kv, d) in grid]
-            if pts:
-                k = kinds.index(kind)            # 10 colours twice, the second time paler, each its marker
-                ax.plot(*zip(*pts), '--' if L != N_LAYER else '-', marker='osD^v<>ph*'[k % 10], ms=4, lw=1.4,
-                        color=colors(2 * (k % 10) + (k // 10) % 2), label=label(kind, L))
-        ax.axhline(1 / kv, color='grey', ls=':', lw=1)
-        ax.axhline(1 / (s['vocab_size'] // 2), color='grey', ls=(0, (1, 4)), lw=1)
+
+    def xaxis(ax):
         ax.set_xscale('log', base=2)
         ax.set_xticks(s['d_models'], [str(d) for d in s['d_models']])
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel('d_model')
-        ax.set_title(f'T = {T}, kv = {kv}')
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel('MQAR test accuracy')
-    axes[0][-1].legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(f'MQAR, {s["protocol"]} protocol (vocabulary {s["vocab_size"]}; dotted: 1/kv and chance)', fontsize=10)
-    return save_figure(fig, path, dpi=100)
+    return panels([(f'T = {T}, kv = {kv}',
+                    [(label(k, L), L, kinds.index(k), [(d, best(grid[(k, L, T, kv, d)])[0]) for d in s['d_models']
+                                                       if (k, L, T, kv, d) in grid]) for k, L in rows],
+                    [(1 / kv, ':'), (1 / (s['vocab_size'] // 2), (0, (1, 4)))]) for T, kv in s['cells']],
+                  'd_model', f'MQAR, {s["protocol"]} protocol (vocabulary {s["vocab_size"]}; dotted: 1/kv and chance)',
+                  path, 4.2, xaxis)
 
 
 def plot_window(grid, kinds, deep, s, path):
     """The learning-rate window: test accuracy against the learning rate (log axis), a panel per (T, kv,
     d_model), a line per model (failed runs left out, a diverged run at its 0), 1/kv and SOLVED dotted ->
     a line saying where, or why not (matplotlib missing)."""
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 'plot skipped: matplotlib is not installed (pip install matplotlib)'
     rows = row_keys(grid, kinds, deep, s)
-    panels = [(T, kv, d) for T, kv in s['cells'] for d in s['d_models']]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 2.5, 4.2), squeeze=False)
-    colors = plt.get_cmap('tab20')
-    for ax, (T, kv, d) in zip(axes[0], panels):
-        for i, (kind, L) in enumerate(rows):
-            runs = grid.get((kind, L, T, kv, d), {})
-            pts = sorted((lr, r['acc']) for lr, r in runs.items() if r.get('rc') == 0)
-            if pts:
-                ax.plot(*zip(*pts), '--' if L != N_LAYER else '-', marker='osD^v<>ph*'[i % 10], ms=4, lw=1.4,
-                        color=colors(2 * (i % 10) + (i // 10) % 2), label=label(kind, L))
-        ax.axhline(1 / kv, color='grey', ls=':', lw=1)
-        ax.axhline(SOLVED, color='grey', ls=(0, (1, 4)), lw=1)
-        ax.set_xscale('log')
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel('peak learning rate')
-        ax.set_title(f'T = {T}, kv = {kv}, d_model {d}')
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel('MQAR test accuracy')
-    axes[0][-1].legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(f'MQAR learning-rate window ({s["protocol"]} protocol, vocabulary {s["vocab_size"]}, at most '
-                 f'{s["epochs"]} epochs of {s["n_train"]}; dotted: 1/kv and {SOLVED})', fontsize=10)
-    return save_figure(fig, path, dpi=100)
+    return panels([(f'T = {T}, kv = {kv}, d_model {d}',
+                    [(label(k, L), L, i, sorted((lr, r['acc']) for lr, r in grid.get((k, L, T, kv, d), {}).items()
+                                                if r.get('rc') == 0)) for i, (k, L) in enumerate(rows)],
+                    [(1 / kv, ':'), (SOLVED, (0, (1, 4)))]) for T, kv in s['cells'] for d in s['d_models']],
+                  'peak learning rate', f'MQAR learning-rate window ({s["protocol"]} protocol, vocabulary '
+                  f'{s["vocab_size"]}, at most {s["epochs"]} epochs of {s["n_train"]}; dotted: 1/kv and {SOLVED})',
+                  path, 5.5, lambda ax: ax.set_xscale('log'))
 
 
 def write(out, s, kinds, grid, deep, command, wall_s, cached, total):

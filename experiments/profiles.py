@@ -21,7 +21,6 @@ training step, printed as markdown tables (progress on stderr).
 Measurements, not assertions: nothing here fails on a slow number.
 """
 
-import argparse
 import shlex
 import statistics
 import sys
@@ -34,9 +33,10 @@ from torch.profiler import ProfilerActivity, profile
 import decode
 import machine
 import mixer
-from experiments.bench import device_and_dtype, names
+from configurator import ArgumentParser, listing, number
+from experiments.bench import device_and_dtype
 from experiments.bench_decode import build, decode_ms
-from experiments.runner import md_row, md_table, say
+from experiments.runner import md_table, say, time_calls, train_run
 
 LAUNCHES = {'graphs': ('cudaGraphLaunch', 'cuGraphLaunch'),
             'kernels': ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'cuLaunchKernel', 'cuLaunchKernelEx'),
@@ -119,45 +119,14 @@ def profile_decode(args):
     print(md_table(['variant', 'op', 'calls a token', f'self {where} us a token', 'share'], tops) + '\n', flush=True)
 
 
-def train_run(args):
-    """train.py's run of --train with --data_dir and --train_args, built as train.main builds it
-    (its settings checked, the device set up, the data loaded): nothing written -> (run, cfg)."""
-    import configurator
-    import train
-    argv = [args.train, f'--data_dir={args.data_dir}', f'--device={args.device}', *shlex.split(args.train_args)]
-    cfg, _ = configurator.resolve_settings(configurator.parse_overrides(argv, train.DEFAULTS, train.__doc__),
-                                           train.DEFAULTS, [k for k in train.MODEL_KEYS if k not in train.TUNING_KEYS])
-    cfg['init_from'] = 'scratch'
-    configurator.check_settings(cfg)
-    env = machine.setup_device(cfg)
-    meta, train_data, _ = train.load_data(cfg)
-    run = train.build_run(cfg, None, env, meta)
-    run.train_data = train_data
-    return run, cfg
-
-
 def profile_train(args):
     """Print the training-step profile of --train (see the module docstring)."""
-    import train
-    run, cfg = train_run(args)
+    argv = [args.train, f'--data_dir={args.data_dir}', f'--device={args.device}', *shlex.split(args.train_args)]
+    run, cfg, step = train_run(argv)
     env = run.env
-
-    def step():
-        starts = train.draw_windows(run.batch_gen, len(run.train_data), cfg['n_ctx'], cfg['batch_size'],
-                                    cfg['grad_accum'], env.world)[env.rank]
-        return train.train_step(run.model, run.optimizers, run.train_data, starts, cfg['learning_rate'], cfg, env)
     say(f'profile: train {args.train}, {args.train_warmup} warm-up steps (compile: {cfg["compile"]})')
-    t0 = time.perf_counter()
-    for _ in range(args.train_warmup):
-        step()
-    machine.sync(env.dev)
-    warm_s = time.perf_counter() - t0
-    times = []
-    for _ in range(args.train_steps):
-        t = time.perf_counter()
-        step()
-        machine.sync(env.dev)
-        times.append(time.perf_counter() - t)
+    warm_s = sum(time_calls(step, args.train_warmup, device=env.dev))
+    times = time_calls(step, args.train_steps, device=env.dev)
     with profile(activities=activities(torch.device(env.dev))) as prof:
         step()
         machine.sync(env.dev)
@@ -179,30 +148,30 @@ def profile_train(args):
 
 
 def parse_args(argv=None):
-    """Command-line flags (argparse; a bad flag exits with status 2)."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('--what', type=names(('decode', 'train')), default=['decode', 'train'],
+    """Command-line flags (configurator.ArgumentParser: a bad flag is one line, exit 2)."""
+    p = ArgumentParser('profiles.py', __doc__)
+    count = number(int, 1)
+    p.add_argument('--what', type=listing(str, ('decode', 'train'), what='profile'), default='decode,train',
                    help='profiles to print, comma separated')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--dtype', choices=('fp32', 'bf16'), help='decode profile; default: bf16 on CUDA, fp32 on CPU')
-    p.add_argument('--decode_variants', type=names(tuple(mixer.VARIANTS)), default=['flat', 'recurrent'],
-                   help='kinds of the decode profile')
-    p.add_argument('--d_model', type=int, default=1024)
-    p.add_argument('--n_layer', type=int, default=8)
-    p.add_argument('--n_ctx', type=int, default=512)
-    p.add_argument('--vocab_size', type=int, default=4096)
-    p.add_argument('--tokens', type=int, default=32, help='decode steps timed, and profiled')
+    p.add_argument('--decode_variants', type=listing(str, tuple(mixer.VARIANTS), what='variant'),
+                   default='flat,recurrent', help='kinds of the decode profile')
+    p.add_argument('--d_model', type=count, default=1024)
+    p.add_argument('--n_layer', type=count, default=8)
+    p.add_argument('--n_ctx', type=number(int, 8), default=512)
+    p.add_argument('--vocab_size', type=count, default=4096)
+    p.add_argument('--tokens', type=count, default=32, help='decode steps timed, and profiled')
     p.add_argument('--backend', default='inductor', help='torch.compile backend of the decode step (eager: a fast '
                    'trace-only check)')
     p.add_argument('--train', default='config/mixer_gpu.py', help='the config of the training profile')
     p.add_argument('--data_dir', default='data/tinystories', help='prepared data of the training profile')
     p.add_argument('--train_args', default='', help='more train.py settings, e.g. "--batch_size=64"')
-    p.add_argument('--train_warmup', type=int, default=3, help='training steps before the clock (compilation)')
-    p.add_argument('--train_steps', type=int, default=5, help='training steps timed')
+    p.add_argument('--train_warmup', type=number(int, 0), default=3,
+                   help='training steps before the clock (compilation)')
+    p.add_argument('--train_steps', type=count, default=5, help='training steps timed')
     args = p.parse_args(argv)
     device_and_dtype(p, args)
-    if min(args.d_model, args.n_layer, args.tokens, args.train_steps) < 1 or args.n_ctx < 8 or args.train_warmup < 0:
-        p.error('sizes and step counts must be >= 1, --n_ctx >= 8, --train_warmup >= 0')
     if args.n_ctx // 4 + 2 * args.tokens > args.n_ctx:
         p.error(f'--tokens: the prompt (n_ctx / 4) and twice the tokens must fit n_ctx={args.n_ctx}')
     return args

@@ -34,7 +34,6 @@ windows' token ids would mean other text to it), a --json that exists (without
 --overwrite) or cannot be written: one line, exit 2. Ctrl-C: one line, exit 130.
 """
 
-import argparse
 import json
 import math
 import os
@@ -47,16 +46,15 @@ import torch
 import mixer
 from checkpoint import CheckpointError, load_checkpoint
 from checkpoint import check_writable, save_results
+from configurator import ArgumentParser, failing, listing, number
+from experiments.runner import md_table
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
 SHAPES = {'full': dict(d_model=128, n_layer=4, n_ctx=256, vocab_size=4096),
           'quick': dict(d_model=32, n_layer=2, n_ctx=32, vocab_size=512)}
 
 
-def fail(msg):
-    """Print a one-line error and exit with status 2."""
-    print(f'represent.py: error: {msg}', file=sys.stderr)
-    sys.exit(2)
+fail = failing('represent.py')
 
 
 def nearest_tokens(x, wte):
@@ -154,8 +152,8 @@ def data_tokenizer(data_dir):
 
 def load_checkpoints(args):
     """Every --ckpt, loaded and checked before any work -> list of (path, model, checkpoint
-    dict). A missing or corrupt checkpoint, an autoencoder, an n_ctx below --T, or (with
-    --data_dir) a tokenizer other than the data's: one line, exit 2."""
+    dict). A missing or corrupt checkpoint, an autoencoder, or (with --data_dir) a tokenizer
+    other than the data's: one line, exit 2 (an n_ctx below --T: measure's check of every model)."""
     out, data_sha = [], data_tokenizer(args.data_dir) if args.data_dir and args.ckpt else None
     for path in args.ckpt:
         try:
@@ -164,8 +162,6 @@ def load_checkpoints(args):
             fail(str(e))
         if model.cfg.task != 'lm':
             fail(f'{path} is an autoencoder; represent.py needs a language model')
-        if args.T > model.cfg.n_ctx:
-            fail(f'--T {args.T} is longer than the n_ctx {model.cfg.n_ctx} of {path}')
         sha = ckpt['tokenizer']['sha256']
         if data_sha is not None and sha != data_sha:
             fail(f'{path} was trained with another tokenizer (sha256 {sha}) than {args.data_dir} was encoded with '
@@ -189,50 +185,44 @@ def models(args, checkpoints):
             yield f'{ckpt["config"]["variant"]} ({path}, untrained)', mixer.build_model(model.cfg), False, path
 
 
+def depth(text):
+    """A --depths item: a block count, or 'all' (the model's n_layer); ValueError otherwise."""
+    return text if text == 'all' else int(text)
+
+
 def parse_args(argv):
     """The command line -> argparse namespace, checked (one-line errors, exit 2), with
     .shape: the untrained models' sizes."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('--variants', default=','.join(DEFAULT_VARIANTS),
-                   help='untrained models of these mixer.VARIANTS (empty: none)')
+    p = ArgumentParser('represent.py', __doc__)
+    count = number(int, 1)
+    p.add_argument('--variants', type=listing(str, tuple(mixer.VARIANTS), empty=True, what='variant'),
+                   default=','.join(DEFAULT_VARIANTS), help='untrained models of these mixer.VARIANTS (empty: none)')
     p.add_argument('--ckpt', action='append', default=[], help='a trained checkpoint (repeatable)')
     p.add_argument('--untrained', action='store_true',
                    help="also an untrained model of each checkpoint's config (seeded by its training seed)")
-    p.add_argument('--T', type=int, default=32, help='tokens a window')
-    p.add_argument('--windows', type=int, default=4, help='windows a model')
-    p.add_argument('--positions', type=int, default=8, help='scored positions a window, evenly spaced')
-    p.add_argument('--steps', type=int, default=500, help='Adam steps of the recovery')
-    p.add_argument('--lr', type=float, default=0.02, help='peak Adam learning rate on the input vectors (cosine '
-                   'decay to 1/100 of it); the embedding rows of a trained model have a std of about 0.06')
-    p.add_argument('--depths', default='1,all', help="depths: block counts, or 'all' for the model's n_layer")
+    p.add_argument('--T', type=number(int, 2), default=32, help='tokens a window')
+    p.add_argument('--windows', type=count, default=4, help='windows a model')
+    p.add_argument('--positions', type=count, default=8, help='scored positions a window, evenly spaced')
+    p.add_argument('--steps', type=number(int, 2), default=500, help='Adam steps of the recovery')
+    p.add_argument('--lr', type=number(float, 0, above=True), default=0.02, help='peak Adam learning rate on the '
+                   'input vectors (cosine decay to 1/100 of it); the embedding rows of a trained model have a std '
+                   'of about 0.06')
+    p.add_argument('--depths', type=listing(depth, items="integers or 'all'"), default='1,all',
+                   help="depths: block counts, or 'all' for the model's n_layer")
     p.add_argument('--data_dir', help='windows from this prepared data dir (default: random tokens)')
     p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--threads', type=int, default=2)
+    p.add_argument('--threads', type=count, default=2)
     p.add_argument('--quick', action='store_true', help='tiny models and 60 steps (the smoke test)')
     p.add_argument('--json', help='also write the results here')
     p.add_argument('--overwrite', action='store_true', help='replace an existing --json file')
     args = p.parse_args(argv)
-    args.variants = [v for v in args.variants.split(',') if v]
-    bad = [v for v in args.variants if v not in mixer.VARIANTS]
-    if bad:
-        fail(f'unknown variant(s) {",".join(bad)}; choose from {",".join(mixer.VARIANTS)}')
     if not args.variants and not args.ckpt:
-        fail('nothing to measure: give --variants or --ckpt')
+        p.error('nothing to measure: give --variants or --ckpt')
     args.shape = SHAPES['quick' if args.quick else 'full']
     if args.quick and args.steps == p.get_default('steps'):
         args.steps = 60
-    if min(args.T, args.steps) < 2 or min(args.windows, args.positions, args.threads) < 1 or args.lr <= 0:
-        fail('--T and --steps must be >= 2, --windows, --positions and --threads >= 1, --lr > 0')
-    try:
-        args.depths = [d if d == 'all' else int(d) for d in args.depths.split(',')]
-    except ValueError:
-        fail(f"--depths must be integers or 'all', got {args.depths!r}")
     if args.json:
-        try:
-            check_writable(args.json, args.overwrite, '--json file')
-        except ValueError as e:
-            fail(str(e))
+        p.check(check_writable, args.json, args.overwrite, '--json file')
     return args
 
 
@@ -265,15 +255,11 @@ def measure(args):
     half = args.steps // 2
     positions = np.unique(np.linspace(0, args.T - 2, args.positions).round().astype(int)).tolist()
     for name, model, trained, path in models(args, checkpoints):
-        if args.T > model.cfg.n_ctx:
-            fail(f'--T {args.T} is longer than {name}\'s n_ctx {model.cfg.n_ctx}')
         idx = windows(args.data_dir, model.cfg.n_ctx, args.T, args.windows, model.cfg.vocab_size, args.seed)
         if int(idx.max()) >= model.cfg.vocab_size:
             fail(f'{args.data_dir} holds token ids beyond {name}\'s vocabulary')
         for depth in args.depths:
             d = len(model.blocks) if depth == 'all' else depth
-            if not 1 <= d <= len(model.blocks):
-                fail(f'depth {d} is outside 1..{len(model.blocks)} for {name}')
             res = {m: recover(model, idx, d, m, positions, args.steps, args.lr, args.seed, checkpoints=(half,))
                    for m in ('self', 'nonself')}
             results.append({'model': name, 'trained': trained, 'ckpt': path, 'depth': d, **res})
@@ -290,9 +276,7 @@ def measure(args):
           f'`depth` blocks at its own position (self) or at the later ones (non-self); decoded to the nearest '
           f'embedding row. Cell: accuracy at the end (at step {half}). Chance: the random start, decoded (self / '
           f'non-self)._\n')
-    header = ['model', 'weights', 'depth', 'self', 'non-self', 'chance']
-    print('\n'.join(['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-                    + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows]))
+    print(md_table(['model', 'weights', 'depth', 'self', 'non-self', 'chance'], rows))
     print(f'\ndone in {time.time() - t0:.0f} s', file=sys.stderr)
     return {'args': {k: v for k, v in vars(args).items()}, 'results': results}
 

@@ -19,8 +19,10 @@ oversubscription that two 2-thread runs cause. Ctrl-C stops the pool's processes
 """
 
 import contextlib
+import functools
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -28,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any, Callable, NamedTuple, Optional
@@ -110,26 +112,22 @@ def command(main, prog):
 
 # ----------------------------------------------------------------------------- work done in pool processes
 
-def train_in_process(argv, log_path):
-    """Run train.main(argv) in this (pool) process, console output to log_path.
-    -> exit status (0 ok; train.py's own status on an error, e.g. 2 for bad settings)."""
+def train_job(argv, run_dir):
+    """Runner job: train.main(argv + --out_dir=RUN_DIR) in this (pool) process, its console to
+    RUN_DIR/console.txt -> {'rc' (0 ok; train.py's own status on an error, e.g. 2 for bad settings),
+    'evals' [(step, val_loss, val_bpb, val_acc)], 'summary', 'line'} read from its log."""
     import train                                  # imported once per pool process
     os.chdir(ROOT)
-    with open(log_path, 'a') as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+    with open(os.path.join(run_dir, 'console.txt'), 'a') as f, contextlib.redirect_stdout(f), \
+            contextlib.redirect_stderr(f):
         try:
-            train.main(argv)
-            return 0
+            train.main([*argv, f'--out_dir={run_dir}'])
+            rc = 0
         except SystemExit as e:
-            return e.code if isinstance(e.code, int) else 1
+            rc = e.code if isinstance(e.code, int) else 1
         except Exception as e:                    # a run that crashes is reported, not the whole claims run
             print(f'{type(e).__name__}: {e}', flush=True)
-            return 1
-
-
-def train_job(argv, run_dir):
-    """Runner job: train.py with argv and --out_dir=RUN_DIR, console to RUN_DIR/console.txt -> {'rc',
-    'evals', 'summary', 'line'} read from its log."""
-    rc = train_in_process([*argv, f'--out_dir={run_dir}'], os.path.join(run_dir, 'console.txt'))
+            rc = 1
     try:
         evals, summary = read_log(os.path.join(run_dir, 'log.jsonl'))
     except ValueError as e:                       # a damaged log (checkpoint.CheckpointError): a failed job
@@ -154,6 +152,83 @@ def window_loss_job(argv, run_dir):
         return {'rc': 1, 'line': f'{type(e).__name__}: {e}'}
     return {'rc': 0, 'train_loss': ev['train_windows_loss'], 'val_loss': ev['val_loss'],
             'line': f'train windows {ev["train_windows_loss"]:.4f}, val {ev["val_loss"]:.4f}'}
+
+
+def time_calls(fn, n, warmup=0, device=None):
+    """Seconds of each of n calls of fn() after `warmup` untimed ones, `device` (a torch device or a
+    name; None: none) synchronised before each clock read (machine.sync: CUDA's work done, not only
+    launched) -> list of n floats. Every timing loop of the experiments (step times, bench's tables)."""
+    from machine import sync
+    wait = (lambda: sync(device)) if device is not None else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(n):
+        wait()
+        t0 = time.perf_counter()
+        fn()
+        wait()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+@contextlib.contextmanager
+def torch_threads(n):
+    """torch's intra-op threads set to n inside the block, the caller's count restored after it."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def step_time_job(spec, run_dir=None):
+    """Runner job: seconds a training step of the step function that spec['builder'] ('module:function',
+    imported here, called with spec['args']) returns, measured in this pool process as the runs go:
+    spec['warmup'] steps untimed, then spec['chunks'] chunks of spec['steps'] steps, each timed -> {'rc',
+    's_per_step' (the median chunk's seconds a step: a chunk another process slowed does not move it),
+    's_fastest' (the fastest chunk's: what an uncontended machine gives), 'chunks', 'line'}."""
+    import importlib
+    import torch
+    module, name = spec['builder'].split(':')
+    try:
+        step = getattr(importlib.import_module(module), name)(**spec['args'])
+    except SystemExit as e:                        # a builder's settings refused (train.py's: one line)
+        return {'rc': 1, 'line': f'its step builder exited ({e.code})'}
+    device = 'cuda' if torch.cuda.is_initialized() else None
+    for _ in range(spec['warmup']):
+        step()
+    chunks = [t / spec['steps'] for t in time_calls(lambda: [step() for _ in range(spec['steps'])], spec['chunks'],
+                                                    device=device)]
+    s = sorted(chunks)[len(chunks) // 2]
+    return {'rc': 0, 's_per_step': s, 's_fastest': min(chunks), 'chunks': chunks, 'line': f'{1000 * s:.1f} ms a step'}
+
+
+def train_run(argv):
+    """train.py's run of the settings argv (config files and --key=value), built as train.main builds it
+    (the settings checked, the device set up, the data loaded, the model and its optimisers made), nothing
+    written -> (run: train.build_run's namespace, with .train_data; cfg: the settings; step(): one
+    train.train_step on freshly drawn windows at the peak learning rate -> its loss tensor). Bad settings
+    or data: train.py's one line, exit 2."""
+    import configurator
+    import machine
+    import train
+    cfg, _ = configurator.resolve_settings(configurator.parse_overrides(argv, train.DEFAULTS, train.__doc__),
+                                           train.DEFAULTS, [k for k in train.MODEL_KEYS if k not in train.TUNING_KEYS])
+    cfg['init_from'] = 'scratch'
+    configurator.check_settings(cfg)
+    env = machine.setup_device(cfg)
+    meta, train_data, _ = train.load_data(cfg)
+    run = train.build_run(cfg, None, env, meta)
+    run.train_data = train_data
+
+    def step():
+        starts = train.draw_windows(run.batch_gen, len(train_data), cfg['n_ctx'], cfg['batch_size'],
+                                    cfg['grad_accum'], env.world)[env.rank]
+        return train.train_step(run.model, run.optimizers, train_data, starts, cfg['learning_rate'], cfg, env)
+    return run, cfg, step
 
 
 _CHILD = []          # the command a pool process runs now (run_command), for _stop_worker
@@ -210,6 +285,18 @@ def read_log(path):
     return evals, summary
 
 
+def interruptible(method):
+    """A Runner method whose last argument names its work (`what`): Ctrl-C in it stops the pool and
+    exits 130 with one line (Runner.stop)."""
+    @functools.wraps(method)
+    def run(self, *args):
+        try:
+            return method(self, *args)
+        except KeyboardInterrupt:
+            self.stop(args[-1])
+    return run
+
+
 class Runner:
     """Runs jobs (job(): a Job each) on a pool of `workers` processes with `threads` threads each,
     caches each finished job's result.json (keyed by the job's settings), and prints progress
@@ -217,6 +304,7 @@ class Runner:
 
     def __init__(self, out, workers, threads):
         self.out, self.workers, self.threads = out, workers, threads
+        os.environ['OMP_NUM_THREADS'] = str(threads)     # the pool's processes (and their commands) start so
         self.ran = 0                                 # jobs run (not taken from the cache) so far
         self.pool = self.new_pool()
 
@@ -304,51 +392,22 @@ class Runner:
             f'{fmt_s(time.time() - t0)} so far, about {fmt_s(max(0.0, left) / self.workers)} left in this phase')
 
     def map(self, fn, jobs, what):
-        """jobs: list of Job (job()) -> list of results, in order.
+        """jobs: list of Job (job()) -> list of results, in order (chains() of one job each).
 
         fn(spec, run_dir) runs in a pool process and returns a JSON-able dict with 'rc'
         (0 = ok) and 'line' (a short summary for the progress line); the result is that
         dict with the job's settings ('argv': its spec, 'version') added. A job whose folder
         holds a result.json of the same settings (Runner.cached) is not run again; a failed job
         (rc != 0) is not cached, so the next call retries it."""
-        try:
-            return self._map(fn, jobs, what)
-        except KeyboardInterrupt:
-            self.stop(what)
+        return [rs[0] for rs in self.chains(fn, [[j] for j in jobs], what)]
 
-    def _map(self, fn, jobs, what):
-        """map() itself."""
-        results = [self.cached(j) for j in jobs]
-        todo = [i for i, r in enumerate(results) if r is None]
-        if len(todo) < len(jobs):
-            say(f'{what}: {len(jobs) - len(todo)} of {len(jobs)} runs cached')
-        left = sum(jobs[i].eta for i in todo)
-        t0, done = time.time(), 0
-        futures = {self.start(fn, jobs[i]): i for i in todo}
-        if todo:
-            say(f'{what}: {len(todo)} runs, about {fmt_s(left / self.workers)} on {self.workers} workers')
-        for fut in as_completed(futures):
-            i = futures[fut]
-            results[i] = res = self.finish(jobs[i], fut)
-            done += 1
-            left -= jobs[i].eta
-            self.progress(done, len(todo), jobs[i].dir, res, t0, left)
-        self.ran += done
-        return results
-
+    @interruptible
     def chains(self, fn, chains, what):
         """chains: lists of Job as in map(), each list run in order (a job may read what the job before
         it left in its folder), the lists side by side: whenever a worker is free it takes the next job
         of the chain with the most work left (a cached job is skipped). After a failed job the rest of
         its chain is not run (each gets {'rc': 1, 'line': ...}, not cached) -> a list of results per
         chain, in order, and self.ran counts the jobs run."""
-        try:
-            return self._chains(fn, chains, what)
-        except KeyboardInterrupt:
-            self.stop(what)
-
-    def _chains(self, fn, chains, what):
-        """chains() itself."""
         results = [[self.cached(j) for j in chain] for chain in chains]
         todo = sum(r is None for rs in results for r in rs)
         total = sum(map(len, chains))
@@ -356,8 +415,8 @@ class Runner:
             say(f'{what}: {total - todo} of {total} runs cached')
         left = sum(j.eta for chain, rs in zip(chains, results) for j, r in zip(chain, rs) if r is None)
         if todo:
-            say(f'{what}: {todo} runs in {sum(any(r is None for r in rs) for rs in results)} chains, about '
-                f'{fmt_s(left / self.workers)} on {self.workers} workers')
+            say(f'{what}: {todo} runs, about {fmt_s(left / self.workers)} on {self.workers} workers' +
+                (f' ({sum(any(r is None for r in rs) for rs in results)} chains)' if max(map(len, chains)) > 1 else ''))
         cursor, running, t0, done, skipped = [0] * len(chains), {}, time.time(), 0, 0
 
         def advance(c):                       # past the chain's finished (cached) jobs
@@ -394,24 +453,12 @@ class Runner:
         self.ran += done
         return results
 
-    def train_batch(self, jobs, what):
-        """train.py runs: jobs as in map(), each spec train.py's arguments less --out_dir (train_job
-        adds the job's folder) -> results with 'rc', 'evals' [(step, val_loss, val_bpb, val_acc)],
-        'summary', 'argv'."""
-        return self.map(train_job, jobs, what)
-
+    @interruptible
     def commands(self, jobs, what):
         """jobs: list of (args, out_path) run as `python args...` on the pool -> exit statuses.
         A command whose output exists from the same args (OUT_PATH.args.json) is not run again;
         a command to run loses its OUT_PATH.args.json first, so one stopped halfway is never
         taken for done."""
-        try:
-            return self._commands(jobs, what)
-        except KeyboardInterrupt:
-            self.stop(what)
-
-    def _commands(self, jobs, what):
-        """commands() itself."""
         def cached(args, path):
             return os.path.isfile(path) and load_json(path + '.args.json', 'record of a command') == args
         futs = []
@@ -432,6 +479,24 @@ class Runner:
             if f is not None and rcs[-1] == 0:
                 cache(path + '.args.json', args)
         return rcs
+
+
+def step_times(runner, parent, builders, steps, version, what, fresh=False):
+    """The one step-time calibration of the experiments: seconds a training step of each step builder,
+    builders {key: (job name, 'module:function', its keyword arguments)}, each a cached job
+    (PARENT/NAME-KEY: step_time_job, 3 warm-up steps, then 5 chunks of steps // 5 steps) measured in the
+    pool the runs train in, so under their conditions (two jobs at a time, one thread each on the CPU);
+    `fresh`: measured again, the cached ones removed first -> {key: (median seconds a step, the fastest
+    chunk's)}. RuntimeError naming the jobs that failed."""
+    jobs = [job(parent, name, dict(builder=builder, args=args, warmup=3, chunks=5, steps=max(1, steps // 5)),
+                3 + 0.1 * steps, version) for name, builder, args in builders.values()]
+    if fresh:
+        for j in jobs:
+            shutil.rmtree(j.dir, ignore_errors=True)
+    res = runner.map(step_time_job, jobs, what)
+    if any(r['rc'] != 0 for r in res):
+        raise RuntimeError('a step-time job failed (' + '; '.join(r.get('line', '') for r in res if r['rc']) + ')')
+    return {key: (r['s_per_step'], r['s_fastest']) for key, r in zip(builders, res)}
 
 
 def cache(path, obj):
@@ -484,6 +549,31 @@ def save_figure(fig, path, dpi=90):
         if os.path.exists(path + '.tmp.png'):
             os.remove(path + '.tmp.png')
     return f'plot: {path}'
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None when matplotlib is not installed (then a figure's
+    function returns NO_PLOT: the tables stand without it)."""
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        return None
+
+
+NO_PLOT = 'plot skipped: matplotlib is not installed (pip install matplotlib)'
+
+
+def mean_range(xs, digits='.4g', half='.2g', bad='diverged', one=False):
+    """The reports' 'mean +- half the range' of per-seed values xs, each part by its format spec or
+    function (`digits`, `half`); one value: its mean alone, unless `one`; `bad` when there is none or
+    one is not finite (a diverged or failed run) -> str."""
+    if not xs or not all(math.isfinite(x) for x in xs):
+        return bad
+    f, g = ((x if callable(x) else lambda v, spec=x: format(v, spec)) for x in (digits, half))
+    return f(sum(xs) / len(xs)) + (f' +- {g((max(xs) - min(xs)) / 2)}' if len(xs) > 1 or one else '')
 
 
 def md_row(cells):

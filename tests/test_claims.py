@@ -168,7 +168,7 @@ class TestClaimsQuick(unittest.TestCase):
     def test_bad_arguments_are_one_line_errors(self):
         """(In this process: test_faults runs a bad claims.py argument as a process.)"""
         for args, msg in ((['--models', 'nope'], 'unknown model'), (['--budget', '0'], 'positive'),
-                          (['--budgets', '1,x'], '--budgets must be numbers'), (['--budgets', '0,1'], 'positive'),
+                          (['--budgets', '1,x'], 'argument --budgets: expected a number'), (['--budgets', '0,1'], 'positive'),
                           (['--data_dir', os.path.join(self.tmp, 'missing')], 'prepare.py')):
             r = run_in_process('-m', 'experiments.claims', *args)
             with self.subTest(args=args):

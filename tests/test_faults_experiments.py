@@ -97,7 +97,7 @@ class TestCacheKeys(unittest.TestCase):
         dirs = []
 
         class Fake:
-            def train_batch(self, js, what):
+            def map(self, fn, js, what):
                 dirs.extend(j.dir for j in js)
                 return [{'rc': 0, 'evals': [(1, 4.0, 1.0, 0.1)], 'summary': None, 'line': ''} for _ in js]
         for budget_s in (10.0, 20.0):

@@ -29,7 +29,7 @@ import torch
 
 from tests.common import run, run_in_process
 from tests.faults import (ENV, LINUX, TINY, Base, alive, ckpt_step, error_lines, hashes, kill_session, popen,
-                          records, session_alive, write)
+                          session_alive, write)
 
 
 # ----------------------------------------------------------------------------- caches and outputs
@@ -127,27 +127,36 @@ class TestCachesAndOutputs(Base):
         self.assertEqual(runner.ran, 2)
         self.assertIn('[3/3]', err.getvalue())
 
-    def test_claims_recalibrates_over_a_damaged_calibration_json(self):
-        """A torn calibration.json: one warning line, the step times measured again (a fake runner)."""
+    def test_claims_measures_a_damaged_step_time_again(self):
+        """A torn result.json of a claims calibration job: one warning line, the step time (train.py's own
+        step, measured in this process: a runner whose pool is this process) measured again and cached whole."""
+        from concurrent.futures import Future
         from experiments import claims
-        out = os.path.join(self.f.tmp, 'calibration')
-        path = write(os.path.join(out, 'calibration.json'), '{"flat": {"s_per_step": 0.0')
+        from experiments.runner import Runner
 
-        class Runner:
-            def train_batch(self, jobs, what):
-                for j in jobs:
-                    write(os.path.join(j.dir, 'log.jsonl'), ''.join(
-                        json.dumps({'event': 'train', 'step': s, 'ms_per_step': 20.0}) + '\n' for s in (5, 10)))
-                return [{'rc': 0} for _ in jobs]
+        class Inline(Runner):
+            def __init__(self, out):
+                self.out, self.workers, self.threads, self.ran = out, 1, 1, 0
+
+            def submit(self, fn, *args):
+                fut = Future()
+                fut.set_result(fn(*args))
+                return fut
+        out = os.path.join(self.f.tmp, 'calibration')
+        base = {'lm': [*TINY, f'--data_dir={self.f.data}'], 'ae': []}
+        with contextlib.redirect_stderr(io.StringIO()):
+            claims.calibrate(Inline(out), out, ['flat'], base, 5, False)
+        path, = glob.glob(os.path.join(out, 'calibration', 'flat-*', 'result.json'))
+        write(path, '{"rc": 0, "s_per_step": 0.0')
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            step_s = claims.calibrate(Runner(), out, ['flat'], {'lm': [], 'ae': []}, 10, False)
-        self.assertEqual(step_s, {'flat': 0.02})
+            step_s = claims.calibrate(Inline(out), out, ['flat'], base, 5, False)
+        self.assertGreater(step_s['flat'], 0)
         warnings = [l for l in err.getvalue().splitlines() if 'warning' in l]
         self.assertEqual(len(warnings), 1, err.getvalue())
-        self.assertIn('calibration.json', warnings[0])
+        self.assertIn('result.json', warnings[0])
         with open(path) as fh:
-            self.assertEqual(json.load(fh)['flat']['s_per_step'], 0.02)
+            self.assertEqual(json.load(fh)['s_per_step'], step_s['flat'])
 
     def test_runner_read_log_drops_a_torn_last_line(self):
         """runner.read_log reads through checkpoint.read_log: a torn last line is one warning, not a crash."""
@@ -262,8 +271,7 @@ class TestCachesAndOutputs(Base):
         self.assertEqual(len(after), 1, err[-3000:])
         self.assertIn('interrupted', after[0])
         self.assertEqual(left, [], 'processes of the interrupted run are still running')
-        finished = [d for d in glob.glob(os.path.join(out, 'calibration', '*', 'log.jsonl'))
-                    if any(x.get('event') == 'summary' for x in records(d))]
+        finished = glob.glob(os.path.join(out, 'calibration', '*', 'result.json'))
         self.assertEqual(finished, [], 'the pool was left to finish its runs after Ctrl-C, not stopped')
 
 

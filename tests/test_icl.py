@@ -179,7 +179,7 @@ class TestTraining(unittest.TestCase):
     def test_two_layer_diag_learns_below_the_one_layer_optimum(self):
         # one layer is one gradient-descent step at best: 0.5 d (1 - n / (n + d + 1)) = 1.77
         best_one_layer = 0.5 * reg.D_X * (1 - reg.N_CTX / (reg.N_CTX + reg.D_X + 1))
-        model = icl.build(dict(param='diag', n_layer=2, noise='0', seed=0))
+        model = reg.build(dict(param='diag', n_layer=2, noise='0', seed=0))
         _, rollbacks, finished = reg.train(model, '0', 300, 256, 1e-2, seed=0)
         loss = reg.mean_loss(model, reg.fixed_prompts('0', 4000, 'eval'))
         self.assertTrue(finished)
@@ -209,7 +209,7 @@ class TestBatchedTraining(unittest.TestCase):
         import copy
         for L, param in ((2, 'diag'), (3, 'full'), (2, 'gdpp')):
             noises, seeds = ['0', '3', '7', 'c13'], [0, 1, 2, 0]
-            singles = [icl.build(dict(param=param, n_layer=L, noise=n, seed=s)) for n, s in zip(noises, seeds)]
+            singles = [reg.build(dict(param=param, n_layer=L, noise=n, seed=s)) for n, s in zip(noises, seeds)]
             batched = [copy.deepcopy(m) for m in singles]
             fits = [reg.train(m, n, 200, 64, 1e-2, s, snapshot_every=50) for m, n, s in zip(singles, noises, seeds)]
             fits_b = reg.train_batched(batched, noises, seeds, 200, 64, 1e-2, snapshot_every=50)
@@ -232,7 +232,7 @@ class TestBatchedTraining(unittest.TestCase):
         """A non-finite loss in one model restores that model's snapshot alone and halves its rate:
         the other models train on as if alone."""
         import copy
-        models = [icl.build(dict(param='diag', n_layer=2, noise='1', seed=s)) for s in (0, 1)]
+        models = [reg.build(dict(param='diag', n_layer=2, noise='1', seed=s)) for s in (0, 1)]
         alone = copy.deepcopy(models[1])
         calls = {'n': 0}
         stack_forward = reg.LinearSelfAttention.forward
@@ -358,14 +358,14 @@ class TestMixerLadder(unittest.TestCase):
     def test_a_stopped_rung_goes_on_to_the_same_numbers(self):
         """A rung stopped after its second checkpoint (step 40 of 80) resumes from it and ends exactly
         where the same rung run without a stop ends."""
-        draw, calls = icl_ladder.sample_prompts, {'n': 0}
+        draw, calls = icl_mixers.sample_prompts, {'n': 0}          # icl_mixers.adam_step draws a step's prompts
 
         def stop_at_50(*args, **kw):
             calls['n'] += 1
             if calls['n'] > 50:
                 raise KeyboardInterrupt
             return draw(*args, **kw)
-        with unittest.mock.patch.object(icl_ladder, 'sample_prompts', stop_at_50), self.assertRaises(KeyboardInterrupt):
+        with unittest.mock.patch.object(icl_mixers, 'sample_prompts', stop_at_50), self.assertRaises(KeyboardInterrupt):
             self.job('stopped', ladder_spec(4))
         resumed = self.job('stopped', ladder_spec(4))
         whole = self.job('whole', ladder_spec(4))
