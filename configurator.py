@@ -254,5 +254,4 @@ def resolve_settings(overrides, defaults, model_keys):
 
 
 if __name__ == '__main__':
-    from configurator import fail
     fail("train.py's settings, not a command: python train.py --help lists them", 'configurator.py')

@@ -275,5 +275,4 @@ def hms(seconds):
 
 
 if __name__ == '__main__':
-    from configurator import fail
     fail('the device and timing module, not a command: python -m experiments.bench measures this machine', 'machine.py')

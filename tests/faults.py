@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 from types import SimpleNamespace
 
@@ -179,6 +181,43 @@ def kill_session(p):
         os.killpg(p.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         p.communicate(timeout=30)
+
+
+def interrupt_pool(test, args, ready, sigints=1, settle=0.0):
+    """Start python args in a session of its own, wait until a stderr line holds `ready` (its pool has
+    started), then send SIGINT to its group `sigints` times 50 ms apart (`timeout -s INT` signals the
+    process and then its group: two), and assert the Ctrl-C contract: exit 130, no traceback from the
+    main process or any worker, one line after the signal saying 'interrupted', no process of its
+    session left. settle: seconds to wait after `ready` before the first signal."""
+    p = popen(args)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
+    try:
+        t0 = time.time()
+        while not any(ready in l for l in lines) and p.poll() is None and time.time() - t0 < 240:
+            time.sleep(0.1)
+        time.sleep(settle)
+        mark = len(lines)
+        for i in range(sigints):
+            os.killpg(p.pid, signal.SIGINT)
+            time.sleep(0.05)
+        p.wait(timeout=120)
+        reader.join(30)
+        t1 = time.time()
+        while session_alive(p.pid) and time.time() - t1 < 10:
+            time.sleep(0.2)
+        left = session_alive(p.pid)
+    finally:
+        kill_session(p)
+    err = ''.join(lines)
+    test.assertGreater(mark, 0, f'staging: the command never printed {ready!r}')
+    test.assertEqual(p.returncode, 130, err[-3000:])
+    test.assertNotIn('Traceback', err)
+    after = [l for l in lines[mark:] if l.strip()]
+    test.assertEqual(len(after), 1, err[-3000:])
+    test.assertIn('interrupted', after[0])
+    test.assertEqual(left, [], 'processes of the interrupted run are still running')
 
 
 def records(path):

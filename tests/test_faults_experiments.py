@@ -17,20 +17,15 @@ import io
 import json
 import os
 import shutil
-import signal
 import tempfile
-import threading
-import time
 import unittest
-from types import SimpleNamespace
 from unittest import mock
 
-import torch
 
 from experiments import claims, icl, icl_ladder, icl_report, mqar
 from experiments.runner import Runner, job, save_figure, spec_key
 from tests.common import run_in_process
-from tests.faults import LINUX, kill_session, popen, session_alive
+from tests.faults import LINUX, interrupt_pool
 
 
 def echo_job(spec, run_dir):
@@ -319,34 +314,7 @@ class TestCtrlC(unittest.TestCase):
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
         args = ['-m', 'experiments.mqar', '--quick', '--kinds', 'flat,transformer', '--deep_layers', '0',
                 '--epochs', '1', '--n_train', '512', '--n_test', '64', '--out', out]
-        p = popen(args)
-        lines = []
-        reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
-        reader.start()
-        try:
-            t0 = time.time()
-            while not any('2-layer models: ' in l for l in lines) and p.poll() is None and time.time() - t0 < 240:
-                time.sleep(0.1)
-            mark = len(lines)
-            os.killpg(p.pid, signal.SIGINT)             # timeout -s INT: the process, then its group
-            time.sleep(0.05)
-            os.killpg(p.pid, signal.SIGINT)
-            p.wait(timeout=120)
-            reader.join(30)
-            t1 = time.time()
-            while session_alive(p.pid) and time.time() - t1 < 10:
-                time.sleep(0.2)
-            left = session_alive(p.pid)
-        finally:
-            kill_session(p)
-        err = ''.join(lines)
-        self.assertGreater(mark, 0, 'staging: mqar never reached its pool')
-        self.assertEqual(p.returncode, 130, err[-3000:])
-        self.assertNotIn('Traceback', err)
-        after = [l for l in lines[mark:] if l.strip()]
-        self.assertEqual(len(after), 1, err[-3000:])
-        self.assertIn('interrupted', after[0])
-        self.assertEqual(left, [])
+        interrupt_pool(self, args, '2-layer models: ', sigints=2)
         r = run_in_process(*args, env={**os.environ, 'OMP_NUM_THREADS': '1'})       # the same command resumes
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertIn('| flat | 0.', r.stdout)

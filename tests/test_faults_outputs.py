@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
 import unittest
 from types import SimpleNamespace
@@ -28,8 +27,8 @@ from unittest import mock
 import torch
 
 from tests.common import run, run_in_process
-from tests.faults import (ENV, LINUX, TINY, Base, alive, ckpt_step, error_lines, hashes, kill_session, popen,
-                          session_alive, write)
+from tests.faults import (ENV, LINUX, TINY, Base, alive, ckpt_step, error_lines, hashes, interrupt_pool, kill_session,
+                          popen, write)
 
 
 # ----------------------------------------------------------------------------- caches and outputs
@@ -243,34 +242,8 @@ class TestCachesAndOutputs(Base):
         interrupt (the progress lines before it are claims' own), no traceback from any worker, the
         runs stopped (not left to finish: a full run's would take minutes) and no process left."""
         out = os.path.join(self.f.tmp, 'claims_ctrl_c')
-        p = popen(['-m', 'experiments.claims', '--quick', '--models', 'flat', '--data_dir', self.f.data,
-                   '--out', out])
-        lines = []
-        reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
-        reader.start()
-        try:
-            t0 = time.time()
-            while not any('runs, about' in l for l in lines) and p.poll() is None and time.time() - t0 < 120:
-                time.sleep(0.1)
-            time.sleep(0.2)                                   # the workers are starting
-            mark = len(lines)
-            os.killpg(p.pid, signal.SIGINT)
-            p.wait(timeout=60)
-            reader.join(30)
-            t1 = time.time()
-            while session_alive(p.pid) and time.time() - t1 < 10:
-                time.sleep(0.2)
-            left = session_alive(p.pid)
-        finally:
-            kill_session(p)
-        err = ''.join(lines)
-        self.assertGreater(mark, 0, 'staging: claims never reached its pool')
-        self.assertEqual(p.returncode, 130, err[-3000:])
-        self.assertNotIn('Traceback', err)
-        after = [l for l in lines[mark:] if l.strip()]
-        self.assertEqual(len(after), 1, err[-3000:])
-        self.assertIn('interrupted', after[0])
-        self.assertEqual(left, [], 'processes of the interrupted run are still running')
+        interrupt_pool(self, ['-m', 'experiments.claims', '--quick', '--models', 'flat', '--data_dir', self.f.data,
+                              '--out', out], 'runs, about', settle=0.2)     # settle: the workers are starting
         finished = glob.glob(os.path.join(out, 'calibration', '*', 'result.json'))
         self.assertEqual(finished, [], 'the pool was left to finish its runs after Ctrl-C, not stopped')
 
