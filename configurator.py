@@ -109,6 +109,24 @@ def listing(cast=str, choices=None, empty=False, items='values', what='name'):
     return parse
 
 
+def assignments(text):
+    """An argparse type: 'key=value,...' (e.g. ModelConfig fields; values Python literals or bare names)
+    -> dict; argparse.ArgumentTypeError (one line) on a malformed item or a key given twice. What the
+    keys may be is the caller's to check."""
+    out = {}
+    for item in listing(empty=True)(text):
+        key, eq, value = item.partition('=')
+        if not eq or not key.isidentifier():
+            raise argparse.ArgumentTypeError(f'expected key=value, got {item!r}')
+        if key in out:
+            raise argparse.ArgumentTypeError(f'names {key} twice (got {text!r}); give each once')
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
 def collect_defaults(namespace, skip=()):
     """The settings of a module namespace (train.py's globals()): every public name
     bound to an int, float, bool, str or None, in order, except those in `skip`."""

@@ -23,7 +23,8 @@ Every kind of mixer.py (mixer.VARIANTS less `transformer_naive`, the transformer
 another attention kernel) trains through its own LanguageModel at the same d_model and n_layer = 2,
 the attention kinds with one head as Zoology's attention (--attention_heads); then the masked mixer
 with the best mean accuracy trains again with 4 layers. Each (kind, layers, T, d_model, lr) is one
-cached job of runner.Runner (OUT/runs/NAME/result.json): a stopped run resumes where it stopped.
+cached job of runner.Runner (OUT/runs/NAME/result.json): a stopped command, run again, trains
+only the jobs it had not finished (a job stopped midway starts over).
 Training is Zoology's trainer: AdamW (betas 0.9, 0.999, weight decay 0.01 on matrices as
 optim.param_groups sets it), the learning rate on a cosine over 64 epochs stepped once an epoch
 (nearly constant over the few epochs a run lasts), the test set scored after every epoch and
@@ -35,7 +36,6 @@ per T, a line per kind) and OUT/results.json (every run).
 """
 
 import argparse
-import ast
 import io
 import itertools
 import math
@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 import mixer
 from checkpoint import check_folder_writable, write_atomic
-from configurator import ArgumentParser, fail, listing, number
+from configurator import ArgumentParser, assignments, fail, listing, number
 from experiments import mqar_report
 from experiments.mqar_report import N_LAYER, best
 from experiments.runner import Runner, command, fmt_s, job, say, step_times
@@ -392,11 +392,17 @@ def run_grid(runner, s, jobs, times, what):
     (row_name: the kind and its extra fields)."""
     jobs = sorted(((j._replace(eta=job_seconds(s, j.spec['T'], times[shape])), shape) for j, shape in jobs),
                   key=lambda x: -x[0].eta)
+    return collect([j for j, _ in jobs], runner.map(cell_job, [j for j, _ in jobs], what))
+
+
+def collect(jobs, results):
+    """Jobs of plan() and their results (None: left out) -> {(row name, n_layer, T, kv, d_model): {lr: result}}."""
     grid = {}
-    for (j, _), r in zip(jobs, runner.map(cell_job, [j for j, _ in jobs], what)):
+    for j, r in zip(jobs, results):
         sp = j.spec
-        grid.setdefault((row_name(sp['kind'], sp['fields']), sp['n_layer'], sp['T'], sp['kv'], sp['d_model']),
-                        {})[sp['lr']] = r
+        if r is not None:
+            grid.setdefault((row_name(sp['kind'], sp['fields']), sp['n_layer'], sp['T'], sp['kv'], sp['d_model']),
+                            {})[sp['lr']] = r
     return grid
 
 
@@ -454,22 +460,6 @@ def cell(text):
     return int(T), int(kv)
 
 
-def model_fields(text):
-    """An argparse type: 'key=value,...' (ModelConfig fields; values Python literals or bare names) -> dict;
-    argparse.ArgumentTypeError (one line) on a malformed item. The fields a kind refuses are model_config's
-    to say."""
-    out = {}
-    for item in listing(empty=True)(text):
-        key, eq, value = item.partition('=')
-        if not eq or not key.isidentifier():
-            raise argparse.ArgumentTypeError(f'expected key=value, got {item!r}')
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
-    return out
-
-
 def parse_args(argv):
     """The command line -> argparse.Namespace with .s (the settings), .kinds and .out. Every setting is
     checked before any work: a one-line error and exit 2 on a bad one."""
@@ -480,6 +470,8 @@ def parse_args(argv):
                         "window at T=64, kv=4, d_model 128 (hours); gpu: Zoology's figure-2 grid")
     p.add_argument('--quick', action='store_true', help='every kind at a tiny cell, one rate (seconds: the tests)')
     p.add_argument('--estimate', action='store_true', help='only measure step times and print the time it takes')
+    p.add_argument('--cached_only', action='store_true', help="train nothing: the report of the plan's runs cached "
+                   "under --out so far (a run not yet cached reads '-'), written to OUT/cached_only")
     p.add_argument('--kinds', type=listing(str, KINDS, what='kind'), default=','.join(KINDS),
                    help='model kinds (default: every mixer.VARIANTS name but transformer_naive)')
     p.add_argument('--cells', type=listing(cell, items='T:kv pairs (e.g. 64:4,128:8)'),
@@ -493,7 +485,7 @@ def parse_args(argv):
     p.add_argument('--n_test', type=count, help="test sequences a cell (default the protocol's)")
     p.add_argument('--vocab_size', type=number(int, 4), help="vocabulary (default the protocol's)")
     p.add_argument('--batch_size', type=count, help="sequences a step at every T (default the protocol's by T)")
-    p.add_argument('--fields', type=model_fields, default='', help="ModelConfig fields for every kind given, e.g. "
+    p.add_argument('--fields', type=assignments, default='', help="ModelConfig fields for every kind given, e.g. "
                    "n_head=1,toeplitz_init='normal' (another form of a kind; its rows are named kind[fields])")
     p.add_argument('--patience', type=zero_up, help="the plateau rule: stop after this many epochs without a rise "
                    "of 0.01 in test accuracy (default the protocol's: 8 for window, none otherwise)")
@@ -558,24 +550,29 @@ def main(argv=None):
     runner = Runner(out, s['workers'], s['threads'])
     jobs = plan(s, args.kinds, N_LAYER, s['seed'], out)
     try:
-        if args.estimate:
+        if args.cached_only:              # nothing trained: the report of what is cached, apart from a full run's
+            grid, deep = collect([j for j, _ in jobs], [runner.cached(j) for j, _ in jobs]), None
+            out = os.path.join(out, 'cached_only')
+            os.makedirs(out, exist_ok=True)
+        elif args.estimate:
             deep = [k for k in args.kinds if k in MIXER_KINDS][:1]
             jobs += plan(s, deep, s['deep_layers'], s['seed']) if s['deep_layers'] else []
             times, fastest = shape_seconds(runner, out, s, list(dict.fromkeys(sh for _, sh in jobs)))
             print('\n'.join(estimate(s, jobs, deep, times, fastest, out)))
             return 0
-        times = shape_seconds(runner, out, s, list(dict.fromkeys(sh for _, sh in jobs)))[0]
-        grid = run_grid(runner, s, jobs, times, f'{N_LAYER}-layer models')
-        deep = best_mixer(grid, N_LAYER, s['fields']) if s['deep_layers'] else None
-        if deep:
-            jobs = plan(s, [deep], s['deep_layers'], s['seed'], out)
-            times.update(shape_seconds(runner, out, s, [sh for _, sh in jobs])[0])
-            grid.update(run_grid(runner, s, jobs, times, f'the best mixer ({deep}) at {s["deep_layers"]} layers'))
+        else:
+            times = shape_seconds(runner, out, s, list(dict.fromkeys(sh for _, sh in jobs)))[0]
+            grid = run_grid(runner, s, jobs, times, f'{N_LAYER}-layer models')
+            deep = best_mixer(grid, N_LAYER, s['fields']) if s['deep_layers'] else None
+            if deep:
+                jobs = plan(s, [deep], s['deep_layers'], s['seed'], out)
+                times.update(shape_seconds(runner, out, s, [sh for _, sh in jobs])[0])
+                grid.update(run_grid(runner, s, jobs, times, f'the best mixer ({deep}) at {s["deep_layers"]} layers'))
     except RuntimeError as e:           # a step-time job failed: no ETA, no run
         fail(f'measuring the step times failed ({e})', 'mqar.py', 1)
     finally:
         runner.pool.shutdown()
-    total = sum(len(r) for r in grid.values())
+    total = len(jobs) if args.cached_only else sum(len(r) for r in grid.values())
     cached = sum(bool(r.get('cached')) for runs in grid.values() for r in runs.values())
     kinds = [row_name(k, s['fields']) for k in args.kinds]
     try:

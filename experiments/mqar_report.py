@@ -111,7 +111,8 @@ def window_table(grid, rows, s):
                 solved = [f'{lr:.2g}' for lr in sorted(ok) if ok[lr] > SOLVED]
                 above = [f'{lr:.2g}' for lr in sorted(ok) if ok[lr] > 1 / kv + ABOVE]
                 body.append([label(kind, L), *cells, ', '.join(solved) or 'none',
-                             ', '.join(above) or 'none: at 1/kv over the whole window'])
+                             ', '.join(above) or ('none: at 1/kv over the whole window' if len(ok) == len(s['lrs'])
+                                                  else f'none at the {len(ok)} rates run')])
             out += [f'T = {T}, kv = {kv}, d_model {d}: test accuracy (epochs run) at each learning rate', '',
                     md_table(['model', *[f'{lr:.2g}' for lr in s['lrs']], f'solved (> {SOLVED})',
                               f'recalls (> 1/kv + {ABOVE})'], body), '']

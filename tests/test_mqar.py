@@ -234,6 +234,23 @@ class TestQuickRun(unittest.TestCase):
         table = lambda text: text.split('## Test accuracy')[1].split('## Every run')[0]
         self.assertEqual(table(self.second.stdout), table(self.first.stdout))
 
+    def test_cached_only_trains_nothing_and_leaves_the_full_report(self):
+        """--cached_only with rates of which one is cached: no job runs, the others read '-', the report goes to
+        OUT/cached_only and OUT/mqar.md stays the full run's."""
+        lr = mqar.PROTOCOLS['quick']['lrs'][0]
+        full = open(os.path.join(self.out, 'mqar.md')).read()
+        r = run('-m', 'experiments.mqar', '--quick', '--kinds', 'transformer,flat', '--lrs', f'{lr},{2 * lr},{4 * lr}',
+                '--cached_only', '--out', self.out)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual({f: os.path.getmtime(f) for f in cached_results(self.out)}, self.stamps)
+        self.assertEqual(open(os.path.join(self.out, 'mqar.md')).read(), full)
+        self.assertEqual(open(os.path.join(self.out, 'cached_only', 'mqar.md')).read().strip(), r.stdout.strip())
+        window = r.stdout.split('## The learning-rate window')[1].split('## Every run')[0]
+        for kind in ('transformer', 'flat'):
+            row = next(line for line in window.splitlines() if line.startswith(f'| {kind} |'))
+            self.assertEqual(row.split(' | ')[2:4], ['-', '-'], row)
+        self.assertIn('2 of 6 runs were cached', r.stdout)
+
     def test_bad_arguments_give_one_line_and_exit_2(self):
         cases = (['--kinds', 'flat,nope'], ['--cells', '16:5'], ['--lrs', '0'], ['--quick', '--protocol', 'gpu'],
                  ['--d_models', '30'], ['--batch_size', '0'])
