@@ -152,7 +152,7 @@ class TestDuplicates(unittest.TestCase):
         tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
         for args in (['--kinds', 'flat,transformer,flat'], ['--cells', '64:4,128:8,64:4'], ['--lrs', '1e-3,0.001'],
-                     ['--d_models', '64,64']):
+                     ['--d_models', '64,64'], ['--fields', 'n_head=1,n_head=2']):
             with self.subTest(args=args):
                 refuses(self, mqar.parse_args, [*args, '--out', tmp], ['mqar.py: error:', 'twice'])
         for args in (['--mixer_ladder', '--mixer_rungs', '1,4,4'], ['--mixer_ladder', '--mixer_rates', '3e-3,0.003'],
