@@ -470,8 +470,8 @@ def parse_args(argv):
                         "window at T=64, kv=4, d_model 128 (hours); gpu: Zoology's figure-2 grid")
     p.add_argument('--quick', action='store_true', help='every kind at a tiny cell, one rate (seconds: the tests)')
     p.add_argument('--estimate', action='store_true', help='only measure step times and print the time it takes')
-    p.add_argument('--cached_only', action='store_true', help="train nothing: the report of the plan's runs cached "
-                   "under --out so far (a run not yet cached reads '-'), written to OUT/cached_only")
+    p.add_argument('--cached_only', action='store_true', help="train nothing: the report of the plan's 2-layer runs "
+                   "cached under --out so far (a run not yet cached reads '-'), written to OUT/cached_only")
     p.add_argument('--kinds', type=listing(str, KINDS, what='kind'), default=','.join(KINDS),
                    help='model kinds (default: every mixer.VARIANTS name but transformer_naive)')
     p.add_argument('--cells', type=listing(cell, items='T:kv pairs (e.g. 64:4,128:8)'),
@@ -486,7 +486,7 @@ def parse_args(argv):
     p.add_argument('--vocab_size', type=number(int, 4), help="vocabulary (default the protocol's)")
     p.add_argument('--batch_size', type=count, help="sequences a step at every T (default the protocol's by T)")
     p.add_argument('--fields', type=assignments, default='', help="ModelConfig fields for every kind given, e.g. "
-                   "n_head=1,toeplitz_init='normal' (another form of a kind; its rows are named kind[fields])")
+                   "n_head=1,mixing_init=normal (another form of a kind; its rows are named kind[fields])")
     p.add_argument('--patience', type=zero_up, help="the plateau rule: stop after this many epochs without a rise "
                    "of 0.01 in test accuracy (default the protocol's: 8 for window, none otherwise)")
     p.add_argument('--weight_decay', type=number(float, 0), default=WEIGHT_DECAY,
