@@ -192,6 +192,42 @@ class TestAccuracy(OneThread):
         self.assertIn('| transformer | 1.000 (0.0003) | - |', table)
 
 
+class TestWindow(unittest.TestCase):
+    """The learning-rate window protocol (docs/mqar.md; issue 45): its plan and its plateau rule."""
+
+    def test_the_window_plans_every_kind_at_every_rate(self):
+        """--protocol window plans one job a kind and rate: at least 7 rates, log-spaced from 1e-4 to past
+        1e-2 with Zoology's four (logspace(-4, -2, 4)) among them, each in its own folder."""
+        out = tempfile.mkdtemp()
+        try:
+            args = mqar.parse_args(['--protocol', 'window', '--out', out])
+        finally:
+            shutil.rmtree(out)
+        jobs = mqar.plan(args.s, args.kinds, 2, args.s['seed'], out)
+        lrs = sorted({j.spec['lr'] for j, _ in jobs})
+        self.assertGreaterEqual(len(lrs), 7)
+        self.assertEqual(lrs[0], 1e-4)
+        self.assertGreater(lrs[-1], 1e-2)
+        for zoology in np.logspace(-4, -2, 4):
+            self.assertTrue(any(math.isclose(lr, zoology, rel_tol=1e-9) for lr in lrs), zoology)
+        np.testing.assert_allclose(np.diff(np.log(lrs)), np.log(10) / 3)
+        self.assertEqual(sorted((j.spec['kind'], j.spec['lr']) for j, _ in jobs),
+                         sorted((k, lr) for k in mqar.KINDS for lr in lrs))
+        self.assertEqual(len({j.dir for j, _ in jobs}), len(jobs))
+        self.assertTrue(all(j.spec['epochs'] == 16 and j.spec['patience'] == 8 for j, _ in jobs))
+
+    def test_the_plateau_rule_waits_its_patience(self):
+        """A run stops only after `patience` epochs without a rise of 0.01 over the best before them: never
+        before that many epochs, never while it still rises, never without a patience."""
+        flat = [0.25] * 9
+        self.assertFalse(mqar.plateaued(flat[:8], 8))                 # 8 epochs: not yet a plateau
+        self.assertTrue(mqar.plateaued(flat, 8))
+        self.assertFalse(mqar.plateaued(flat + [0.27], 8))           # a late rise of 0.02 keeps it going
+        self.assertTrue(mqar.plateaued([0.25] + [0.255] * 8, 8))     # rises under 0.01 do not
+        self.assertFalse(mqar.plateaued([0.25] * 30, None))
+        self.assertFalse(mqar.plateaued([0.25] * 30, 0))
+
+
 class TestQuickRun(unittest.TestCase):
 
     @classmethod
