@@ -291,17 +291,16 @@ def budget_rows(extras):
     return rows
 
 
-def top1(results, dirs, untrained=False, pool='last', n='32'):
-    """Top-1 accuracy of the trained retrieval model at N = n, one per checkpoint folder in dirs."""
-    by_ckpt = {(r['ckpt'], r['untrained'], r['pool']): r['accuracy']['mixer (trained)'][n] for r in results}
+def top1(results, dirs, untrained=False, pool='last'):
+    """Top-1 accuracy of the trained retrieval model at N = 32, one per checkpoint folder in dirs."""
+    by_ckpt = {(r['ckpt'], r['untrained'], r['pool']): r['accuracy']['mixer (trained)']['32'] for r in results}
     return [by_ckpt[(os.path.join(d, 'ckpt.pt'), untrained, pool)] for d in dirs]
 
 
-def represented(results, trained, mode, depth='all'):
-    """Input representation accuracy (represent.py) per seed: mode 'self' | 'nonself', depth 1 or 'all'."""
+def represented(results, trained, mode):
+    """Input representation accuracy (represent.py) per seed at the deepest layer: mode 'self' | 'nonself'."""
     deepest = max(r['depth'] for r in results)
-    return [r[mode]['accuracy'] for r in results
-            if r['trained'] == trained and r['depth'] == (deepest if depth == 'all' else depth)]
+    return [r[mode]['accuracy'] for r in results if r['trained'] == trained and r['depth'] == deepest]
 
 
 def representation_rows(plan, extras):

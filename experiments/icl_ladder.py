@@ -14,35 +14,18 @@ it trains in (two jobs at a time, one thread each; the median of 5 chunks of ste
 rung is round(60 s / that) steps (at least 10) and rung r is r times as many, so a rerun, a resumed run
 or a busy machine gives the same steps. The report gives prompts seen (steps x batch) and the budget's seconds.
 
-The plan (2 cores; done naively, 7 mixers x 2 batches x (sweep proxies, 1x, 4x and 16x runs, a second seed
-at 16x) is ~810 min of job time, ~6.8 h on 2 workers):
-  one run, every rung  the schedule is warm-up, stable, decay (WSD; Hagele et al. 2024, arXiv 2405.18392):
-                       linear warm-up over 10% of the 1x rung's steps, then the peak rate; rung r leaves
-                       it at 80% of its steps and decays linearly to 0 over the last 20%. A rung's point
-                       is then exactly what a run of that length gives (tested), and one run to the top
-                       gives every lower rung for the price of their decays (17 x 60 s, not 21 x 60 s).
-                       A cosine schedule cannot: inside a 16x run its 4x point is at a high rate, not where
-                       a 4x run ends. Each rung is a job whose folder keeps the stable state at its fork,
-                       where the next rung starts (and a resume.pt every 1x of steps: a stopped job goes on).
-  the rate             seed 0 runs each rate of --mixer_rates (1e-3, 3e-3, 1e-2) up to the 4x rung, so the
-                       1x and 4x rungs are swept with complete runs, not proxies; the rungs above take the
-                       4x rung's best rate (on the sweep prompts): their proxy is the 4x run, a quarter of
-                       their schedule (icl_mixers' proxies: a third). No widening past an edge (icl_mixers:
-                       twice): the report marks a best rate at the edge of a sweep that is not flat.
-  seeds                seed 1 runs at the chosen rate up the whole ladder: two seeds at every rung.
-  batch 64             only the 4-layer flat mixer at sigma = 0 (the model a 256-prompt check saw leave the
-                       zero predictor), up to the 4x rung. A step of 256 prompts costs 3.4 to 3.9 times
-                       one of 64 (measured, one thread), so at equal seconds both batches see about the
-                       same prompts and 64 takes about 4x the steps: the comparison is steps vs batch.
-Cost (job time; a rung's seconds are fixed by the budget, whatever the step time): per mixer 3 x 4.2 (the
-rates to 4x) + 12.8 (seed 0, 4x -> 16x) + 17 (seed 1) = 42.4 min, x 7 = 297 min; batch 64: 16.8 min; the
-transformer: 8 min; about 322 min of training and 20 to 35 min of evaluations (86 rungs; measured on a busy
-machine: 5 to 30 s a rung, and 5 curve points a 60 s), 2.9 to 3.0 h on 2 workers. That is more than the
-2 hours asked: 7 mixers x 2 seeds x the 16x rung alone is 2 h. To fit less, cut in this
-order: one rate fewer (--mixer_rates, -0.3 h), then the 16x rung (--mixer_rungs 1,4,8: -0.9 h).
+The schedule is warm-up, stable, decay (WSD; Hagele et al. 2024, arXiv 2405.18392): linear warm-up over
+10% of the 1x rung's steps, then the peak rate; rung r forks from the stable run at 80% of its steps and
+decays linearly to 0 over the last 20%, so one run to the top gives every lower rung for the price of its
+decay (tested: a rung's point is what a run of that length ends at). Each rung is a job whose folder keeps
+the stable state at its fork, where the next rung starts, and a resume.pt every 1x of steps (a stopped
+job goes on). Seed 0 runs each rate of --mixer_rates up to the 4x rung; the rungs above take the 4x
+rung's best rate on the sweep prompts; seed 1 runs that rate up the whole ladder. docs/icl.md ("How",
+"What was cut") gives the plan's reasons and its cost.
 """
 
 import copy
+import io
 import math
 import os
 import time
@@ -50,7 +33,8 @@ import time
 import torch
 
 from checkpoint import write_atomic
-from experiments.icl_mixers import adam_step, adjusted_loss, diagnose, initialised, zero_loss
+from experiments.icl_mixers import (PROBE_HEADER, adam_step, adjusted_loss, diagnose, initialised, probe_cells,
+                                   untrained_probes, zero_loss)
 from experiments.regression import VERSION, fixed_prompts
 from experiments.runner import NO_PLOT, fmt_s, job, load_json, md_table, mean_range, pyplot, save_figure, say, step_times
 
@@ -119,15 +103,11 @@ def check_fork_state(run_dir, res):
 
 
 def save_state(path, **state):
-    """torch.save the state whole or not at all (a temporary file, then os.replace; a failed write, e.g.
-    a full disk, removes it and raises)."""
-    tmp = f'{path}.tmp{os.getpid()}'
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """torch.save the state whole or not at all (checkpoint.write_atomic; a failed write, e.g. a full disk,
+    leaves no temporary file and raises OSError)."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    write_atomic(path, buf.getvalue())
 
 
 def segment_job(spec, run_dir):
@@ -428,16 +408,13 @@ def ladder_report(plan, L, meta=''):
             sweeps.append([label(c), c[3], noise_label(c[2]), f'{r:g}x',
                            ', '.join(f'{a:g}: {v:.4g}' for a, v in sorted(vals.items())),
                            f'{best:g}' + (' (edge)' if edge else '')])
-    probes, keys = [], ('products', 'sum_first', 'sum_last')
+    probes = []
     for c in cfgs + refs:
-        xs = [x for x in plan['runs'][c][c[4][-1]] if x['rc'] == 0 and x.get('probes')]
-        sweep_set = fixed_prompts(c[2], L['sweep_prompts'], 'sweep')
-        init = [diagnose(initialised(c[0], c[1], L['d_model'], False, s).eval(), sweep_set)
-                for s in range(len(plan['runs'][c][c[4][-1]]))]
+        top = plan['runs'][c][c[4][-1]]
         probes.append([f'{label(c)}, {c[4][-1]:g}x', c[3], noise_label(c[2]), cell(c, c[4][-1]),
-                       *[mean_range([x['probes'][k] for x in xs]) for k in keys]])
+                       *probe_cells([x['probes'] for x in top if x['rc'] == 0 and x.get('probes')])])
         probes.append([f'{label(c)} at initialisation', c[3], noise_label(c[2]), '',
-                       *[mean_range([p[k] for p in init]) for k in keys]])
+                       *untrained_probes(c[0], c[1], L['d_model'], c[2], L, len(top))])
     head = [f'{r:g}x' for r in rungs]
     swept = max(r for r in rungs if r <= L['sweep_rung'])
     return '\n'.join([
@@ -460,8 +437,7 @@ def ladder_report(plan, L, meta=''):
                   'best'], sweeps), '',
         f'The rungs above {swept:g}x use the {swept:g}x rung\'s best rate. (edge): the best '
         'rate is at the edge of a sweep that is not flat (its rates differ by more than 1% of predict-0).', '',
-        md_table(['model (top rung)', 'batch', 'noise', 'adjusted loss', 'R^2 y_i x_i (context, block 1)',
-                  'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)'], probes), '',
+        md_table(['model (top rung)', 'batch', 'noise', 'adjusted loss', *PROBE_HEADER], probes), '',
         'R^2: linear (ridge) probes of the hidden states, fitted on 3/4 of the sweep prompts and scored on the '
         'rest, mean +- half range over the seeds; "at initialisation": the same seeds before training.'])
 

@@ -33,7 +33,6 @@ from experiments.regression import (D_X, N_CTX, PARAM_NAMES, VERSION, fixed_prom
 from experiments.runner import NO_PLOT, job, md_table, mean_range, pyplot, save_figure, step_times
 
 MIXER_VARIANTS = ('transformer', 'flat', 'toeplitz', 'recurrent', 'linear_attention')
-MIXER_LAYERS = (2, 4)
 MIXER_NOISE = ('0', '5')
 
 
@@ -98,6 +97,23 @@ def diagnose(model, prompts):
     prod = (prompts.y[..., None] * prompts.x).float().reshape(-1, prompts.x.shape[-1])
     return {'products': probe_r2(hs[0][:, :n].reshape(-1, hs[0].shape[-1]), prod),
             'sum_first': probe_r2(hs[0][:, -1], xty), 'sum_last': probe_r2(hs[-1][:, -1], xty)}
+
+
+PROBES = ('products', 'sum_first', 'sum_last')
+PROBE_HEADER = ['R^2 y_i x_i (context, block 1)', 'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)']
+
+
+def probe_cells(probes):
+    """diagnose()'s results of several seeds -> the table's three cells (runner.mean_range of each probe)."""
+    return [mean_range([p[k] for p in probes]) for k in PROBES]
+
+
+def untrained_probes(variant, n_layer, d_model, noise, s, seeds):
+    """probe_cells of the model before training (what random features give), seeds 0 .. seeds - 1, on the
+    sweep prompts of `noise` (s['sweep_prompts'] of them)."""
+    sweep = fixed_prompts(noise, s['sweep_prompts'], 'sweep')
+    return probe_cells([diagnose(initialised(variant, n_layer, d_model, False, seed).eval(), sweep)
+                        for seed in range(seeds)])
 
 
 def initialised(variant, n_layer, d_model, products, seed):
@@ -271,13 +287,10 @@ def mixer_report(plan, lsa, s):
             continue
         pr = [r['probes'] for r in runs if r.get('probes')]
         drows.append((2 * key[2], f'{key[1]}L {key[0]}{" given y_i x_i" * key[2]}', runs_stat(runs),
-                      *[mean_range([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
+                      *probe_cells(pr)))
         if not key[2]:                         # the same probes before training: what random features give
-            sweep = fixed_prompts(noise, s['sweep_prompts'], 'sweep')
-            pr = [diagnose(initialised(key[0], key[1], s['mixer_d_model'], key[2], seed).eval(), sweep)
-                  for seed in range(len(runs))]
             drows.append((1, f'{key[1]}L {key[0]} at initialisation', '',
-                          *[mean_range([p[k] for p in pr]) for k in ('products', 'sum_first', 'sum_last')]))
+                          *untrained_probes(key[0], key[1], s['mixer_d_model'], noise, s, len(runs))))
     drows = [list(r[1:]) for r in sorted(drows, key=lambda r: r[0])]
     return '\n'.join([
         md_table(['model', 'parameters', 'noise', 'adjusted eval loss', 'lr', 'steps',
@@ -288,8 +301,7 @@ def mixer_report(plan, lsa, s):
         f'(the oracle\'s on the same prompts subtracted) on {s["mixer_eval_prompts"]} fresh prompts a noise '
         'setting.', '',
         '### Where one step of gradient descent fails', '',
-        md_table(['model (sigma = 0)', 'adjusted loss', 'R^2 y_i x_i (context, block 1)',
-                  'R^2 X^T y (query, block 1)', 'R^2 X^T y (query, last block)'], drows), '',
+        md_table(['model (sigma = 0)', 'adjusted loss', *PROBE_HEADER], drows), '',
         'R^2: linear (ridge) probes of the models\' hidden states, fitted on 3/4 of the sweep prompts and '
         'scored on the rest ("at initialisation": before training, the same seeds). "given y_i x_i": the same '
         'model with y_i x_i as extra input features, trained at the '

@@ -36,12 +36,12 @@ PAPER_MODELS = [(1, 'full'), (1, 'diag'), (1, 'gdpp'), (2, 'gdpp'), (2, 'diag'),
 def baselines(noise, s):
     """The baselines' mean losses on the eval prompts of `noise` (CONSTRR and TUNEDRR
     tuned on its sweep prompts) and at each fixed sigma of SIGMA_GRID (Figure 2's
-    sweep prompts) -> ({name: eval loss}, {name: [loss at each sigma]}, fitted)."""
+    sweep prompts) -> ({name: eval loss}, {name: [loss at each sigma]})."""
     fitted = {'ORACLE': oracle, 'ADARR': adarr, **tune_baselines(fixed_prompts(noise, s['sweep_prompts'], 'sweep'))}
     ev = fixed_prompts(noise, s['eval_prompts'], 'eval')
     at_sigma = [fixed_prompts(f'={x:g}', s['sweep_prompts'], 'eval') for x in SIGMA_GRID]
     return ({k: half_sq(f(ev), ev.y_q).mean().item() for k, f in fitted.items()},
-            {k: [half_sq(f(p), p.y_q).mean().item() for p in at_sigma] for k, f in fitted.items()}, fitted)
+            {k: [half_sq(f(p), p.y_q).mean().item() for p in at_sigma] for k, f in fitted.items()})
 
 
 def best_seed(results):
@@ -185,7 +185,7 @@ def lsa_report(results, jobs, models, noises, s, seeds):
     base, sig, adj, spread, rb = {}, {}, {}, {}, {}
     oracle_sig = None
     for noise in noises:
-        b, b_sig, _ = baselines(noise, s)
+        b, b_sig = baselines(noise, s)
         for name in ('CONSTRR', 'ADARR', 'TUNEDRR'):
             base.setdefault(name, {})[noise] = b[name] - b['ORACLE']
             sig[(name, noise)] = [x - o for x, o in zip(b_sig[name], b_sig['ORACLE'])]

@@ -292,7 +292,6 @@ def tune_baselines(prompts):
 
     def tunedrr(p):
         return ridge(p, torch.clamp(c * noise_estimate(p), max=cap))
-    constrr.desc, tunedrr.desc = f'lam={lam:.3g}', f'c={c:.3g}, cap={cap:.3g}'
     return {'CONSTRR': constrr, 'TUNEDRR': tunedrr}
 
 

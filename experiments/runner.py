@@ -5,17 +5,12 @@ icl.py (in-context regression models) and mqar.py (associative recall).
     runner = Runner(out, workers=2, threads=1)
     results = runner.map(fn, [job(parent, 'flat-lr0.001', spec, eta_seconds, VERSION), ...], 'what')
 
-One rule for every cached job (job()): its folder is PARENT/NAME-KEY, NAME readable and KEY a
-hash of the job's whole settings (its spec: every setting its result depends on, rates at full
-precision, the task's constants) and of the version of the code that trains it; the settings
-are stored beside the result (settings.json, and in result.json). A job whose result.json holds
-the same settings is not run again, so a killed experiment resumes where it stopped and runs of
-other settings in the same folder stay; a damaged result.json (a torn write), one of other
-settings, or files the job's own check finds damaged are said in one line and the job runs
-again. Pool processes are spawned, each with
-`threads` torch threads: two 1-thread runs at a time use 2 cores without the
-oversubscription that two 2-thread runs cause. Ctrl-C stops the pool's processes
-(and the commands they run) and exits 130 with one line; what finished stays cached.
+Every cached job is made by job() (its folder named by a hash of all its settings and its code's
+version) and run again only when Runner.cached finds no whole result of those settings, so a killed
+experiment resumes where it stopped. Pool processes are spawned, each with `threads` torch threads: two
+1-thread runs at a time use 2 cores without the oversubscription that two 2-thread runs cause. Ctrl-C
+stops the pool's processes (and the commands they run) and exits 130 with one line; what finished stays
+cached.
 """
 
 import contextlib
@@ -500,17 +495,13 @@ def step_times(runner, parent, builders, steps, version, what, fresh=False):
 
 
 def cache(path, obj):
-    """Write obj as JSON to the cache file `path`, whole or not at all (a temporary file, then
-    os.replace). A failed write (a full disk) is a one-line warning: the job runs again next time."""
-    tmp = path + '.tmp'
+    """Write obj as JSON to the cache file `path`, whole or not at all (checkpoint.write_atomic). A
+    failed write (a full disk) is a one-line warning: the job runs again next time."""
+    from checkpoint import write_atomic
     try:
-        with open(tmp, 'w') as f:
-            json.dump(obj, f)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(obj))
     except OSError as e:
         say(f'warning: could not cache {path} ({e.strerror or e}); it runs again next time')
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
 
 
 def reset_dir(run_dir):
