@@ -14,8 +14,14 @@ absent, and with CI=true in the environment such a skip counts as a failure.
 
     python test_mixer.py                  # everything (what CI runs)
     python test_mixer.py test_model       # some modules of tests/ (names, with or without .py)
-    python test_mixer.py --fast           # the edit loop: only what runs in this process
+    python test_mixer.py --fast           # the edit loop: only the tests that start no Python process
     python test_mixer.py --fast test_model
+    python test_mixer.py --jobs 1         # everything in this one process (a debugger's view)
+
+Modules run in processes of their own, --jobs at a time (default 2: the project's machine has 2
+cores and every test runs one torch thread), the slowest first; each one's output is printed
+whole when it ends, with the count so far and the time left. One module named, or --jobs 1, runs
+in this process.
 
 --fast runs the tests that start no Python process, in about 2 minutes on 2 cores: a
 test that starts one (a project script's command line, torchrun, a process pool) is
@@ -27,11 +33,15 @@ experiments' --quick runs. No test is marked by hand, so a new tests/test_*.py m
 takes part as it is.
 """
 
+import concurrent.futures
 import contextlib
 import importlib
 import io
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -79,16 +89,25 @@ def outcomes(result, ci):
     return out
 
 
-def summarize(result, ci):
-    """(exit code, last line 'N passed, M failed, K skipped (of T tests)') of a TimedResult, each test
-    counted once (outcomes: passed + failed + skipped = T, whatever its subtests or its class's setup
-    did); the skipped count says how many were --fast's (FAST_SKIP)."""
-    out = outcomes(result, ci)
+def tally(out, fast):
+    """(exit code, last line 'N passed, M failed, K skipped (of T tests)') of {test id: outcome} (outcomes)
+    and the set of ids `fast` that --fast skipped (FAST_SKIP), the line saying how many were those."""
     n = {k: sum(v == k for v in out.values()) for k in ('passed', 'failed', 'skipped')}
-    fast = len({unit(t) for t, reason in result.skipped if reason == FAST_SKIP and out[unit(t)] == 'skipped'})
+    fast = sum(out[t] == 'skipped' for t in fast)
     note = f' ({fast} of them start a Python process: --fast skips them)' if fast else ''
     return (1 if n['failed'] else 0), (f'{n["passed"]} passed, {n["failed"]} failed, {n["skipped"]} skipped{note} '
                                        f'(of {len(out)} tests)')
+
+
+def summarize(result, ci):
+    """tally() of a TimedResult, each test counted once (outcomes: passed + failed + skipped = T,
+    whatever its subtests or its class's setup did)."""
+    return tally(outcomes(result, ci), fast_skipped(result))
+
+
+def fast_skipped(result):
+    """The ids of the tests (or class setups) of a TimedResult that --fast skipped -> set."""
+    return {unit(t) for t, reason in result.skipped if reason == FAST_SKIP}
 
 
 class TimedResult(unittest.TextTestResult):
@@ -281,6 +300,20 @@ class TestRunner(unittest.TestCase):
                           'tests.test_b.D.test_y': 4.0, '__main__.TestRunner.test_z': 0.4})
         self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
 
+    def test_parallel_run_counts_every_module_and_a_dead_process_fails(self):
+        """Each module in its own process: its tests' outcomes come back under their ids, and a process that
+        ends without reporting (here one refused an unknown module, exit 2) is a failed test, not a gap."""
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            out, fast, seconds = run_parallel(['test_docs', 'test_nope'], 2, fast=False)
+        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0]) for t in c}
+        self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
+        self.assertEqual({out[t] for t in ids}, {'passed'})
+        self.assertEqual(out['test_nope (its process)'], 'failed')
+        self.assertEqual(tally(out, fast)[0], 1)
+        self.assertLessEqual(ids, set(seconds))
+        self.assertIn('== test_docs (', printed.getvalue())
+        self.assertIn('test_nope: its process ended (exit code 2)', printed.getvalue())
+
     def test_class_setup_time_is_counted(self):
         class Slow(unittest.TestCase):
             @classmethod
@@ -296,32 +329,123 @@ class TestRunner(unittest.TestCase):
         self.assertLess(result.seconds[next(k for k in result.seconds if k.endswith('test_a'))], 0.2)
 
 
+# Seconds each module took in the whole suite on the project's 2-core machine, one process a module
+# (CI=true, 2026-11-26): the parallel run starts the slowest first, so that no long module starts last
+# and the wall time comes near the total over --jobs (a module not listed counts 60 s).
+MODULE_SECONDS = {'test_icl': 181, 'test_claims': 177, 'test_compile': 151, 'test_mqar': 135, 'test_gpu_path': 107,
+                  'test_faults': 101, 'test_retrieval': 87, 'test_scale': 68, 'test_train': 66, 'test_model': 65,
+                  'test_bench': 64, 'test_faults_outputs': 49, 'test_represent': 34, 'test_faults_experiments': 31,
+                  'test_look': 8, 'test_prepare': 5, 'test_sample': 3, 'test_docs': 1}
+RESULTS_ENV = 'TEST_MIXER_RESULTS'      # where a module's process writes its outcomes (run_module)
+USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
+
+
+def run_module(name, fast, running):
+    """tests/<name>.py in a process of its own (python test_mixer.py [--fast] name, its results written
+    to $TEST_MIXER_RESULTS), added to the set `running` while it runs -> (its output, {test id: outcome},
+    ids --fast skipped, {test id: seconds}). A process that ends without its results (killed, crashed)
+    is one failed test, 'name (its process)'."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, 'results.json')
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *(['--fast'] if fast else []), name],
+                             cwd=ROOT, env={**os.environ, RESULTS_ENV: path}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        running.add(p)
+        text = p.communicate()[0]
+        running.discard(p)
+        if not os.path.exists(path):
+            return (text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n',
+                    {f'{name} (its process)': 'failed'}, set(), {})
+        with open(path) as f:
+            got = json.load(f)
+    return text, got['outcomes'], set(got['fast']), got['seconds']
+
+
+def run_parallel(names, jobs, fast):
+    """Every module of `names` in its own process, `jobs` at a time, the slowest (MODULE_SECONDS) first;
+    each one's output printed whole when it ends, with the count so far and an estimate of the time left
+    -> ({test id: outcome}, ids --fast skipped, {test id: seconds}). Ctrl-C stops every process."""
+    order = sorted(names, key=lambda n: -MODULE_SECONDS.get(n, 60))
+    left, t0 = sum(MODULE_SECONDS.get(n, 60) for n in order), time.perf_counter()
+    out, fast_ids, seconds, running = {}, set(), {}, set()
+    pool = concurrent.futures.ThreadPoolExecutor(jobs)
+    try:
+        futures = {pool.submit(run_module, n, fast, running): n for n in order}
+        for i, f in enumerate(concurrent.futures.as_completed(futures), 1):
+            text, o, fs, sec = f.result()
+            out.update(o), fast_ids.update(fs), seconds.update(sec)
+            left -= MODULE_SECONDS.get(futures[f], 60)
+            done = time.perf_counter() - t0
+            eta = done * left / max(1, sum(MODULE_SECONDS.get(n, 60) for n in order) - left)
+            print(text, end='')
+            print(f'== {futures[f]} ({i} of {len(order)} modules): {tally(o, fs)[1]}; {done:.0f} s so far, '
+                  f'about {eta:.0f} s to go', flush=True)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in list(running):
+            p.kill()
+        raise
+    pool.shutdown()
+    return out, fast_ids, seconds
+
+
 def main(argv):
     """Run the modules named in argv (default all, and this file's own tests); --fast: only the
-    tests that start no Python process -> exit code. Every process the suite starts runs one torch
-    thread (OMP_NUM_THREADS=1 unless set): its models are tiny, and two threads that wait for a
-    core spin (the measurements: tests/common.py)."""
-    fast = '--fast' in argv
-    names = [a for a in argv if a != '--fast']
-    if any(a.startswith('-') for a in names):
-        print(f'test_mixer.py: error: unknown option {next(a for a in names if a.startswith("-"))!r}; '
-              'usage: python test_mixer.py [--fast] [test_module ...]', file=sys.stderr)
-        return 2
+    tests that start no Python process; --jobs N (default: 2, or 1 on one core): N modules at a time,
+    each in its own process (one module, or --jobs 1: all in this process) -> exit code. Every process
+    the suite starts runs one torch thread (OMP_NUM_THREADS=1 unless set): its models are tiny, and
+    two threads that wait for a core spin (the measurements: tests/common.py)."""
+    if '--help' in argv or '-h' in argv:
+        print(__doc__)
+        return 0
+    fast, jobs, names = False, min(2, os.cpu_count() or 1), []
+    args = iter(argv)
+    for a in args:
+        if a == '--fast':
+            fast = True
+        elif a == '--jobs' or a.startswith('--jobs='):
+            n = a.partition('=')[2] or next(args, '')
+            if not n.isdigit() or int(n) < 1:
+                print(f'test_mixer.py: error: --jobs takes a whole number of processes, at least 1 (got {n!r}); '
+                      f'{USAGE}', file=sys.stderr)
+                return 2
+            jobs = int(n)
+        elif a.startswith('-'):
+            print(f'test_mixer.py: error: unknown option {a!r}; {USAGE}', file=sys.stderr)
+            return 2
+        else:
+            names.append(a)
     try:
         modules = test_modules(names)
     except ValueError as e:
         print(f'test_mixer.py: error: {e}', file=sys.stderr)
         return 2
     os.environ.setdefault('OMP_NUM_THREADS', '1')
+    ci = os.environ.get('CI', '').lower() == 'true'
     loader = unittest.defaultTestLoader
-    suite = unittest.TestSuite([loader.loadTestsFromModule(m) for m in modules])
+    parallel = jobs > 1 and len(modules) > 1
+    suite = unittest.TestSuite([] if parallel else [loader.loadTestsFromModule(m) for m in modules])
     if not names:
         suite.addTests(loader.loadTestsFromTestCase(TestRunner))
     with python_processes_forbidden() if fast else contextlib.nullcontext():
-        result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
-    print('\n'.join(slowest(result.seconds)))
-    print(by_module(result.seconds))
-    code, line = summarize(result, ci=os.environ.get('CI', '').lower() == 'true')
+        result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite) if suite.countTestCases() \
+            else run_quietly()
+    out, fast_ids, seconds = outcomes(result, ci), fast_skipped(result), result.seconds
+    if os.environ.get(RESULTS_ENV):                     # a module's process of a parallel run
+        with open(os.environ[RESULTS_ENV], 'w') as f:
+            json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds}, f)
+        return 0
+    if parallel:
+        try:
+            more = run_parallel([m.__name__.split('.')[-1] for m in modules], jobs, fast)
+        except KeyboardInterrupt:
+            print('test_mixer.py: interrupted (Ctrl-C); every test process stopped', file=sys.stderr)
+            return 130
+        for have, new in zip((out, fast_ids, seconds), more):
+            have.update(new)
+    print('\n'.join(slowest(seconds)))
+    print(by_module(seconds))
+    code, line = tally(out, fast_ids)
     print(line)
     return code
 
