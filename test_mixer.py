@@ -353,11 +353,12 @@ def run_module(name, fast, running):
         running.add(p)
         text = p.communicate()[0]
         running.discard(p)
-        if not os.path.exists(path):
+        try:
+            with open(path) as f:
+                got = json.load(f)
+        except (OSError, ValueError):
             return (text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n',
                     {f'{name} (its process)': 'failed'}, set(), {})
-        with open(path) as f:
-            got = json.load(f)
     return text, got['outcomes'], set(got['fast']), got['seconds']
 
 
@@ -366,7 +367,8 @@ def run_parallel(names, jobs, fast):
     each one's output printed whole when it ends, with the count so far and an estimate of the time left
     -> ({test id: outcome}, ids --fast skipped, {test id: seconds}). Ctrl-C stops every process."""
     order = sorted(names, key=lambda n: -MODULE_SECONDS.get(n, 60))
-    left, t0 = sum(MODULE_SECONDS.get(n, 60) for n in order), time.perf_counter()
+    total = left = sum(MODULE_SECONDS.get(n, 60) for n in order)
+    t0 = time.perf_counter()
     out, fast_ids, seconds, running = {}, set(), {}, set()
     pool = concurrent.futures.ThreadPoolExecutor(jobs)
     try:
@@ -376,7 +378,7 @@ def run_parallel(names, jobs, fast):
             out.update(o), fast_ids.update(fs), seconds.update(sec)
             left -= MODULE_SECONDS.get(futures[f], 60)
             done = time.perf_counter() - t0
-            eta = done * left / max(1, sum(MODULE_SECONDS.get(n, 60) for n in order) - left)
+            eta = done * left / max(1, total - left)
             print(text, end='')
             print(f'== {futures[f]} ({i} of {len(order)} modules): {tally(o, fs)[1]}; {done:.0f} s so far, '
                   f'about {eta:.0f} s to go', flush=True)
