@@ -213,11 +213,14 @@ def parse_args(argv):
     p.add_argument('--eval_prompts', type=count, help='evaluation prompts per noise setting (default 100000)')
     p.add_argument('--workers', type=count, default=2, help='jobs at a time')
     p.add_argument('--threads', type=count, default=1, help='torch threads per job')
-    p.add_argument('--device', default='cpu', help='only cpu: these models are too small for a GPU to help')
+    p.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
+                   help='cuda: only with --compute (its long runs); the rest is too small for a GPU to help')
     p.add_argument('--out', help='output folder (default out/icl, out/icl_quick with --quick)')
     args = p.parse_args(argv)
-    if args.device != 'cpu':
-        p.error(f'--device {args.device}: only cpu is supported (a prompt is 21 tokens of 11 numbers)')
+    if args.device == 'cuda' and not args.compute:
+        p.error('--device cuda goes with --compute; the rest runs on the CPU (a prompt is 21 tokens of 11 numbers)')
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        p.error('--device cuda: CUDA is not available here (--device cpu runs the same plan, for hours)')
     s = dict(SETTINGS['quick' if args.quick else 'full'])
     for k, v in (('iters', args.iters), ('batch_size', args.batch_size), ('lr', args.lr), ('seeds', args.seeds),
                  ('eval_prompts', args.eval_prompts), ('mixer_budget_s', args.mixer_budget)):
@@ -245,6 +248,7 @@ def parse_mixer_ladder(p, args):
     --mixer_budget) or of --compute (icl_compute.SETTINGS), and args.figure (the --docs page's figure path,
     checked), or a one-line error (p.error: exit 2)."""
     L = dict((icl_compute if args.compute else icl_ladder).SETTINGS['quick' if args.quick else 'full'])
+    L['device'] = args.device
     if args.mixer_budget is not None and not args.compute:
         L['budget_s'] = args.mixer_budget
     for flag, key in (('mixer_rungs', 'rungs'), ('mixer_rates', 'rates')):
@@ -306,8 +310,9 @@ def section(args, argv, name):
     jobs = plan['results']
     failed = sum(x['rc'] != 0 for x in jobs)
     total = sum(x.get('seconds', 0) for x in jobs)
-    meta = (f'`python -m experiments.icl {" ".join(argv)}`: {len(jobs)} training jobs, their own time summed '
-            f'{fmt_s(total)} (about {fmt_s(total / args.workers)} on {args.workers} workers)' +
+    devices = ', '.join(sorted({x.get('device', 'CPU') for x in jobs if x['rc'] == 0}))
+    meta = (f'`python -m experiments.icl {" ".join(argv)}`: {len(jobs)} training jobs on {devices}, their own time '
+            f'summed {fmt_s(total)} (about {fmt_s(total / args.workers)} on {args.workers} workers)' +
             (f'; {failed} failed' if failed else '') + '.')
     report = report_of(plan, L, meta)
     figure = os.path.join(out, f'{name}.png')

@@ -54,12 +54,13 @@ class SequenceRegressor(nn.Module):
         self.read_out = nn.Linear(d_model, 1)
 
     def tokens(self, prompts):
-        """Input vectors float32 [B, n + 1, d + 1] (or [B, n + 1, 2 d + 1] with products)."""
+        """Input vectors float32 [B, n + 1, d + 1] (or [B, n + 1, 2 d + 1] with products), on the model's
+        device (prompts are made on the CPU)."""
         context, query = prompts.tokens()
         if self.products:
             context = torch.cat([context, prompts.y[..., None] * prompts.x], -1)
             query = torch.cat([query, torch.zeros_like(prompts.x_q[:, None])], -1)
-        return torch.cat([context, query], 1).float()
+        return torch.cat([context, query], 1).float().to(self.read_in.weight.device)
 
     def hidden(self, prompts):
         """The residual stream after each block: list of float [B, n + 1, d_model]."""
@@ -91,7 +92,7 @@ def diagnose(model, prompts):
     """The probes of the module docstring on `prompts` -> {'products': R^2 of y_i x_i at the context
     positions after block 1, 'sum_first': of X^T y at the query after block 1, 'sum_last': after the
     last block}."""
-    hs = model.hidden(prompts)
+    hs = [h.cpu() for h in model.hidden(prompts)]
     n = prompts.x.shape[1]
     xty = (prompts.y[..., None] * prompts.x).sum(1).float()                     # X^T y: [B, d]
     prod = (prompts.y[..., None] * prompts.x).float().reshape(-1, prompts.x.shape[-1])
@@ -125,9 +126,11 @@ def initialised(variant, n_layer, d_model, products, seed):
 def adam_step(model, opt, batch_size, noise, gen):
     """One training step of a SequenceRegressor as icl_ladder's rungs take it: batch_size fresh prompts of
     `noise` from the generator gen (float32), the loss mean 0.5 (y_hat - y_q)^2, then (unless it is not
-    finite: no step) the gradients clipped at norm 1 and opt's step -> the loss (a 0-d tensor)."""
+    finite: no step) the gradients clipped at norm 1 and opt's step -> the loss (a 0-d tensor, on the model's
+    device; the prompts are drawn on the CPU, so a run on a GPU sees the same prompts)."""
     p = sample_prompts(batch_size, noise, gen, dtype=torch.float32)
-    loss = half_sq(model(p), p.y_q).mean()
+    y_hat = model(p)
+    loss = half_sq(y_hat, p.y_q.to(y_hat.device)).mean()
     if torch.isfinite(loss):
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -136,10 +139,10 @@ def adam_step(model, opt, batch_size, noise, gen):
     return loss
 
 
-def regressor_step(variant, n_layer, d_model, products, batch_size):
+def regressor_step(variant, n_layer, d_model, products, batch_size, device='cpu'):
     """runner.step_time_job's builder (the step times of this module's runs and of icl_ladder's): adam_step
-    of a SequenceRegressor (Adam at 1e-3) on batch_size fresh prompts of sigma = 0 -> step()."""
-    model = initialised(variant, n_layer, d_model, products, 0)
+    of a SequenceRegressor (Adam at 1e-3) on `device` on batch_size fresh prompts of sigma = 0 -> step()."""
+    model = initialised(variant, n_layer, d_model, products, 0).to(device)
     opt, gen = torch.optim.Adam(model.parameters(), lr=1e-3), torch.Generator().manual_seed(0)
     return lambda: adam_step(model, opt, batch_size, '0', gen)
 

@@ -441,12 +441,13 @@ def adam_step(params, m, v, steps, step, lrs, clip, betas=(0.9, 0.999), eps=1e-8
 
 @torch.no_grad()
 def mean_loss(model, prompts, chunk=5000):
-    """Mean 0.5 (y_hat - y_q)^2 of model over prompts, computed in float64 (chunks of `chunk`)."""
+    """Mean 0.5 (y_hat - y_q)^2 of model over prompts, computed in float64 on the CPU (chunks of `chunk`;
+    a model on a GPU takes the prompts there itself and its y_hat comes back)."""
     total = 0.0
     for i in range(0, len(prompts), chunk):
         p = Prompts(*(t[i:i + chunk] for t in (prompts.x, prompts.y, prompts.x_q, prompts.y_q,
                                                prompts.sigma, prompts.w)))
-        total += half_sq(model(p).double(), p.y_q).sum().item()
+        total += half_sq(model(p).double().cpu(), p.y_q).sum().item()
     return total / len(prompts)
 
 

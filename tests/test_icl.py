@@ -20,7 +20,7 @@ import unittest.mock
 import numpy as np
 import torch
 
-from experiments import icl, icl_ladder, icl_mixers, icl_report
+from experiments import icl, icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments import regression as reg
 from tests.common import cached_results, run
 
@@ -374,6 +374,25 @@ class TestMixerLadder(unittest.TestCase):
             self.assertEqual(resumed[k], whole[k], k)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, 'stopped', 'resume.pt')))
 
+    def test_a_gpu_run_is_cached_apart_and_trains_the_same_way(self):
+        """--device cuda (icl --compute) puts the device in each rung's spec, so its folders differ from the
+        CPU's, whose specs (and cached folders) stay as they were; segment_job given a device trains the
+        same numbers as one without (here 'cpu': CI has no GPU; the prompts are drawn on the CPU either way)."""
+        L = dict(icl_compute.SETTINGS['quick'])
+        cfg = ('flat', 2, '0', L['batch'], tuple(L['rungs']))
+        cpu, default = (icl_ladder.run_chain(self.tmp, {**L, **d}, cfg, 10, 0.01, 3e-3, 0, cfg[4]) for d in
+                        ({'device': 'cpu'}, {}))
+        gpu = icl_ladder.run_chain(self.tmp, {**L, 'device': 'cuda'}, cfg, 10, 0.01, 3e-3, 0, cfg[4])
+        self.assertEqual([j.dir for j in cpu], [j.dir for j in default])
+        self.assertTrue(all('device' not in j.spec for j in cpu))
+        self.assertEqual([j.spec['device'] for j in gpu], ['cuda'] * len(cfg[4]))
+        self.assertFalse({j.dir for j in gpu} & {j.dir for j in cpu})
+        self.assertEqual([j.spec['prev'] for j in gpu[1:]], [os.path.basename(j.dir) for j in gpu[:-1]])
+        plain, placed = self.job('plain', ladder_spec(1)), self.job('placed', {**ladder_spec(1), 'device': 'cpu'})
+        for k in ('eval', 'sweep', 'curve', 'branch'):
+            self.assertEqual(plain[k], placed[k], k)
+        self.assertEqual(placed['device'], 'CPU')
+
     def test_leaving_the_zero_predictor_needs_a_margin_over_the_seeds_spread(self):
         self.assertTrue(icl_ladder.left_zero([4.0, 4.2], 4.888))
         self.assertFalse(icl_ladder.left_zero([4.0, 4.8], 4.888))            # mean 0.49 below, range 0.8
@@ -390,7 +409,8 @@ class TestMixerLadder(unittest.TestCase):
                                       ['--docs', 'docs/icl.md'], ['--mixer_ladder', '--mixers'],
                                       ['--mixer_ladder', '--quick', '--docs', 'docs/icl.md'],
                                       ['--mixer_ladder', '--mixer_rates', '1e-3,0.001'],
-                                      ['--mixer_ladder', '--mixer_rungs', '1,4,4']], self.tmp)
+                                      ['--mixer_ladder', '--mixer_rungs', '1,4,4'], ['--mixer_ladder', '--device', 'cuda']]
+                              + ([] if torch.cuda.is_available() else [['--compute', '--device', 'cuda']]), self.tmp)
 
 
 class TestMixerLadderCommand(unittest.TestCase):
