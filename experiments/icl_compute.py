@@ -15,6 +15,7 @@ on 20,000 fresh prompts goes against its training FLOPs (machine.flops_per_token
 prompts seen: forward and backward), beside one step of gradient descent (icl_ladder.gd_step_loss).
 """
 
+from functools import partial
 import math
 import os
 
@@ -46,13 +47,15 @@ def flops_per_prompt(variant, n_layer, d_model):
 
 def compute_runs(runner, out, C):
     """Every rung of every model's one run, cached in OUT/compute (icl_ladder.run_chain jobs, its seconds a
-    step for the ETAs only) -> {'rows': [(model tuple, rung, result)], 'flops': {(variant, n_layer): FLOPs a
-    prompt}, 'results': every rung's result}."""
+    step for the ETAs only), trained on C['device'] (no part of a rung's key: a run may change machines) ->
+    {'rows': [(model tuple, rung, result)], 'flops': {(variant, n_layer): FLOPs a prompt}, 'results': every
+    rung's result}."""
     models = [(v, n, C['noise'], C['batch'], tuple(C['rungs'])) for v, n, _ in C['models']]
     step_s = step_seconds(runner, out, C, sorted({(v, n, C['batch']) for v, n, _ in C['models']}))
     chains = [run_chain(os.path.join(out, 'compute'), C, cfg, C['base'], step_s[(cfg[0], cfg[1], cfg[3])], lr, seed,
                         cfg[4]) for cfg, (_, _, lr) in zip(models, C['models']) for seed in range(C['seeds'])]
-    res = runner.chains(segment_job, chains, 'in context against compute: one run a model, every rung')
+    res = runner.chains(partial(segment_job, device=C.get('device', 'cpu')), chains,
+                        'in context against compute: one run a model, every rung')
     rows = [(cfg, r, x) for cfg, rs in zip([m for m in models for _ in range(C['seeds'])], res)
             for r, x in zip(cfg[4], rs)]
     return {'rows': rows, 'flops': {m[:2]: flops_per_prompt(m[0], m[1], C['d_model']) for m in models},

@@ -83,7 +83,7 @@ def load_state(path, quiet=False):
     if not os.path.isfile(path):
         return None
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(path, weights_only=True, map_location='cpu')      # a GPU's state goes on anywhere
     except Exception as e:                   # a torn write: start that part again
         if not quiet:
             say(f'warning: {path}: a damaged training state ({type(e).__name__}); not used')
@@ -110,7 +110,7 @@ def save_state(path, **state):
     write_atomic(path, buf.getvalue())
 
 
-def segment_job(spec, run_dir):
+def segment_job(spec, run_dir, device='cpu'):
     """Runner job: one rung of one run (a model, noise, batch, peak rate, seed). From the stable state the
     previous rung left at its fork (spec 'prev': that rung's folder beside run_dir; None: from
     initialisation, seed spec['seed']) it trains at the peak rate up to this rung's fork, saves the state
@@ -121,16 +121,17 @@ def segment_job(spec, run_dir):
     (finished False); before the fork no state.pt is saved, so the later rungs fail too, while a loss that
     turns non-finite in the decay leaves the later rungs to train on from the fork. spec also: 'variant',
     'n_layer', 'd_model', 'noise', 'batch_size', 'lr', 'base', 'warmup', 'decay', 'rung', 'prev_rung',
-    'eval_prompts', 'sweep_prompts', 'curve_prompts', 'curve_every', and 'device' ('cuda' trains there: the same
-    initialisation and prompts, which are drawn on the CPU; no key: the CPU). -> {'rc', 'line', 'finished', 'steps',
+    'eval_prompts', 'sweep_prompts', 'curve_prompts', 'curve_every'. `device` ('cpu' or 'cuda') is where it
+    trains, not what it trains: the same initialisation and prompts (drawn on the CPU), so it is no part of the
+    rung's key, and a rung stopped on a GPU goes on on a CPU (the numbers agree to float rounding, which grows
+    over a long run as the threads' does). -> {'rc', 'line', 'finished', 'steps',
     'prompts', 'curve' and 'branch' [(step, mean train loss since the last point, adjusted loss on the
     curve prompts)] of the stable part and of the decay, 'eval', 'sweep' (adjusted losses), 'probes'
     (icl_mixers.diagnose on the sweep prompts), 'train_seconds' (stable, decay), 'seconds', 'params',
-    'resumed_at', 'device' (the GPU's name, or 'CPU')}."""
+    'resumed_at', 'device' (where this job trained: the GPU's name, or 'CPU')}."""
     t0 = time.time()
     base, decay = spec['base'], spec['decay']
     end, fork = rung_steps(spec['rung'], base), fork_step(spec['rung'], base, decay)
-    device = spec.get('device', 'cpu')
     model = initialised(spec['variant'], spec['n_layer'], spec['d_model'], False, spec['seed']).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=spec['lr'])
     gen = torch.Generator().manual_seed(spec['seed'])
@@ -233,8 +234,7 @@ def keep_dir(run_dir):
 def run_chain(parent, L, cfg, base, s_per_step, lr, seed, rungs):
     """The jobs (runner.Job in folder `parent`) of one run's rungs `rungs` (ascending), each starting where
     the one before it forked, the first at initialisation; a later part of a run is a slice of its whole
-    chain. cfg: configs()'s tuple; base: the 1x rung's steps; s_per_step: for the ETAs. L['device'] (if any, and
-    not 'cpu') goes into each spec, so a GPU's runs are cached apart from the CPU's."""
+    chain. cfg: configs()'s tuple; base: the 1x rung's steps; s_per_step: for the ETAs."""
     v, n, noise, batch, _ = cfg
     jobs, prev = [], None
     for r in rungs:
@@ -243,8 +243,7 @@ def run_chain(parent, L, cfg, base, s_per_step, lr, seed, rungs):
                     base=base, warmup=max(1, round(L['warmup'] * base)), decay=L['decay'], rung=r,
                     prev=os.path.basename(prev.dir) if prev else None, prev_rung=prev.spec['rung'] if prev else None,
                     eval_prompts=L['eval_prompts'], sweep_prompts=L['sweep_prompts'],
-                    curve_prompts=L['curve_prompts'], curve_every=max(1, base // L['curve_points']), ckpt_every=base,
-                    **on_device(L))
+                    curve_prompts=L['curve_prompts'], curve_every=max(1, base // L['curve_points']), ckpt_every=base)
         eta = (rung_steps(r, base) - start) * s_per_step * 1.05 + 2
         prev = job(parent, f'{v}-L{n}-noise{noise}-b{batch}-lr{lr:g}-seed{seed}-x{r:g}', spec, eta, VERSION, keep_dir,
                    check_fork_state)
@@ -252,19 +251,15 @@ def run_chain(parent, L, cfg, base, s_per_step, lr, seed, rungs):
     return jobs
 
 
-def on_device(L):
-    """The device key a job's spec takes: {'device': L['device']} for a GPU, {} for the CPU (so the CPU's
-    cached runs, made before the key was, keep their folders)."""
-    return {'device': L['device']} if L.get('device', 'cpu') != 'cpu' else {}
-
-
 def step_seconds(runner, out, L, keys):
-    """Seconds a training step of each (variant, n_layer, batch) of `keys` at L['d_model'] (runner.step_times of
+    """Seconds a training step of each (variant, n_layer, batch) of `keys` at L['d_model'] on L['device'] (if
+    given and not the CPU, part of the key: a GPU's step times are its own) (runner.step_times of
     icl_mixers.regressor_step, cached in OUT/mixer_ladder, measured in the pool the runs train in: the median
     of 5 chunks of steps) -> {key: seconds}. RuntimeError if one fails."""
     return {k: t[0] for k, t in step_times(runner, os.path.join(out, 'mixer_ladder'), {
         (v, n, b): (f'calibrate-{v}-L{n}-d{L["d_model"]}-b{b}', 'experiments.icl_mixers:regressor_step',
-                    dict(variant=v, n_layer=n, d_model=L['d_model'], products=False, batch_size=b, **on_device(L)))
+                    dict(variant=v, n_layer=n, d_model=L['d_model'], products=False, batch_size=b,
+                         **({'device': L['device']} if L.get('device', 'cpu') != 'cpu' else {})))
         for v, n, b in keys}, L['calib_steps'], VERSION, 'seconds a step (calibration)').items()}
 
 

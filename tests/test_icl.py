@@ -374,21 +374,26 @@ class TestMixerLadder(unittest.TestCase):
             self.assertEqual(resumed[k], whole[k], k)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, 'stopped', 'resume.pt')))
 
-    def test_a_gpu_run_is_cached_apart_and_trains_the_same_way(self):
-        """--device cuda (icl --compute) puts the device in each rung's spec, so its folders differ from the
-        CPU's, whose specs (and cached folders) stay as they were; segment_job given a device trains the
+    def test_the_device_is_where_a_rung_trains_not_part_of_its_key(self):
+        """icl --compute --device cuda hands the device to segment_job beside the spec (the rungs' specs and
+        folders are the CPU's, so a run may move between machines); segment_job given a device trains the
         same numbers as one without (here 'cpu': CI has no GPU; the prompts are drawn on the CPU either way)."""
-        L = dict(icl_compute.SETTINGS['quick'])
-        cfg = ('flat', 2, '0', L['batch'], tuple(L['rungs']))
-        cpu, default = (icl_ladder.run_chain(self.tmp, {**L, **d}, cfg, 10, 0.01, 3e-3, 0, cfg[4]) for d in
-                        ({'device': 'cpu'}, {}))
-        gpu = icl_ladder.run_chain(self.tmp, {**L, 'device': 'cuda'}, cfg, 10, 0.01, 3e-3, 0, cfg[4])
-        self.assertEqual([j.dir for j in cpu], [j.dir for j in default])
-        self.assertTrue(all('device' not in j.spec for j in cpu))
-        self.assertEqual([j.spec['device'] for j in gpu], ['cuda'] * len(cfg[4]))
-        self.assertFalse({j.dir for j in gpu} & {j.dir for j in cpu})
-        self.assertEqual([j.spec['prev'] for j in gpu[1:]], [os.path.basename(j.dir) for j in gpu[:-1]])
-        plain, placed = self.job('plain', ladder_spec(1)), self.job('placed', {**ladder_spec(1), 'device': 'cpu'})
+        C, seen = {**icl_compute.SETTINGS['quick'], 'device': 'cuda'}, {}
+
+        class Runner:
+            def chains(self, fn, chains, what):
+                seen.update(fn=fn, specs=[j.spec for ch in chains for j in ch])
+                return [[{'rc': 0}] * len(ch) for ch in chains]
+        with unittest.mock.patch.object(icl_compute, 'step_seconds', lambda runner, out, L, keys: dict.fromkeys(keys, 0.01)):
+            icl_compute.compute_runs(Runner(), self.tmp, C)
+        self.assertIs(seen['fn'].func, icl_ladder.segment_job)
+        self.assertEqual(seen['fn'].keywords, {'device': 'cuda'})
+        self.assertEqual(len(seen['specs']), 2 * len(C['rungs']))
+        self.assertTrue(all('device' not in spec for spec in seen['specs']))
+        plain = self.job('plain', ladder_spec(1))
+        run_dir = os.path.join(self.tmp, 'placed')
+        icl_ladder.keep_dir(run_dir)
+        placed = icl_ladder.segment_job(ladder_spec(1), run_dir, device='cpu')
         for k in ('eval', 'sweep', 'curve', 'branch'):
             self.assertEqual(plain[k], placed[k], k)
         self.assertEqual(placed['device'], 'CPU')
