@@ -1,6 +1,7 @@
 """In context against compute: does the masked mixer's gap to attention close with compute, stay, or grow?
 
     python -m experiments.icl --compute --docs docs/icl.md   # about 2 h a model on one core (2 cores: both at once)
+    python -m experiments.icl --compute --device cuda        # the same rungs on a GPU (an H100: 12 min a model, both at once)
     python -m experiments.icl --compute --quick              # the same at a tiny budget (seconds)
 
 Tong & Pehlevan 2024 ("MLPs learn in-context on regression and classification tasks", arXiv 2405.15618,
