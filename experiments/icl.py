@@ -192,6 +192,9 @@ def parse_args(argv):
                    help="the mixer ladder's multiples of the 60 s budget, 1 first (default 1,4,16)")
     p.add_argument('--mixer_rates', type=listing(positive),
                    help="the mixer ladder's peak learning rates (default 1e-3,3e-3,1e-2)")
+    p.add_argument('--mixer_base_steps', type=listing(base_steps_item, items='MODEL:LAYERS:BATCH=STEPS items'),
+                   help="the mixer ladder's 1x steps of each (model, layers, batch), e.g. flat:2:256=1666,...: "
+                        "another run's budgets (a page's 'steps at 1x'), in place of this machine's calibration")
     p.add_argument('--compute', action='store_true', help='only the 2-layer flat mixer and transformer trained '
                    'long, their loss against training FLOPs (experiments/icl_compute.py; hours)')
     p.add_argument('--docs', help="with --mixer_ladder or --compute: write its section into this page (between "
@@ -243,6 +246,17 @@ def parse_args(argv):
     return args
 
 
+def base_steps_item(text):
+    """One item of --mixer_base_steps: 'flat:2:256=1666' -> (('flat', 2, 256), 1666). ValueError if malformed
+    or not positive."""
+    key, _, steps = text.partition('=')
+    v, n, b = key.split(':')
+    out = ((v, int(n), int(b)), int(steps))
+    if min(out[0][1], out[0][2], out[1]) < 1:
+        raise ValueError(text)
+    return out
+
+
 def parse_mixer_ladder(p, args):
     """The settings of --mixer_ladder (icl_ladder.SETTINGS with --mixer_rungs, --mixer_rates and
     --mixer_budget) or of --compute (icl_compute.SETTINGS), and args.figure (the --docs page's figure path,
@@ -256,8 +270,14 @@ def parse_mixer_ladder(p, args):
             L[key] = tuple(getattr(args, flag))
     if L['rungs'][0] != 1 or list(L['rungs']) != sorted(set(L['rungs'])):
         p.error(f'--mixer_rungs must start at 1 (the --mixer_budget budget) and grow, got {args.mixer_rungs}')
-    if (args.mixer_rungs or args.mixer_rates) and not args.mixer_ladder:
-        p.error('--mixer_rungs and --mixer_rates go with --mixer_ladder')
+    if (args.mixer_rungs or args.mixer_rates or args.mixer_base_steps) and not args.mixer_ladder:
+        p.error('--mixer_rungs, --mixer_rates and --mixer_base_steps go with --mixer_ladder')
+    if args.mixer_base_steps:
+        want = sorted({(c[0], c[1], c[3]) for c in icl_ladder.configs(L)})
+        if sorted(k for k, _ in args.mixer_base_steps) != want:
+            p.error('--mixer_base_steps must give each model of the ladder once: '
+                    + ','.join(f'{v}:{n}:{b}=STEPS' for v, n, b in want))
+        L['base_steps'] = dict(args.mixer_base_steps)
     if args.docs and not (args.mixer_ladder or args.compute):
         p.error('--docs goes with --mixer_ladder or --compute')
     if args.mixer_ladder + args.compute + (args.mixers or args.ladder or args.speed) > 1:

@@ -268,10 +268,12 @@ def ladder_runs(runner, out, L):
     'step_s' {(variant, n_layer, batch): s}, 'base' {same: 1x steps}, 'lr' {cfg: chosen rate}, 'sweep'
     {cfg: {rung: {rate: result of seed 0}}}, 'runs' {cfg: {rung: [result per seed at the chosen rate]}},
     'top' {cfg: [the chosen rate's results of seed 0, a rung each]}, 'results' [every rung's result]};
-    cfg: configs()'s tuple. RuntimeError if a calibration job fails (the budgets need every one)."""
+    cfg: configs()'s tuple. L['base_steps'] {(variant, n_layer, batch): 1x steps}, if given, pins the budgets
+    (another run's, e.g. a page's on another machine); the calibration then only times the ETAs. RuntimeError
+    if a calibration job fails (the budgets need every one)."""
     cfgs = configs(L)
     step_s = step_seconds(runner, out, L, sorted({(c[0], c[1], c[3]) for c in cfgs}))
-    base = {k: max(10, round(L['budget_s'] / s)) for k, s in step_s.items()}
+    base = {k: L.get('base_steps', {}).get(k, max(10, round(L['budget_s'] / s))) for k, s in step_s.items()}
 
     def chain(cfg, lr, seed, part=slice(None)):          # a part of the run's rungs
         k = (cfg[0], cfg[1], cfg[3])
@@ -427,7 +429,9 @@ def ladder_report(plan, L, meta=''):
         md_table(['model', 'batch', 'noise', 'rate', *head], rows), '',
         f'Adjusted eval loss (model minus the oracle, 0.5 squared error, {L["eval_prompts"]} fresh prompts a noise '
         f'setting), mean +- half the range over {L["seeds"]} seeds at the chosen rate; rung r: r x '
-        f'{L["budget_s"]:g} s of training (steps from the calibration below), warm-up, stable and the last '
+        f'{L["budget_s"]:g} s of training (steps ' + ('pinned by --mixer_base_steps, another run\'s calibration; the '
+                                         'one below is this run\'s, for its ETAs' if L.get('base_steps') else
+                                         'from the calibration below') + '), warm-up, stable and the last '
         f'{100 * L["decay"]:g}% decaying to 0.', '',
         md_table(['model', 'batch', 'noise', 'ms a step (calibrated)', 'steps at 1x', 'prompts seen at each rung',
                   'budget seconds at each rung', 'measured training s (top rung, seed 0)'], budget), '',

@@ -398,6 +398,33 @@ class TestMixerLadder(unittest.TestCase):
             self.assertEqual(plain[k], placed[k], k)
         self.assertEqual(placed['device'], 'CPU')
 
+    def test_pinned_base_steps_set_every_rungs_budget(self):
+        """--mixer_base_steps (another run's 1x steps, e.g. the page's on another machine) sets each model's
+        rung steps; the calibration is still run, for the ETAs only. A ladder without it takes 60 s of the
+        calibrated steps."""
+        L = dict(icl_ladder.SETTINGS['quick'])
+        keys = sorted({(c[0], c[1], c[3]) for c in icl_ladder.configs(L)})
+        pinned = {k: 100 + i for i, k in enumerate(keys)}
+
+        class Runner:
+            workers = 2
+
+            def __init__(self):
+                self.specs = []
+
+            def chains(self, fn, chains, what):
+                self.specs += [j.spec for ch in chains for j in ch]
+                return [[{'rc': 0, 'sweep': 1.0}] * len(ch) for ch in chains]
+        for base_steps, want in ((pinned, pinned), (None, {k: max(10, round(L['budget_s'] / 0.01)) for k in keys})):
+            runner = Runner()
+            with unittest.mock.patch.object(icl_ladder, 'step_seconds', lambda r, o, L, ks: dict.fromkeys(ks, 0.01)):
+                plan = icl_ladder.ladder_runs(runner, self.tmp, {**L, **({'base_steps': base_steps} if base_steps else {})})
+            self.assertEqual(plan['base'], want)
+            self.assertEqual({(x['variant'], x['n_layer'], x['batch_size']): x['base'] for x in runner.specs}, want)
+        args = icl.parse_args(['--mixer_ladder', '--quick', '--out', self.tmp, '--mixer_base_steps',
+                               ','.join(f'{v}:{n}:{b}={x}' for (v, n, b), x in pinned.items())])
+        self.assertEqual(args.ladder_settings['base_steps'], pinned)
+
     def test_leaving_the_zero_predictor_needs_a_margin_over_the_seeds_spread(self):
         self.assertTrue(icl_ladder.left_zero([4.0, 4.2], 4.888))
         self.assertFalse(icl_ladder.left_zero([4.0, 4.8], 4.888))            # mean 0.49 below, range 0.8
@@ -414,7 +441,10 @@ class TestMixerLadder(unittest.TestCase):
                                       ['--docs', 'docs/icl.md'], ['--mixer_ladder', '--mixers'],
                                       ['--mixer_ladder', '--quick', '--docs', 'docs/icl.md'],
                                       ['--mixer_ladder', '--mixer_rates', '1e-3,0.001'],
-                                      ['--mixer_ladder', '--mixer_rungs', '1,4,4'], ['--mixer_ladder', '--device', 'cuda']]
+                                      ['--mixer_ladder', '--mixer_rungs', '1,4,4'], ['--mixer_ladder', '--device', 'cuda'],
+                                      ['--mixer_ladder', '--mixer_base_steps', 'flat:2:256=1666'],
+                                      ['--mixer_ladder', '--mixer_base_steps', 'flat:2=1666'],
+                                      ['--mixer_base_steps', 'flat:2:256=1666']]
                               + ([] if torch.cuda.is_available() else [['--compute', '--device', 'cuda']]), self.tmp)
 
 
