@@ -173,7 +173,7 @@ def panels(cells, xlabel, title, path, width, xaxis):
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel('MQAR test accuracy')
     axes[0][-1].legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=10, wrap=True)           # wrapped at the figure's edges, never cut off
     return save_figure(fig, path, dpi=100)
 
 
