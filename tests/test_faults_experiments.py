@@ -6,7 +6,9 @@
     TestPages         a page is written from a finished plan of its own kind only, with its figure, whole
     TestReports       reports meet failed and diverged runs without raising; a full disk while a figure is
                       written is one line and leaves no temporary file
-    TestModules       a module that is not a command says so, exit 2
+    TestModules       a module that is not a command says so, exit 2; a command the runner runs in its pool
+                      process gives its output and exit status as its own process would, and leaves the
+                      process as it was
     TestCtrlC         two SIGINTs while mqar's pool runs (timeout -s INT signals the process and its group):
                       one line, exit 130, the rerun resumes
 """
@@ -17,13 +19,16 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import unittest
 from unittest import mock
 
 
+import torch
+
 from experiments import claims, icl, icl_ladder, icl_report, mqar
-from experiments.runner import Runner, job, save_figure, spec_key
+from experiments.runner import Runner, job, run_command, save_figure, spec_key
 from tests.common import run_in_process
 from tests.faults import LINUX, interrupt_pool
 
@@ -304,6 +309,25 @@ class TestModules(unittest.TestCase):
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
                 self.assertIn('not a command', r.stderr)
                 self.assertEqual(r.stdout, '')
+
+
+    def test_a_command_run_in_the_pool_process_is_as_its_own_process(self):
+        """runner.run_command of retrieval.py (an IN_PROCESS command) starts no process: its one-line error
+        in the output file, its exit status 2, no temporary file; the thread count its --threads set, the
+        working directory and sys.argv are the caller's again after it."""
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        out, threads, cwd, argv = os.path.join(tmp, 'out.txt'), torch.get_num_threads(), os.getcwd(), list(sys.argv)
+        self.addCleanup(torch.set_num_threads, threads)
+        os.chdir(tmp)
+        self.addCleanup(os.chdir, cwd)
+        with mock.patch('subprocess.Popen', side_effect=AssertionError('a process was started')):
+            rc = run_command(['retrieval.py', '--ckpt', 'none.pt', '--threads', str(threads + 2)], out)
+        self.assertEqual(rc, 2)
+        with open(out) as f:
+            self.assertEqual(f.read(), "retrieval.py: error: checkpoint 'none.pt' not found\n")
+        self.assertEqual(os.listdir(tmp), ['out.txt'])
+        self.assertEqual((torch.get_num_threads(), os.getcwd(), sys.argv), (threads, tmp, argv))
 
 
 @unittest.skipUnless(LINUX, 'reads /proc')
