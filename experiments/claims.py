@@ -78,7 +78,8 @@ SETTINGS = {   # default run and --quick
                   shape=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=8'],
                   ae_shape=['--n_ctx=8'], ae_budget=0.5, ae_lr=3e-3, budgets=(1, 2), reg_seeds=1,
                   mem_lengths=(32, 64), mem_shape=['--mem_d_model', '32', '--mem_n_layer', '1'],
-                  retrieval=['--max_pairs', '200', '--steps', '20', '--embed_batch', '16', '--n_candidates', '32'],
+                  retrieval=['--max_pairs', '200', '--steps', '20', '--embed_batch', '16', '--n_candidates', '32',
+                             '--d_r', '32', '--r_layers', '1', '--batch_size', '16'],
                   represent=['--T', '12', '--windows', '1', '--positions', '3', '--steps', '10']),
 }
 

@@ -50,7 +50,7 @@ SETTINGS = {
                  mixer_budget_s=60.0, mixer_eval_prompts=20000, mixer_batch=64, mixer_d_model=64,
                  mixer_lrs=(3e-4, 1e-3, 3e-3), mixer_seeds=2,
                  mixer_calib_steps=50),
-    'quick': dict(iters=60, batch_size=128, lr=5e-3, seeds=2, eval_prompts=2000, sweep_prompts=500,
+    'quick': dict(iters=40, batch_size=64, lr=5e-3, seeds=2, eval_prompts=1000, sweep_prompts=250,
                   curve_prompts=200, ladder=(1, 2), ladder_noises=('1', '3', '5', '7'),
                   mixer_budget_s=0.3, mixer_eval_prompts=1000, mixer_batch=16, mixer_d_model=16,
                   mixer_lrs=(1e-3, 3e-3), mixer_seeds=2,
@@ -209,7 +209,7 @@ def parse_args(argv):
                    help='comma-separated parameterisations among full,diag,gdpp')
     p.add_argument('--noise', dest='noises', type=listing(training_noise), default=','.join(NOISE_NAMES),
                    help='settings: 0..7 = sigma ~ U(0, x), c13, c135 = sets')
-    p.add_argument('--iters', type=count, help='Adam steps per LSA model (default 3000, --quick 60)')
+    p.add_argument('--iters', type=count, help='Adam steps per LSA model (default 3000, --quick 40)')
     p.add_argument('--batch_size', type=count, help='prompts per step (default 256)')
     p.add_argument('--lr', type=positive, help='peak learning rate (default 1e-2)')
     p.add_argument('--seeds', type=count, help='seeds per cell; the best by separate prompts is reported (default 3)')

@@ -86,7 +86,7 @@ PROTOCOLS = {
                    patience=8, deep_layers=0, device='cpu', workers=2, threads=1),
     # --quick: every kind at a tiny cell, one rate, for the tests.
     'quick': dict(vocab_size=32, cells=((16, 2),), batch={16: 32}, d_models=(32,),
-                  n_train=3072, n_test=256, epochs=6, lrs=(1e-3,), patience=None,
+                  n_train=3072, n_test=256, epochs=4, lrs=(1e-3,), patience=None,
                   deep_layers=4, device='cpu', workers=2, threads=1),
 }
 
