@@ -96,7 +96,7 @@ class TestClaimsQuick(unittest.TestCase):
         cls.out = os.path.join(cls.tmp, 'claims')
         cls.first = run('-m', 'experiments.claims', '--quick', '--data_dir', data, '--out', cls.out)
         cls.mtimes = {p: os.path.getmtime(p) for p in cached_results(cls.out)}
-        cls.second = run('-m', 'experiments.claims', '--quick', '--data_dir', data, '--out', cls.out)
+        cls.second = run_in_process('-m', 'experiments.claims', '--quick', '--data_dir', data, '--out', cls.out)
 
     @classmethod
     def tearDownClass(cls):

@@ -35,7 +35,7 @@ import machine
 import mixer
 import train
 from experiments import bench, bench_decode, gpu_check
-from tests.common import TINY, prepared_data, read_log, run, tiny_model
+from tests.common import TINY, prepared_data, read_log, run, run_in_process, tiny_model
 
 
 def checked_set_device(chosen):
@@ -150,7 +150,7 @@ class TestDevice(unittest.TestCase):
                 self.assertEqual((seen[0].dev, seen[0].cuda, seen[0].dtype), ('cuda:0', True, 'bfloat16'))
 
     def test_an_unknown_device_is_one_line(self):
-        r = run('train.py', f'--data_dir={prepared_data()}', '--device=tpu', f'--out_dir={tempfile.mkdtemp()}')
+        r = run_in_process('train.py', f'--data_dir={prepared_data()}', '--device=tpu', f'--out_dir={tempfile.mkdtemp()}')
         self.assertEqual(r.returncode, 2)
         self.assertEqual(r.stderr.strip().count('\n'), 0, r.stderr)
         self.assertIn("device 'tpu'", r.stderr)
@@ -243,13 +243,14 @@ class TestDeviceTuning(unittest.TestCase):
             r = train.build_run(cfg, None, SimpleNamespace(dev='cpu', rank=0, master=True, cuda=False, ddp=False),
                                 meta)
         self.assertEqual((r.model_cfg.fft_threshold, r.model_cfg.chunk_size), (7, 5))
-        r = run('train.py', *tiny, '--max_iters=2')
+        r = run_in_process('train.py', *tiny, '--max_iters=2')
         self.assertEqual(r.returncode, 0, r.stderr)
-        r = run('train.py', *tiny, '--max_iters=4', '--init_from=resume', '--fft_threshold=16', '--chunk_size=8')
+        r = run_in_process('train.py', *tiny, '--max_iters=4', '--init_from=resume', '--fft_threshold=16',
+                           '--chunk_size=8')
         self.assertEqual(r.returncode, 0, r.stderr)
         mc = [e for e in read_log(out) if e['event'] == 'config'][-1]['model_config']
         self.assertEqual((mc['fft_threshold'], mc['chunk_size']), (16, 8))
-        r = run('train.py', *tiny, '--max_iters=6', '--init_from=resume', '--d_model=64')
+        r = run_in_process('train.py', *tiny, '--max_iters=6', '--init_from=resume', '--d_model=64')
         self.assertEqual(r.returncode, 2)
         self.assertIn('cannot change on resume', r.stderr)
 

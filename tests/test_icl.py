@@ -22,7 +22,7 @@ import torch
 
 from experiments import icl, icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments import regression as reg
-from tests.common import cached_results, run
+from tests.common import cached_results, run, run_in_process
 
 D = reg.D_X + 1
 THREADS = []
@@ -470,7 +470,7 @@ class TestMixerLadderCommand(unittest.TestCase):
         icl_ladder.write_docs(cls.page, cls.first.stdout.strip(), os.path.join(cls.out, 'mixer_ladder.png'), cls.figure)
         with open(cls.page) as f:
             cls.written = f.read()
-        cls.second = run(*args)
+        cls.second = run_in_process(*args)          # every job cached: nothing a process of its own would add
 
     @classmethod
     def tearDownClass(cls):
@@ -517,8 +517,8 @@ class TestCommandLine(unittest.TestCase):
         cls.first = run('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--out',
                         cls.out)
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
-        cls.second = run('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--out',
-                         cls.out)
+        cls.second = run_in_process('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise',
+                                    ','.join(NOISE), '--out', cls.out)       # every job cached: no process needed
 
     @classmethod
     def tearDownClass(cls):
@@ -562,9 +562,9 @@ class TestCommandLine(unittest.TestCase):
         self.assertEqual(self.second.stdout, self.first.stdout)
 
     def test_bad_arguments_give_one_line_and_exit_2(self):
-        """One bad argument through the command line, end to end; the others through icl.parse_args in this
-        process, where the command line meets them (a process each took 2 to 3 s on a busy machine)."""
-        r = run('-m', 'experiments.icl', '--noise', '0,9x', '--out', self.out)
+        """One bad argument through the command line, end to end (in this process: test_faults runs icl's command
+        line as a process); the others through icl.parse_args, where the command line meets them."""
+        r = run_in_process('-m', 'experiments.icl', '--noise', '0,9x', '--out', self.out)
         self.assertEqual(r.returncode, 2)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertTrue(r.stderr.startswith('icl.py: error:'))

@@ -4,7 +4,6 @@ kind, exact-answer accuracy) and experiments/mqar_report.py, and the quick run e
 
 Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_mqar).
 """
-import concurrent.futures
 import json
 import math
 import os
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 
 from experiments import mqar, mqar_report
-from tests.common import cached_results, run
+from tests.common import cached_results, run, run_in_process
 
 T, KV, V = 16, 2, 32            # a tiny cell
 
@@ -235,7 +234,7 @@ class TestQuickRun(unittest.TestCase):
         cls.out = tempfile.mkdtemp()
         cls.first = run('-m', 'experiments.mqar', '--quick', '--out', cls.out)
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
-        cls.second = run('-m', 'experiments.mqar', '--quick', '--out', cls.out)
+        cls.second = run_in_process('-m', 'experiments.mqar', '--quick', '--out', cls.out)    # all cached: no process
 
     @classmethod
     def tearDownClass(cls):
@@ -275,8 +274,8 @@ class TestQuickRun(unittest.TestCase):
         OUT/cached_only and OUT/mqar.md stays the full run's."""
         lr = mqar.PROTOCOLS['quick']['lrs'][0]
         full = open(os.path.join(self.out, 'mqar.md')).read()
-        r = run('-m', 'experiments.mqar', '--quick', '--kinds', 'transformer,flat', '--lrs', f'{lr},{2 * lr},{4 * lr}',
-                '--cached_only', '--out', self.out)
+        r = run_in_process('-m', 'experiments.mqar', '--quick', '--kinds', 'transformer,flat', '--lrs',
+                           f'{lr},{2 * lr},{4 * lr}', '--cached_only', '--out', self.out)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertEqual({f: os.path.getmtime(f) for f in cached_results(self.out)}, self.stamps)
         self.assertEqual(open(os.path.join(self.out, 'mqar.md')).read(), full)
@@ -290,9 +289,8 @@ class TestQuickRun(unittest.TestCase):
     def test_bad_arguments_give_one_line_and_exit_2(self):
         cases = (['--kinds', 'flat,nope'], ['--cells', '16:5'], ['--lrs', '0'], ['--quick', '--protocol', 'gpu'],
                  ['--d_models', '30'], ['--batch_size', '0'])
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            results = list(pool.map(lambda a: run('-m', 'experiments.mqar', *a, '--out', self.out), cases))
-        for args, r in zip(cases, results):
+        for args in cases:                # in this process (test_faults runs mqar's command line as a process)
+            r = run_in_process('-m', 'experiments.mqar', *args, '--out', self.out)
             with self.subTest(args=args):
                 self.assertEqual(r.returncode, 2)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
