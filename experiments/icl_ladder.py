@@ -434,7 +434,8 @@ def ladder_report(plan, L, meta=''):
                                          'from the calibration below') + '), warm-up, stable and the last '
         f'{100 * L["decay"]:g}% decaying to 0.', '',
         md_table(['model', 'batch', 'noise', 'ms a step (calibrated)', 'steps at 1x', 'prompts seen at each rung',
-                  'budget seconds at each rung', 'measured training s (top rung, seed 0)'], budget), '',
+                  'budget seconds at each rung' + (" (the pinned steps' machine)" if L.get('base_steps') else ''),
+                  'measured training s (top rung, seed 0)'], budget), '',
         md_table(['model', 'batch', 'noise', 'first rung below predict-0 by more than the seeds\' spread and 1%',
                   'top rung', 'predict 0', 'one GD step', '2L transformer (1x)', 'gap to one GD step closed',
                   'still falling at the top'], summary), '',
