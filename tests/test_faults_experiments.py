@@ -24,7 +24,6 @@ import tempfile
 import unittest
 from unittest import mock
 
-
 import torch
 
 from experiments import claims, icl, icl_ladder, icl_report, mqar
@@ -309,7 +308,6 @@ class TestModules(unittest.TestCase):
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
                 self.assertIn('not a command', r.stderr)
                 self.assertEqual(r.stdout, '')
-
 
     def test_a_command_run_in_the_pool_process_is_as_its_own_process(self):
         """runner.run_command of retrieval.py (an IN_PROCESS command) starts no process: its one-line error
