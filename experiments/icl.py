@@ -217,11 +217,13 @@ def parse_args(argv):
     p.add_argument('--workers', type=count, default=2, help='jobs at a time')
     p.add_argument('--threads', type=count, default=1, help='torch threads per job')
     p.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
-                   help='cuda: only with --compute (its long runs); the rest is too small for a GPU to help')
+                   help='cuda: only with --compute or --mixer_ladder (their long runs); the rest is too small for a '
+                        'GPU to help')
     p.add_argument('--out', help='output folder (default out/icl, out/icl_quick with --quick)')
     args = p.parse_args(argv)
-    if args.device == 'cuda' and not args.compute:
-        p.error('--device cuda goes with --compute; the rest runs on the CPU (a prompt is 21 tokens of 11 numbers)')
+    if args.device == 'cuda' and not (args.compute or args.mixer_ladder):
+        p.error('--device cuda goes with --compute or --mixer_ladder; the rest runs on the CPU (a prompt is 21 tokens '
+                'of 11 numbers)')
     if args.device == 'cuda' and not torch.cuda.is_available():
         p.error('--device cuda: CUDA is not available here (--device cpu runs the same plan, for hours)')
     s = dict(SETTINGS['quick' if args.quick else 'full'])

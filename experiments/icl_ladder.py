@@ -3,6 +3,7 @@ zero predictor on icl.py's regression prompts, and does it then form the product
 
     python -m experiments.icl --mixer_ladder --docs docs/icl.md    # the ladder; its section of the page
     python -m experiments.icl --mixer_ladder --quick               # the same at a tiny budget (seconds)
+    python -m experiments.icl --mixer_ladder --device cuda         # the rungs trained on a GPU
 
 The models are icl_mixers.SequenceRegressor's (mixer.py's blocks, d_model 64): 2- and 4-layer flat,
 Toeplitz and recurrent at sigma = 0 and the 4-layer flat at sigma ~ U(0, 5), batches of 256 prompts, at
@@ -29,6 +30,7 @@ import io
 import math
 import os
 import time
+from functools import partial
 
 import torch
 
@@ -269,8 +271,9 @@ def ladder_runs(runner, out, L):
     {cfg: {rung: {rate: result of seed 0}}}, 'runs' {cfg: {rung: [result per seed at the chosen rate]}},
     'top' {cfg: [the chosen rate's results of seed 0, a rung each]}, 'results' [every rung's result]};
     cfg: configs()'s tuple. L['base_steps'] {(variant, n_layer, batch): 1x steps}, if given, pins the budgets
-    (another run's, e.g. a page's on another machine); the calibration then only times the ETAs. RuntimeError
-    if a calibration job fails (the budgets need every one)."""
+    (another run's, e.g. a page's on another machine); the calibration then only times the ETAs. Every rung
+    trains on L['device'] ('cpu' default; no part of its key, so a ladder may go on on another machine).
+    RuntimeError if a calibration job fails (the budgets need every one)."""
     cfgs = configs(L)
     step_s = step_seconds(runner, out, L, sorted({(c[0], c[1], c[3]) for c in cfgs}))
     base = {k: L.get('base_steps', {}).get(k, max(10, round(L['budget_s'] / s))) for k, s in step_s.items()}
@@ -288,7 +291,8 @@ def ladder_runs(runner, out, L):
     say(f'mixer ladder: {len(cfgs)} models, {sum(map(len, later)) + sum(len(swept(c)) for c, _ in first)} rungs to '
         f'train, about {fmt_s(eta)} of jobs in all if none is cached ({fmt_s(eta / runner.workers)} on '
         f'{runner.workers} workers)')
-    res = runner.chains(segment_job, [chain(c, lr, 0, slice(len(swept(c)))) for c, lr in first],
+    train = partial(segment_job, device=L.get('device', 'cpu'))      # where it trains: no part of a rung's key
+    res = runner.chains(train, [chain(c, lr, 0, slice(len(swept(c)))) for c, lr in first],
                         f'mixer ladder: every rate, seed 0, up to the {swept(cfgs[0])[-1]:g}x rung')
     sweep, first_runs = {}, {}
     for (cfg, lr), rs in zip(first, res):
@@ -302,7 +306,7 @@ def ladder_runs(runner, out, L):
     second = [(cfg, 0) for cfg in cfgs if len(cfg[4]) > len(swept(cfg))] + \
              [(cfg, s) for cfg in cfgs for s in range(1, L['seeds'])]
     chains = [chain(cfg, rate[cfg], s, slice(len(swept(cfg)) if s == 0 else 0, None)) for cfg, s in second]
-    res2 = runner.chains(segment_job, chains, 'mixer ladder: the chosen rates, up every rung, every seed')
+    res2 = runner.chains(train, chains, 'mixer ladder: the chosen rates, up every rung, every seed')
     runs, top = {}, {}
     for cfg in cfgs:
         rs = first_runs[(cfg, rate[cfg])]

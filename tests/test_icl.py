@@ -398,6 +398,25 @@ class TestMixerLadder(unittest.TestCase):
             self.assertEqual(plain[k], placed[k], k)
         self.assertEqual(placed['device'], 'CPU')
 
+    def test_the_ladder_trains_on_its_device_too(self):
+        """icl --mixer_ladder --device cuda hands the device to segment_job, in both of its phases, and not to the
+        rungs' specs (a ladder stopped on a GPU goes on on a CPU from the same folders)."""
+        L, seen = {**icl_ladder.SETTINGS['quick'], 'device': 'cuda'}, []
+
+        class Runner:
+            workers = 2
+
+            def chains(self, fn, chains, what):
+                seen.append((fn, [j.spec for ch in chains for j in ch]))
+                return [[{'rc': 0, 'sweep': 1.0}] * len(ch) for ch in chains]
+        with unittest.mock.patch.object(icl_ladder, 'step_seconds', lambda r, o, L, ks: dict.fromkeys(ks, 0.01)):
+            icl_ladder.ladder_runs(Runner(), self.tmp, L)
+        self.assertEqual(len(seen), 2)
+        for fn, specs in seen:
+            self.assertIs(fn.func, icl_ladder.segment_job)
+            self.assertEqual(fn.keywords, {'device': 'cuda'})
+            self.assertTrue(specs and all('device' not in spec for spec in specs))
+
     def test_pinned_base_steps_set_every_rungs_budget(self):
         """--mixer_base_steps (another run's 1x steps, e.g. the page's on another machine) sets each model's
         rung steps; the calibration is still run, for the ETAs only. A ladder without it takes 60 s of the
@@ -441,11 +460,12 @@ class TestMixerLadder(unittest.TestCase):
                                       ['--docs', 'docs/icl.md'], ['--mixer_ladder', '--mixers'],
                                       ['--mixer_ladder', '--quick', '--docs', 'docs/icl.md'],
                                       ['--mixer_ladder', '--mixer_rates', '1e-3,0.001'],
-                                      ['--mixer_ladder', '--mixer_rungs', '1,4,4'], ['--mixer_ladder', '--device', 'cuda'],
+                                      ['--mixer_ladder', '--mixer_rungs', '1,4,4'], ['--mixers', '--device', 'cuda'],
                                       ['--mixer_ladder', '--mixer_base_steps', 'flat:2:256=1666'],
                                       ['--mixer_ladder', '--mixer_base_steps', 'flat:2=1666'],
                                       ['--mixer_base_steps', 'flat:2:256=1666']]
-                              + ([] if torch.cuda.is_available() else [['--compute', '--device', 'cuda']]), self.tmp)
+                              + ([] if torch.cuda.is_available() else [['--compute', '--device', 'cuda'],
+                                                                       ['--mixer_ladder', '--device', 'cuda']]), self.tmp)
 
 
 class TestMixerLadderCommand(unittest.TestCase):
