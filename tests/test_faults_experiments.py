@@ -27,7 +27,8 @@ from unittest import mock
 import torch
 
 from experiments import claims, icl, icl_ladder, icl_report, mqar
-from experiments.runner import Runner, job, run_command, save_figure, spec_key
+from experiments.commands import run_command
+from experiments.runner import Runner, job, save_figure, spec_key
 from tests.common import run_in_process
 from tests.faults import LINUX, interrupt_pool
 
