@@ -314,6 +314,26 @@ SECTIONS = {
 }
 
 
+def jobs_line(jobs, workers):
+    """Where a section's jobs trained and for how long (their 'device' and 'seconds'; a job that failed
+    is counted with its time, not its device) -> str: '8 training jobs on CPU, their own time summed
+    59.0 min (about 29.5 min on 2 workers)', or with several devices each one's count and time, e.g.
+    '100 training jobs: 53 on CPU, their own time summed 348.2 min; 47 on NVIDIA H200, 96.7 min' (no
+    wall-time estimate: the devices' workers are not this run's)."""
+    by = {}
+    for x in jobs:
+        if x['rc'] == 0:
+            n, s = by.get(x.get('device', 'CPU'), (0, 0.0))
+            by[x.get('device', 'CPU')] = (n + 1, s + x.get('seconds', 0))
+    total = sum(x.get('seconds', 0) for x in jobs)
+    if len(by) <= 1:
+        return (f'{len(jobs)} training jobs on {next(iter(by), "no device")}, their own time summed {fmt_s(total)} '
+                f'(about {fmt_s(total / workers)} on {workers} workers)')
+    parts = [f'{n} on {d}, ' + ('their own time summed ' if i == 0 else '') + fmt_s(s)
+             for i, (d, (n, s)) in enumerate(sorted(by.items()))]
+    return f'{len(jobs)} training jobs: ' + '; '.join(parts)
+
+
 def section(args, argv, name):
     """--mixer_ladder or --compute (SECTIONS[name]): run its plan, then write OUT/NAME.md, its figure
     (OUT/NAME.png, and beside the --docs page) and, with --docs, the page's section, only from a finished
@@ -331,10 +351,7 @@ def section(args, argv, name):
         runner.pool.shutdown()
     jobs = plan['results']
     failed = sum(x['rc'] != 0 for x in jobs)
-    total = sum(x.get('seconds', 0) for x in jobs)
-    devices = ', '.join(sorted({x.get('device', 'CPU') for x in jobs if x['rc'] == 0}))
-    meta = (f'`python -m experiments.icl {" ".join(argv)}`: {len(jobs)} training jobs on {devices}, their own time '
-            f'summed {fmt_s(total)} (about {fmt_s(total / args.workers)} on {args.workers} workers)' +
+    meta = (f'`python -m experiments.icl {" ".join(argv)}`: {jobs_line(jobs, args.workers)}' +
             (f'; {failed} failed' if failed else '') + '.')
     report = report_of(plan, L, meta)
     figure = os.path.join(out, f'{name}.png')
