@@ -417,7 +417,6 @@ class TestMixerLadder(unittest.TestCase):
             self.assertEqual(fn.keywords, {'device': 'cuda'})
             self.assertTrue(specs and all('device' not in spec for spec in specs))
 
-
     def test_a_section_names_each_device_with_its_own_jobs_and_time(self):
         """A ladder run partly on a CPU and partly on a GPU: the section's first line gives each device its
         count of jobs and summed time, and no wall-time estimate from this run's workers."""
@@ -426,6 +425,7 @@ class TestMixerLadder(unittest.TestCase):
                          '5 training jobs: 3 on CPU, their own time summed 30.0 min; 2 on NVIDIA H200, 2.0 min')
         self.assertEqual(icl.jobs_line(jobs[:3], 2),
                          '3 training jobs on CPU, their own time summed 30.0 min (about 15.0 min on 2 workers)')
+
     def test_pinned_base_steps_set_every_rungs_budget(self):
         """--mixer_base_steps (another run's 1x steps, e.g. the page's on another machine) sets each model's
         rung steps; the calibration is still run, for the ETAs only. A ladder without it takes 60 s of the
