@@ -95,7 +95,8 @@ def load_state(path, quiet=False):
 def check_fork_state(run_dir, res):
     """Runner check of a cached rung (runner.Job.check): a rung that finished must have left its stable state
     (RUN_DIR/state.pt, of this rung's spec), where the next rung starts -> None, or why the rung must train
-    again (a missing or damaged state: a torn write, a full disk). A rung that diverged left none."""
+    again (a missing or damaged state: a torn write, a full disk). A rung that diverged left none. Asked only
+    where the next rung is to run (runner.Runner.chains): a finished ladder needs no states."""
     if not res.get('finished', True):
         return None
     state = load_state(os.path.join(run_dir, 'state.pt'), quiet=True)

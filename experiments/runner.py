@@ -62,7 +62,8 @@ class Job(NamedTuple):
     """One cached job of Runner.map or Runner.chains (made by job()): its folder, the spec its function
     receives, its estimated seconds (ETAs), the version of the code that trains it, prepare(dir) run
     before it (default: empty the folder) and check(dir, cached result) -> None, or why the files the
-    result stands for are unusable (a damaged state a later job needs: then it runs again)."""
+    result stands for are unusable (a damaged state a later job needs: then it runs again; in
+    Runner.chains asked only where the job after it is to run)."""
     dir: str
     spec: Any
     eta: float
@@ -258,12 +259,12 @@ def read_log(path):
 
 
 def interruptible(method):
-    """A Runner method whose last argument names its work (`what`): Ctrl-C in it stops the pool and
-    exits 130 with one line (Runner.stop)."""
+    """A Runner method whose last positional argument names its work (`what`): Ctrl-C in it stops the
+    pool and exits 130 with one line (Runner.stop)."""
     @functools.wraps(method)
-    def run(self, *args):
+    def run(self, *args, **kwargs):
         try:
-            return method(self, *args)
+            return method(self, *args, **kwargs)
         except KeyboardInterrupt:
             self.stop(args[-1])
     return run
@@ -312,10 +313,10 @@ class Runner:
               f'cached in {self.out}: run the same command again to go on', file=sys.stderr, flush=True)
         sys.exit(130)
 
-    def cached(self, job):
+    def cached(self, job, check=True):
         """The cached result of `job` (a Job), marked 'cached': True, or None: no result.json yet, a damaged one, one of other
-        settings, or files that job.check finds unusable (each but the first said in one line; the job
-        then runs again)."""
+        settings, or (if `check`) files that job.check finds unusable (each but the first said in one line;
+        the job then runs again)."""
         res = load_json(os.path.join(job.dir, 'result.json'))
         if res is None:
             return None
@@ -323,7 +324,7 @@ class Runner:
                 [job.spec, job.version]):
             say(f'warning: {job.dir}: its result.json is of other settings or code; computing it again')
             return None
-        reason = job.check(job.dir, res) if job.check else None
+        reason = job.check(job.dir, res) if job.check and check else None
         if reason:
             say(f'warning: {job.dir}: {reason}; computing it again')
             return None
@@ -371,16 +372,24 @@ class Runner:
         dict with the job's settings ('argv': its spec, 'version') added. A job whose folder
         holds a result.json of the same settings (Runner.cached) is not run again; a failed job
         (rc != 0) is not cached, so the next call retries it."""
-        return [rs[0] for rs in self.chains(fn, [[j] for j in jobs], what)]
+        return [rs[0] for rs in self.chains(fn, [[j] for j in jobs], what, check_last=True)]
 
     @interruptible
-    def chains(self, fn, chains, what):
+    def chains(self, fn, chains, what, check_last=False):
         """chains: lists of Job as in map(), each list run in order (a job may read what the job before
         it left in its folder), the lists side by side: whenever a worker is free it takes the next job
-        of the chain with the most work left (a cached job is skipped). After a failed job the rest of
-        its chain is not run (each gets {'rc': 1, 'line': ...}, not cached) -> a list of results per
-        chain, in order, and self.ran counts the jobs run."""
-        results = [[self.cached(j) for j in chain] for chain in chains]
+        of the chain with the most work left (a cached job is skipped). A cached job's check (the files a
+        later job reads) is made only where the job after it is to run (and on the last job if check_last,
+        as map's are): a chain whose jobs are all cached needs none of its files but the results (e.g. a
+        ladder moved to another machine without its states). After a failed job the rest of its chain is not run (each gets {'rc': 1, 'line': ...},
+        not cached) -> a list of results per chain, in order, and self.ran counts the jobs run."""
+        results = []
+        for chain in chains:
+            rs, next_runs = [None] * len(chain), check_last
+            for i in reversed(range(len(chain))):
+                rs[i] = self.cached(chain[i], check=next_runs)
+                next_runs = rs[i] is None
+            results.append(rs)
         todo = sum(r is None for rs in results for r in rs)
         total = sum(map(len, chains))
         if todo < total:

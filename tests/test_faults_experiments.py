@@ -136,6 +136,31 @@ class TestCacheKeys(unittest.TestCase):
         with open(os.path.join(a.dir, 'settings.json')) as f:
             self.assertEqual(json.load(f), {'argv': {'lr': 1e-3}, 'version': 'v1'})
 
+    def test_a_chain_checks_a_cached_jobs_files_only_where_the_next_job_runs(self):
+        """Runner.chains: a cached job's check (the state the job after it reads) is made only where that
+        job is to run: a finished chain whose states stayed on another machine is all cached; once its last
+        job must run, the missing state of the job before it makes that one run too, and no earlier one."""
+        missing = set()
+        chain = [job(self.tmp, n, {'n': n}, 1.0, 'v1', check=lambda d, res: 'no state' if d in missing else None)
+                 for n in 'abc']
+        runner = Runner(self.tmp, 1, 1)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                runner.chains(echo_job, [chain], 'first')
+                missing.update(j.dir for j in chain)             # every state gone: the results alone
+                (cached,) = runner.chains(echo_job, [chain], 'all cached')
+                self.assertEqual(runner.ran, 3)
+                self.assertTrue(all(r.get('cached') for r in cached))
+                os.remove(os.path.join(chain[2].dir, 'result.json'))
+                missing.discard(chain[0].dir)                    # a's state is whole, b's is gone
+                (again,) = runner.chains(echo_job, [chain], 'the last job again')
+        finally:
+            runner.pool.shutdown()
+        self.assertEqual(runner.ran, 3 + 2)                      # c, and b whose state c reads
+        self.assertEqual([r.get('cached') for r in again], [True, None, None])
+        self.assertEqual(sum(l.startswith('warning') for l in err.getvalue().splitlines()), 1, err.getvalue())
+
     def test_a_damaged_fork_state_makes_its_rung_train_again(self):
         """The ladder's rung check: a finished rung needs its whole state.pt of its own spec; a diverged one none."""
         d = os.path.join(self.tmp, 'rung')
