@@ -381,8 +381,9 @@ class Runner:
         of the chain with the most work left (a cached job is skipped). A cached job's check (the files a
         later job reads) is made only where the job after it is to run (and on the last job if check_last,
         as map's are): a chain whose jobs are all cached needs none of its files but the results (e.g. a
-        ladder moved to another machine without its states). After a failed job the rest of its chain is not run (each gets {'rc': 1, 'line': ...},
-        not cached) -> a list of results per chain, in order, and self.ran counts the jobs run."""
+        ladder moved to another machine without its states). After a failed job the rest of its chain is
+        not run (each gets {'rc': 1, 'line': ...}, not cached) -> a list of results per chain, in order,
+        and self.ran counts the jobs run."""
         results = []
         for chain in chains:
             rs, next_runs = [None] * len(chain), check_last
