@@ -74,8 +74,6 @@ def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-
-
 if __name__ == '__main__':
     from configurator import fail
     fail('the command runner of experiments/runner.py, not a command: python -m experiments.claims --help', 'commands.py')

@@ -32,7 +32,6 @@ from typing import Any, Callable, NamedTuple, Optional
 from experiments.commands import CHILD, ROOT, run_command
 
 
-
 def say(msg):
     """Print a progress line to stderr."""
     print(msg, file=sys.stderr, flush=True)
