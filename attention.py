@@ -5,7 +5,7 @@ chunking of a sequence (the recurrent mixing runs in linear attention's chunks).
 
 Every module maps x float [B, T, d] at positions pos.. to float [B, T, d], with the decoding state of its
 layer (a dict: decode.Cache) or None; mixer.Block puts them in the residual stream. weights() gives the
-T x T mixing each one applies to its values (look.py draws them):
+T x T mixing each one applies to its values (experiments/look.py draws them):
 
     y = attn(x)                              # x float [B, T, d]
     A = attn.weights(x)                      # float [B, H, T, T], rows sum to 1, zero above the diagonal
@@ -156,5 +156,6 @@ class LinearAttention(nn.Module):
 
 
 if __name__ == '__main__':
-    from configurator import fail
-    fail("the attention module, not a command: python train.py --variant=transformer trains one (--help)", 'attention.py')
+    import sys
+    print('attention.py: error: the attention module, not a command: python train.py --variant=transformer trains one (--help)', file=sys.stderr)
+    sys.exit(2)

@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
@@ -303,64 +302,6 @@ def gather_rng(batch_gen, env):
     return everyone
 
 
-# ----------------------------------------------------------------------------- results written whole
-
-def check_folder_writable(folder, what="output folder"):
-    """Raise ValueError (one line) unless files can be made in `folder` now: it, or its
-    nearest existing ancestor (the folders are made when written), is a folder that
-    takes a new file. Makes nothing; call it before the work, so that a long run never
-    ends unable to save its results."""
-    folder = os.path.abspath(folder)
-    probe = folder
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise ValueError(f"cannot write the {what} {folder}: {probe} is a file, not a folder")
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        raise ValueError(f"cannot write the {what} {folder} ({e.strerror or e})") from None
-
-
-def check_writable(path, overwrite=True, what="output file"):
-    """Raise ValueError (one line) unless the file `path` can be written now
-    (check_folder_writable on its folder); an existing file is refused unless
-    `overwrite`, and a folder always."""
-    if os.path.isdir(path):
-        raise ValueError(f"the {what} {path} is a folder")
-    if os.path.lexists(path) and not overwrite:
-        raise ValueError(f"{path} exists; remove it, choose another path, or pass --overwrite")
-    check_folder_writable(os.path.dirname(os.path.abspath(path)), f"folder of the {what}")
-
-
-def write_atomic(path, text):
-    """Write `text` (str, as UTF-8, or bytes) to `path` whole or not at all: a temporary file
-    beside it (.NAME.tmpPID), then os.replace; the folders are made. A failed write removes
-    the temporary file, leaves `path` as it was and raises OSError."""
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def save_results(path, results, prog, indent=2):
-    """Write `results` as JSON to `path` (write_atomic), after the tables were printed; a failed
-    write: one line naming the cause, that the printed tables are the results, and exit 1."""
-    try:
-        write_atomic(path, json.dumps(results, indent=indent))
-    except OSError as e:
-        print(f'{prog}: error: could not write {path} ({e.strerror or e}); the results are the tables above',
-              file=sys.stderr)
-        sys.exit(1)
-
-
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail("the checkpoint format's module, not a command: train.py writes checkpoints, sample.py reads them", 'checkpoint.py')

@@ -12,7 +12,6 @@ status 2, wherever the value came from: the merged settings are checked, not the
 argument strings.
 """
 
-import argparse
 import ast
 import math
 import os
@@ -20,6 +19,7 @@ import sys
 
 import checkpoint
 import mixer
+from cli import fail
 
 # Settings with a fixed set of values, and the numeric settings' lower bounds.
 CHOICES = {'init_from': ('scratch', 'resume'), 'task': ('lm', 'autoencode'), 'optimizer': ('adamw', 'muon'),
@@ -27,104 +27,6 @@ CHOICES = {'init_from': ('scratch', 'resume'), 'task': ('lm', 'autoencode'), 'op
 AT_LEAST = {'batch_size': 1, 'grad_accum': 1, 'max_iters': 0, 'warmup_iters': 0, 'eval_interval': 1,
             'eval_windows': 1, 'log_interval': 1, 'weight_decay': 0, 'grad_clip': 0, 'mixing_lr_mult': 0,
             'min_lr': 0, 'ddp_timeout': 1}
-
-
-def fail(msg, prog='train.py', code=2):
-    """Print a one-line error 'PROG: error: msg' and exit with status `code`: 2, every command's bad
-    input (train.py's settings here; the experiments and tools pass their own name); 1, a run that
-    could not finish (a failed job, a full disk)."""
-    print(f'{prog}: error: {msg}', file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def failing(prog):
-    """fail() for the command `prog` (e.g. 'mqar.py') -> fail(msg) printing 'prog: error: msg', exit 2."""
-    return lambda msg: fail(msg, prog)
-
-
-# ----------------------------------------------------------------------------- the commands' flags
-
-class ArgumentParser(argparse.ArgumentParser):
-    """The project's command lines (the experiments, their tools): argparse with the description the
-    first line of `doc`, each flag's default in --help (unless formatter_class says otherwise), and a
-    bad flag or value one line 'PROG: error: msg' and exit 2 (fail: no usage block above it)."""
-
-    def __init__(self, prog, doc, **kw):
-        kw.setdefault('formatter_class', argparse.ArgumentDefaultsHelpFormatter)
-        super().__init__(prog=prog, description=doc.split('\n')[0], **kw)
-
-    def error(self, message):
-        fail(message, self.prog)
-
-    def check(self, fn, *args, prefix=''):
-        """fn(*args) -> its value; its ValueError is the command's one-line error (`prefix` before it), exit 2."""
-        try:
-            return fn(*args)
-        except ValueError as e:
-            self.error(f'{prefix}{e}')
-
-
-def number(cast=int, low=1, above=False):
-    """An argparse type: a finite number of type `cast` (int or float) >= low (> low when `above`;
-    'positive' when that is 0) -> the number; anything else argparse.ArgumentTypeError (one line)."""
-    def parse(text):
-        try:
-            x = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'expected {"an integer" if cast is int else "a number"}, '
-                                             f'got {text!r}') from None
-        if not math.isfinite(x) or x < low or above and x == low:
-            bound = 'positive' if above and low == 0 else f'> {low}' if above else f'>= {low}'
-            raise argparse.ArgumentTypeError(f'must be {bound}, got {text}')
-        return x
-    parse.__name__ = cast.__name__                  # argparse's name for the type in its own messages
-    return parse
-
-
-def listing(cast=str, choices=None, empty=False, items='values', what='name'):
-    """The one list parser of the command lines, an argparse type: a comma-separated list 'a,b,c' ->
-    [cast(a), ...], each item once and among `choices` when given. argparse.ArgumentTypeError (one line)
-    on an item named twice, (unless `empty`) no item at all, an item not among the choices ('unknown WHAT
-    x; choose from ...'), or a bad item: cast's own argparse.ArgumentTypeError (a type of its own words,
-    e.g. number()) says why, its ValueError names what the items must be (`items`; int, float and str
-    name their own)."""
-    items = {int: 'integers', float: 'numbers', str: 'names'}.get(cast, items)
-
-    def parse(text):
-        parts = [x.strip() for x in text.split(',') if x.strip()]
-        try:
-            values = [cast(x) for x in parts]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'must be {items} separated by commas, got {text!r}') from None
-        twice = [x for i, x in enumerate(parts) if x in parts[:i] or values[i] in values[:i]]
-        if twice:
-            raise argparse.ArgumentTypeError(f'names {twice[0]} twice (got {text!r}); give each once')
-        if not values and not empty:
-            raise argparse.ArgumentTypeError('is empty; give at least one value')
-        bad = [x for x, v in zip(parts, values) if choices is not None and v not in choices]
-        if bad:
-            raise argparse.ArgumentTypeError(f'unknown {what} {",".join(bad)}; choose from '
-                                             f'{",".join(map(str, choices))}')
-        return values
-    return parse
-
-
-def assignments(text):
-    """An argparse type: 'key=value,...' (e.g. ModelConfig fields; values Python literals or bare names)
-    -> dict; argparse.ArgumentTypeError (one line) on a malformed item or a key given twice. What the
-    keys may be is the caller's to check."""
-    out = {}
-    for item in listing(empty=True)(text):
-        key, eq, value = item.partition('=')
-        if not eq or not key.isidentifier():
-            raise argparse.ArgumentTypeError(f'expected key=value, got {item!r}')
-        if key in out:
-            raise argparse.ArgumentTypeError(f'names {key} twice (got {text!r}); give each once')
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
-    return out
 
 
 def collect_defaults(namespace, skip=()):

@@ -334,5 +334,5 @@ def generate_static(model, idx, max_new_tokens, temperature=1.0, top_k=None, com
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail('the generation module, not a command: python sample.py --help', 'decode.py')

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 import attention
 import mixer
-from configurator import fail
+from cli import fail
 
 
 def keep_freed_memory():

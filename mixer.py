@@ -536,5 +536,6 @@ def build_model(cfg):
 
 
 if __name__ == '__main__':
-    from configurator import fail
-    fail('the models module, not a command: python train.py --variant=NAME trains one (--help)', 'mixer.py')
+    import sys
+    print('mixer.py: error: the models module, not a command: python train.py --variant=NAME trains one (--help)', file=sys.stderr)
+    sys.exit(2)

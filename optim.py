@@ -71,5 +71,5 @@ def lr_at(it, cfg):
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail("train.py's optimisers and schedule, not a command: python train.py --help", 'optim.py')

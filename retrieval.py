@@ -71,18 +71,12 @@ import torch.nn.functional as F
 import mixer
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
-from checkpoint import check_folder_writable, check_writable, save_results
+from cli import check_folder_writable, check_writable, device_error, failing, save_results
 from data.prepare import file_sha256
-from sample import device_error
 
 PROG = 'retrieval.py'
 CACHE_VERSION = 1
-
-
-def fail(msg):
-    """Print a one-line error and exit with code 2."""
-    print(f'{PROG}: error: {msg}', file=sys.stderr)
-    sys.exit(2)
+fail = failing(PROG)                # 'retrieval.py: error: msg' on stderr, exit 2
 
 
 # ----------------------------------------------------------------------------- embeddings

@@ -19,31 +19,9 @@ import torch
 
 import decode
 from checkpoint import CheckpointError, load_checkpoint
+from cli import device_error, failing
 
-
-def fail(msg):
-    """Print a one-line error and exit with code 2."""
-    print(f'sample.py: error: {msg}', file=sys.stderr)
-    sys.exit(2)
-
-
-def device_error(dev):
-    """Why the torch device named `dev` cannot be used on this machine (one line), or None
-    if it can: an unknown name, CUDA absent, a CUDA index beyond the GPUs, a type other
-    than cpu / cuda / an available mps."""
-    try:
-        d = torch.device(dev)
-    except (RuntimeError, ValueError):
-        return f"unknown device {dev!r}: use 'cpu', 'cuda' or 'cuda:N'"
-    if d.type == 'cpu' or d.type == 'mps' and torch.backends.mps.is_available():
-        return None
-    if d.type != 'cuda':
-        return f"device {dev!r} is not available here: use 'cpu', 'cuda' or 'cuda:N'"
-    if not torch.cuda.is_available():
-        return f'device {dev!r}: CUDA is not available on this machine; use --device cpu'
-    if d.index is not None and d.index >= torch.cuda.device_count():
-        return f'device {dev!r}: this machine has {torch.cuda.device_count()} CUDA device(s)'
-    return None
+fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 
 
 def main(argv=None):

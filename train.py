@@ -35,7 +35,7 @@ import configurator
 import machine
 import mixer
 import optim
-from configurator import fail
+from cli import fail
 
 # ----------------------------------------------------------------------------- defaults
 # I/O

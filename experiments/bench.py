@@ -39,7 +39,7 @@ import machine
 import mixer
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
                                       bench_sdpa, bench_serving, build)
-from configurator import ArgumentParser, listing, number
+from cli import ArgumentParser, listing, number
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa')
@@ -324,7 +324,7 @@ def device_and_dtype(p, args):
 
 
 def parse_args(argv=None):
-    """Command-line flags (configurator.ArgumentParser: a bad flag is one line, exit 2)."""
+    """Command-line flags (cli.ArgumentParser: a bad flag is one line, exit 2)."""
     p = ArgumentParser('bench.py', __doc__)
     count, positive, variants = number(int, 1), number(float, 0, above=True), tuple(mixer.VARIANTS)
     counts = listing(count)

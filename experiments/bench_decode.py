@@ -338,5 +338,5 @@ def bench_sdpa(args):
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail("bench.py's generation tables, not a command: python -m experiments.bench --tables serving,decode", 'bench_decode.py')

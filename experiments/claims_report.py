@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from checkpoint import write_atomic
+from cli import write_atomic
 from experiments.runner import NO_PLOT, md_table, mean_range, pyplot, save_figure
 
 # name -> (train.py arguments, family). Families decide the "best of" row.
@@ -543,5 +543,5 @@ def write_report(out, plan, extras, step_s, args, budget_s, n_train, tps):
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail("claims.py's report, not a command: python -m experiments.claims writes it (from its cached runs)", 'claims_report.py')

@@ -75,5 +75,5 @@ def _default_sigint():
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail('the command runner of experiments/runner.py, not a command: python -m experiments.claims --help', 'commands.py')

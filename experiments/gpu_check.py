@@ -47,8 +47,7 @@ from dataclasses import dataclass, field
 import torch
 
 import machine
-from checkpoint import write_atomic
-from configurator import ArgumentParser, failing, number
+from cli import ArgumentParser, failing, number, write_atomic
 from experiments.runner import ROOT, fmt_s, md_table, read_log, say
 
 BUDGET_S = 480                 # the whole check, so that it fits a 15-minute GPU loan with the start-up

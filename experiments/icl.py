@@ -34,8 +34,7 @@ import time
 
 import torch
 
-from checkpoint import check_folder_writable, write_atomic
-from configurator import ArgumentParser, fail, listing, number
+from cli import ArgumentParser, check_folder_writable, fail, listing, number, write_atomic
 from experiments import icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, build, check_noise, fixed_prompts,
@@ -295,7 +294,7 @@ def parse_mixer_ladder(p, args):
 
 
 def write_report(path, text):
-    """Write a report whole (checkpoint.write_atomic), after it was printed; a failed write: one line
+    """Write a report whole (cli.write_atomic), after it was printed; a failed write: one line
     naming the cause, and exit 1."""
     try:
         write_atomic(path, text)

@@ -145,5 +145,5 @@ def plot_compute(plan, C, path):
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail('a part of icl.py, not a command: python -m experiments.icl --compute', 'icl_compute.py')

@@ -34,7 +34,7 @@ from functools import partial
 
 import torch
 
-from checkpoint import write_atomic
+from cli import write_atomic
 from experiments.icl_mixers import (PROBE_HEADER, adam_step, adjusted_loss, diagnose, initialised, probe_cells,
                                    untrained_probes, zero_loss)
 from experiments.regression import VERSION, fixed_prompts
@@ -106,7 +106,7 @@ def check_fork_state(run_dir, res):
 
 
 def save_state(path, **state):
-    """torch.save the state whole or not at all (checkpoint.write_atomic; a failed write, e.g. a full disk,
+    """torch.save the state whole or not at all (cli.write_atomic; a failed write, e.g. a full disk,
     leaves no temporary file and raises OSError)."""
     buf = io.BytesIO()
     torch.save(state, buf)
@@ -537,5 +537,5 @@ def write_docs(page, section, drawn, figure, markers=(BEGIN, END),
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail('a part of icl.py, not a command: python -m experiments.icl --mixer_ladder', 'icl_ladder.py')

@@ -347,5 +347,5 @@ def plot_mixers(plan, lsa, path, s):
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail('a part of icl.py, not a command: python -m experiments.icl --mixers', 'icl_mixers.py')

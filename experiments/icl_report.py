@@ -300,5 +300,5 @@ def report_text(table, adj, base, sig, noises, results, jobs, s, ladder=None, pl
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail("icl.py's report, not a command: python -m experiments.icl writes it (from its cached runs)", 'icl_report.py')

@@ -49,8 +49,7 @@ import torch
 import torch.nn.functional as F
 
 import mixer
-from checkpoint import check_folder_writable, write_atomic
-from configurator import ArgumentParser, assignments, fail, listing, number
+from cli import ArgumentParser, assignments, check_folder_writable, fail, listing, number, write_atomic
 from experiments import mqar_report
 from experiments.mqar_report import N_LAYER, best
 from experiments.runner import Runner, command, fmt_s, job, say, step_times

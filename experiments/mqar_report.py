@@ -11,7 +11,7 @@ import platform
 
 import torch
 
-from checkpoint import write_atomic
+from cli import write_atomic
 from experiments.runner import NO_PLOT, fmt_s, md_table, pyplot, save_figure
 
 N_LAYER = 2               # every kind, as Zoology's attention; the best mixer again at deep_layers
@@ -227,5 +227,5 @@ def write(out, s, kinds, grid, deep, command, wall_s, cached, total):
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail("mqar.py's report, not a command: python -m experiments.mqar writes it (from its cached runs)", 'mqar_report.py')

@@ -33,7 +33,7 @@ from torch.profiler import ProfilerActivity, profile
 import decode
 import machine
 import mixer
-from configurator import ArgumentParser, listing, number
+from cli import ArgumentParser, listing, number
 from experiments.bench import device_and_dtype
 from experiments.bench_decode import build, decode_ms
 from experiments.runner import md_table, say, time_calls, train_run
@@ -148,7 +148,7 @@ def profile_train(args):
 
 
 def parse_args(argv=None):
-    """Command-line flags (configurator.ArgumentParser: a bad flag is one line, exit 2)."""
+    """Command-line flags (cli.ArgumentParser: a bad flag is one line, exit 2)."""
     p = ArgumentParser('profiles.py', __doc__)
     count = number(int, 1)
     p.add_argument('--what', type=listing(str, ('decode', 'train'), what='profile'), default='decode,train',

@@ -452,5 +452,5 @@ def mean_loss(model, prompts, chunk=5000):
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail("icl.py's pieces, not a command: python -m experiments.icl --help", 'regression.py')

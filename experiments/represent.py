@@ -45,8 +45,7 @@ import torch
 
 import mixer
 from checkpoint import CheckpointError, load_checkpoint
-from checkpoint import check_writable, save_results
-from configurator import ArgumentParser, failing, listing, number
+from cli import ArgumentParser, check_writable, failing, listing, number, save_results
 from experiments.runner import md_table
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')

@@ -481,9 +481,9 @@ def step_times(runner, parent, builders, steps, version, what, fresh=False):
 
 
 def cache(path, obj):
-    """Write obj as JSON to the cache file `path`, whole or not at all (checkpoint.write_atomic). A
+    """Write obj as JSON to the cache file `path`, whole or not at all (cli.write_atomic). A
     failed write (a full disk) is a one-line warning: the job runs again next time."""
-    from checkpoint import write_atomic
+    from cli import write_atomic
     try:
         write_atomic(path, json.dumps(obj))
     except OSError as e:
@@ -565,5 +565,5 @@ def md_table(header, rows):
 
 
 if __name__ == '__main__':
-    from configurator import fail
+    from cli import fail
     fail('the job pool of claims.py, icl.py and mqar.py, not a command: python -m experiments.mqar --help', 'runner.py')

@@ -314,7 +314,7 @@ class TestReports(unittest.TestCase):
 
 class TestModules(unittest.TestCase):
 
-    COMMANDS = {'train.py', 'sample.py', 'retrieval.py', 'look.py', 'test_mixer.py', 'data/prepare.py',
+    COMMANDS = {'train.py', 'sample.py', 'retrieval.py', 'experiments/look.py', 'test_mixer.py', 'data/prepare.py',
                 'experiments/bench.py', 'experiments/claims.py', 'experiments/gpu_check.py', 'experiments/icl.py',
                 'experiments/mqar.py', 'experiments/represent.py', 'experiments/profiles.py'}
 

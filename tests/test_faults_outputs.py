@@ -170,9 +170,9 @@ class TestCachesAndOutputs(Base):
         self.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
 
     def test_write_atomic_keeps_the_old_file_when_the_write_fails(self):
-        """checkpoint.write_atomic (retrieval's and represent's outputs): a failed write leaves the old
+        """cli.write_atomic (retrieval's and represent's outputs): a failed write leaves the old
         file byte-identical and no temporary file."""
-        from checkpoint import write_atomic
+        from cli import write_atomic
         path = write(os.path.join(self.f.tmp, 'atomic', 'results.json'), '{"old": 1}\n')
         with mock.patch('os.replace', side_effect=OSError(errno.ENOSPC, 'No space left on device')), \
                 self.assertRaises(OSError):

@@ -19,7 +19,7 @@ import torch
 from einops import rearrange
 
 import checkpoint
-import look
+from experiments import look
 import mixer
 from attention import Attention
 from tests.common import TINY, run_in_process, tiny_model
@@ -137,7 +137,7 @@ class TestLook(unittest.TestCase):
             with self.subTest(variant=name):
                 out = os.path.join(self.tmp, f'{name}.png')
                 with Drawn() as drawn:
-                    r = run_in_process('look.py', '--ckpt', self.ckpts[name], '--out', out, '--positions', str(T),
+                    r = run_in_process('-m', 'experiments.look', '--ckpt', self.ckpts[name], '--out', out, '--positions', str(T),
                                        '--windows', '4', '--overwrite')
                 self.assertEqual(r.returncode, 0, r.stderr)
                 with open(out, 'rb') as f:
@@ -178,7 +178,7 @@ class TestLook(unittest.TestCase):
             model(idx)
         self.assertEqual(len(applied), TINY['n_layer'])
         with Drawn() as drawn:
-            r = run_in_process('look.py', '--ckpt', self.ckpts['transformer_naive'], '--out',
+            r = run_in_process('-m', 'experiments.look', '--ckpt', self.ckpts['transformer_naive'], '--out',
                                os.path.join(self.tmp, 'naive.png'), '--positions', str(T), '--windows', '4',
                                '--overwrite')
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -190,7 +190,7 @@ class TestLook(unittest.TestCase):
     def test_an_autoencoders_encoder_and_decoder_are_rows(self):
         path = os.path.join(self.tmp, 'autoencoder.pt')
         save(tiny_model('linear_attention', task='autoencode'), path, self.tok, self.sha, self.data, 'linear_attention')
-        r = run_in_process('look.py', '--ckpt', path, '--no_figure', '--windows', '2')
+        r = run_in_process('-m', 'experiments.look', '--ckpt', path, '--no_figure', '--windows', '2')
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual([layer for layer, _ in table_rows(r.stdout)],
                          [f'{part} {i}' for part in ('encoder', 'decoder') for i in range(TINY['n_layer'])
@@ -241,7 +241,7 @@ class TestLook(unittest.TestCase):
                  (['--ckpt', self.ckpts['flat'], '--positions', '0'], 'positions'))
         for args, msg in cases:
             with self.subTest(args=args):
-                r = run_in_process('look.py', *args)
+                r = run_in_process('-m', 'experiments.look', *args)
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
                 self.assertIn(msg, r.stderr)
@@ -249,8 +249,8 @@ class TestLook(unittest.TestCase):
 
     def test_table_prints_without_matplotlib(self):
         with mock.patch.dict('sys.modules', {'matplotlib': None}):
-            r = run_in_process('look.py', '--ckpt', self.ckpts['multihead'], '--out', os.path.join(self.tmp, 'none.png'))
-            quiet = run_in_process('look.py', '--ckpt', self.ckpts['multihead'], '--no_figure')
+            r = run_in_process('-m', 'experiments.look', '--ckpt', self.ckpts['multihead'], '--out', os.path.join(self.tmp, 'none.png'))
+            quiet = run_in_process('-m', 'experiments.look', '--ckpt', self.ckpts['multihead'], '--no_figure')
         self.assertEqual(r.returncode, 1)
         self.assertIn('matplotlib is not installed', r.stderr)
         self.assertEqual(len(table_rows(r.stdout)), TINY['n_layer'] * HEADS)

@@ -1,7 +1,7 @@
 """Look inside a checkpoint: the token mixing each layer learned, as a figure and a table.
 
-    python look.py --ckpt out/tinystories_cpu/ckpt.pt            # writes out/tinystories_cpu/look.png
-    python look.py --ckpt out/transformer_cpu/ckpt.pt --out look_tf.png --positions 32 --windows 64
+    python -m experiments.look --ckpt out/tinystories_cpu/ckpt.pt            # writes out/tinystories_cpu/look.png
+    python -m experiments.look --ckpt out/transformer_cpu/ckpt.pt --out look_tf.png --positions 32 --windows 64
 
 The papers ask whether masked mixers learn "a fundamentally different structure than transformers"
 (Badger 2024, arXiv 2409.01482, the hybrids; blog post "Masked Mixers II"); this draws, for each layer
@@ -52,12 +52,9 @@ import torch
 import checkpoint
 import mixer
 from attention import Attention, LinearAttention
+from cli import failing
 
-
-def fail(msg):
-    """Print a one-line error 'look.py: error: msg' and exit with status 2."""
-    print(f'look.py: error: {msg}', file=sys.stderr)
-    sys.exit(2)
+fail = failing('look.py')            # 'PROG: error: msg' on stderr, exit 2
 
 
 @dataclass(eq=False)
@@ -334,7 +331,7 @@ def main(argv=None):
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.ckpt)), 'look.png')
     if not args.no_figure:
         try:
-            checkpoint.check_writable(out, overwrite=args.overwrite, what='figure')
+            cli.check_writable(out, overwrite=args.overwrite, what='figure')
         except ValueError as e:
             fail(str(e))
     cfg, config = model.cfg, ckpt.get('config', {})

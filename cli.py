@@ -1,0 +1,199 @@
+"""What every command of the project shares, a leaf that imports nothing of the project: the one-line
+error and its exit status (`fail`), the flags' parser and types (`ArgumentParser`, `number`, `listing`,
+`assignments`), the device check, and results written whole (`write_atomic`, `save_results`).
+
+    fail('no such file', 'sample.py')          # 'sample.py: error: no such file' on stderr, exit 2
+    p = ArgumentParser('mqar.py', __doc__); p.add_argument('--lrs', type=listing(number(float, 0, above=True)))
+"""
+
+import argparse
+import ast
+import json
+import math
+import os
+import sys
+import tempfile
+
+import torch
+
+
+def fail(msg, prog='train.py', code=2):
+    """Print a one-line error 'PROG: error: msg' and exit with status `code`: 2, every command's bad
+    input (train.py's settings here; the experiments and tools pass their own name); 1, a run that
+    could not finish (a failed job, a full disk)."""
+    print(f'{prog}: error: {msg}', file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def failing(prog):
+    """fail() for the command `prog` (e.g. 'mqar.py') -> fail(msg) printing 'prog: error: msg', exit 2."""
+    return lambda msg: fail(msg, prog)
+
+
+# ----------------------------------------------------------------------------- the commands' flags
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The project's command lines (the experiments, their tools): argparse with the description the
+    first line of `doc`, each flag's default in --help (unless formatter_class says otherwise), and a
+    bad flag or value one line 'PROG: error: msg' and exit 2 (fail: no usage block above it)."""
+
+    def __init__(self, prog, doc, **kw):
+        kw.setdefault('formatter_class', argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(prog=prog, description=doc.split('\n')[0], **kw)
+
+    def error(self, message):
+        fail(message, self.prog)
+
+    def check(self, fn, *args, prefix=''):
+        """fn(*args) -> its value; its ValueError is the command's one-line error (`prefix` before it), exit 2."""
+        try:
+            return fn(*args)
+        except ValueError as e:
+            self.error(f'{prefix}{e}')
+
+
+def number(cast=int, low=1, above=False):
+    """An argparse type: a finite number of type `cast` (int or float) >= low (> low when `above`;
+    'positive' when that is 0) -> the number; anything else argparse.ArgumentTypeError (one line)."""
+    def parse(text):
+        try:
+            x = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'expected {"an integer" if cast is int else "a number"}, '
+                                             f'got {text!r}') from None
+        if not math.isfinite(x) or x < low or above and x == low:
+            bound = 'positive' if above and low == 0 else f'> {low}' if above else f'>= {low}'
+            raise argparse.ArgumentTypeError(f'must be {bound}, got {text}')
+        return x
+    parse.__name__ = cast.__name__                  # argparse's name for the type in its own messages
+    return parse
+
+
+def listing(cast=str, choices=None, empty=False, items='values', what='name'):
+    """The one list parser of the command lines, an argparse type: a comma-separated list 'a,b,c' ->
+    [cast(a), ...], each item once and among `choices` when given. argparse.ArgumentTypeError (one line)
+    on an item named twice, (unless `empty`) no item at all, an item not among the choices ('unknown WHAT
+    x; choose from ...'), or a bad item: cast's own argparse.ArgumentTypeError (a type of its own words,
+    e.g. number()) says why, its ValueError names what the items must be (`items`; int, float and str
+    name their own)."""
+    items = {int: 'integers', float: 'numbers', str: 'names'}.get(cast, items)
+
+    def parse(text):
+        parts = [x.strip() for x in text.split(',') if x.strip()]
+        try:
+            values = [cast(x) for x in parts]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'must be {items} separated by commas, got {text!r}') from None
+        twice = [x for i, x in enumerate(parts) if x in parts[:i] or values[i] in values[:i]]
+        if twice:
+            raise argparse.ArgumentTypeError(f'names {twice[0]} twice (got {text!r}); give each once')
+        if not values and not empty:
+            raise argparse.ArgumentTypeError('is empty; give at least one value')
+        bad = [x for x, v in zip(parts, values) if choices is not None and v not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f'unknown {what} {",".join(bad)}; choose from '
+                                             f'{",".join(map(str, choices))}')
+        return values
+    return parse
+
+
+def assignments(text):
+    """An argparse type: 'key=value,...' (e.g. ModelConfig fields; values Python literals or bare names)
+    -> dict; argparse.ArgumentTypeError (one line) on a malformed item or a key given twice. What the
+    keys may be is the caller's to check."""
+    out = {}
+    for item in listing(empty=True)(text):
+        key, eq, value = item.partition('=')
+        if not eq or not key.isidentifier():
+            raise argparse.ArgumentTypeError(f'expected key=value, got {item!r}')
+        if key in out:
+            raise argparse.ArgumentTypeError(f'names {key} twice (got {text!r}); give each once')
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+
+# ----------------------------------------------------------------------------- devices
+
+def device_error(dev):
+    """Why the torch device named `dev` cannot be used on this machine (one line), or None
+    if it can: an unknown name, CUDA absent, a CUDA index beyond the GPUs, a type other
+    than cpu / cuda / an available mps."""
+    try:
+        d = torch.device(dev)
+    except (RuntimeError, ValueError):
+        return f"unknown device {dev!r}: use 'cpu', 'cuda' or 'cuda:N'"
+    if d.type == 'cpu' or d.type == 'mps' and torch.backends.mps.is_available():
+        return None
+    if d.type != 'cuda':
+        return f"device {dev!r} is not available here: use 'cpu', 'cuda' or 'cuda:N'"
+    if not torch.cuda.is_available():
+        return f'device {dev!r}: CUDA is not available on this machine; use --device cpu'
+    if d.index is not None and d.index >= torch.cuda.device_count():
+        return f'device {dev!r}: this machine has {torch.cuda.device_count()} CUDA device(s)'
+    return None
+
+
+# ----------------------------------------------------------------------------- results written whole
+
+def check_folder_writable(folder, what="output folder"):
+    """Raise ValueError (one line) unless files can be made in `folder` now: it, or its
+    nearest existing ancestor (the folders are made when written), is a folder that
+    takes a new file. Makes nothing; call it before the work, so that a long run never
+    ends unable to save its results."""
+    folder = os.path.abspath(folder)
+    probe = folder
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ValueError(f"cannot write the {what} {folder}: {probe} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write the {what} {folder} ({e.strerror or e})") from None
+
+
+def check_writable(path, overwrite=True, what="output file"):
+    """Raise ValueError (one line) unless the file `path` can be written now
+    (check_folder_writable on its folder); an existing file is refused unless
+    `overwrite`, and a folder always."""
+    if os.path.isdir(path):
+        raise ValueError(f"the {what} {path} is a folder")
+    if os.path.lexists(path) and not overwrite:
+        raise ValueError(f"{path} exists; remove it, choose another path, or pass --overwrite")
+    check_folder_writable(os.path.dirname(os.path.abspath(path)), f"folder of the {what}")
+
+
+def write_atomic(path, text):
+    """Write `text` (str, as UTF-8, or bytes) to `path` whole or not at all: a temporary file
+    beside it (.NAME.tmpPID), then os.replace; the folders are made. A failed write removes
+    the temporary file, leaves `path` as it was and raises OSError."""
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_results(path, results, prog, indent=2):
+    """Write `results` as JSON to `path` (write_atomic), after the tables were printed; a failed
+    write: one line naming the cause, that the printed tables are the results, and exit 1."""
+    try:
+        write_atomic(path, json.dumps(results, indent=indent))
+    except OSError as e:
+        print(f'{prog}: error: could not write {path} ({e.strerror or e}); the results are the tables above',
+              file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == '__main__':
+    fail("the commands' shared helpers, not a command: python train.py --help, python sample.py --help", 'cli.py')
