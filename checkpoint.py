@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 import mixer
+import optim
 from data.prepare import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
@@ -278,6 +279,7 @@ def restore(ckpt, model, optimizers, batch_gen, env):
         fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
         try:
             opt.load_state_dict(ckpt[key])
+            optim.fit_state(opt)
         except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
             raise CheckpointError(f"the checkpoint's optimizer state does not fit these settings: {e}") from None
         for g, f in zip(opt.param_groups, fresh):

@@ -17,7 +17,6 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-import attention
 import mixer
 from cli import fail
 
@@ -42,35 +41,14 @@ def keep_freed_memory():
 
 # ----------------------------------------------------------------------------- FLOPs and peaks
 
-def mixing_flops(m, T):
-    """Forward FLOPs per token of one sequence mixing's own products at length T
-    (projections excluded: they are nn.Linear), 0 for any other module. Counted as
-    computed: the dense mixer's full T x T product, zeros included; attention's QK^T
-    and AV in full; the Toeplitz FFT as ~2.5 n log2 n a transform of length n = 2T."""
-    if isinstance(m, mixer.MaskedMixing):
-        return 2 * T * m.d_model * m.e * (m.k + (m.e > 1))
-    if isinstance(m, mixer.ToeplitzMixing):
-        if T >= m.fft_threshold:        # rfft(z) + irfft of length 2T + the product
-            return int(m.d_model * (10 * math.log2(2 * T) + 6))
-        return 2 * T * m.d_model
-    if isinstance(m, mixer.RecurrentMixing):
-        return 2 * min(T, m.chunk_size) * m.d_model
-    if isinstance(m, attention.Attention):
-        return 4 * T * m.qkv.in_features
-    if isinstance(m, attention.LinearAttention):
-        d = m.qkv.in_features
-        return 4 * min(T, m.chunk_size) * d + 4 * d * d // m.n_head
-    return 0
-
-
 def flops_per_token(model, T=None):
-    """Training FLOPs per token (forward + backward = 3 x forward) of a mixer model at
-    length T (default n_ctx): 2 per weight of every nn.Linear (the LM head included)
-    plus each sequence mixing's (mixing_flops). Norms, activations and the embedding
-    lookup are not counted."""
+    """Training FLOPs per token (forward + backward = 3 x forward) of a mixer.py model at length T
+    (default n_ctx): 2 per weight of every nn.Linear (the LM head included) plus each block's sequence
+    mixing's own products (its flops(T): counted as computed, e.g. the dense mixer's whole T x T product,
+    zeros included). Norms, activations and the embedding lookup are not counted."""
     T = T or model.cfg.n_ctx
     fwd = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
-    fwd += sum(mixing_flops(m, T) for m in model.modules())
+    fwd += sum(m.mixing.flops(T) for m in model.modules() if isinstance(m, mixer.Block))
     return 3 * fwd
 
 

@@ -3,8 +3,8 @@
 A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a
 learned token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and
 Retrieval", arXiv 2409.01482). One config and one interface for every kind; read top to bottom: config,
-token mixings (each with its incremental path), blocks, models. The baselines' attention: attention.py;
-sampling: decode.py; FLOPs: machine.py.
+token mixings (each with its parallel pass, its decoding step and its FLOPs), blocks, models. The
+baselines' attention: attention.py; generation: sample.py.
 
     model = build_model(variant_config('toeplitz', d_model=256, n_layer=4, n_ctx=256))
     logits, loss = model(idx, targets)      # idx long [B, T], T <= n_ctx; loss in nats/token
@@ -18,7 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from attention import Attention, LinearAttention, append_cache, chunk_starts
+from attention import (Attention, HybridMixing, LinearAttention, SwiGLU, chunk_starts, keep_state, positions,
+                       write_cache)
 
 KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
 MIXINGS = ('dense', 'toeplitz', 'recurrent')
@@ -93,8 +94,7 @@ VARIANTS = {
     'transformer': dict(kind='transformer', n_head=4),
     'gpt': dict(kind='gpt', n_head=4, posenc=True),
     'transformer_naive': dict(kind='transformer', n_head=4, attention='naive'),
-    'hybrid': dict(kind='hybrid', n_head=4),
-    'hybrid_parallel': dict(kind='hybrid', n_head=4, hybrid='parallel'),
+    'hybrid': dict(kind='hybrid', n_head=4), 'hybrid_parallel': dict(kind='hybrid', n_head=4, hybrid='parallel'),
     'linear_attention': dict(kind='linear_attention', n_head=4),
 }
 
@@ -107,23 +107,11 @@ def variant_config(name, **base):
 
 
 # ----------------------------------------------------------------------------- token mixings
-
-class HeadMixing(nn.Module):
-    """Base of the token mixings: x float [B, T, d] at positions pos.. -> float [B, T, d]. n_head = 1:
-    no projections (the flat mixer); n_head > 1: Linear(d, d) -> heads of e = d / n_head -> mix ->
-    concat -> Linear(d, d). Subclasses implement mix(z [B, H, T, e], state (decoding) or None, pos)."""
-    def __init__(self, d_model, n_head):
-        super().__init__()
-        self.n_head, self.d_model = n_head, d_model
-        self.proj_in = nn.Linear(d_model, d_model) if n_head > 1 else None
-        self.proj_out = nn.Linear(d_model, d_model) if n_head > 1 else None
-
-    def forward(self, x, state=None, pos=0):
-        z = self.proj_in(x) if self.proj_in is not None else x
-        y = self.mix(rearrange(z, 'b t (h e) -> b h t e', h=self.n_head), state, pos)
-        y = rearrange(y, 'b h t e -> b t (h e)')
-        return self.proj_out(y) if self.proj_out is not None else y
-
+# A token mixing maps x float [B, T, d] to float [B, T, d] with three faces, side by side in its class:
+# forward(x), the parallel pass over positions 0..T-1; step(x, state, pos), t new tokens at positions pos..
+# (pos a 0-dim long tensor: one compiled graph for every position) on buffers it allocates at n_ctx in
+# `state`, a decoding step or a prompt's prefill, equal to forward (tested); flops(T), forward FLOPs a
+# token of its own products (machine.flops_per_token adds the nn.Linear layers').
 
 def mix_tokens(M, z):
     """M z per head: M float [H, T, S], z float [B, H, S, e] -> [B, H, T, e]. An einsum, not M @ z: matmul
@@ -137,66 +125,149 @@ def prefix_mean(mask):
     return m / m.sum(-1, keepdim=True).clamp(min=1)
 
 
+class HeadMixing(nn.Module):
+    """Base of the masked token mixings, which mix each head's features over positions. n_head = 1: no
+    projections (the flat mixer reads the normalised residual stream itself); n_head > 1: Linear(d, d) ->
+    heads of e = d / n_head features -> a mixing a head -> concat -> Linear(d, d). A subclass gives its
+    matrix M, matrix(T, rows) float [H, R, T], and bias c [H, n_ctx, 1]; rows of the output are M z + c
+    (mix_rows): the parallel pass all T, a step the new rows against its cache of z at n_ctx (masked)."""
+    def __init__(self, n_ctx, d_model, n_head):
+        super().__init__()
+        self.n_ctx, self.d_model, self.n_head = n_ctx, d_model, n_head
+        self.proj_in = nn.Linear(d_model, d_model) if n_head > 1 else None
+        self.proj_out = nn.Linear(d_model, d_model) if n_head > 1 else None
+
+    def heads(self, x, mix):
+        """x float [B, T, d] -> proj_in -> heads [B, H, T, e] -> mix -> concat -> proj_out -> [B, T, d]."""
+        z = self.proj_in(x) if self.proj_in is not None else x
+        y = rearrange(mix(rearrange(z, 'b t (h e) -> b h t e', h=self.n_head)), 'b h t e -> b t (h e)')
+        return self.proj_out(y) if self.proj_out is not None else y
+
+    def forward(self, x):
+        return self.heads(x, self.mix)
+
+    def step(self, x, state, pos):
+        return self.heads(x, lambda z: self.mix_step(z, state, pos))
+
+    def mix(self, z):
+        """The parallel pass of the heads z float [B, H, T, e] -> [B, H, T, e]."""
+        return self.mix_rows(z)
+
+    def mix_rows(self, z, rows=None):
+        """Outputs at positions `rows` (long [R]; None: every row, the parallel pass; never a slice, whose bounds
+        torch.compile would fix, recompiling each length) from inputs z [B, H, S, e] at positions 0..S-1."""
+        M = self.matrix(z.shape[2], rows)
+        return mix_tokens(M, z) + (self.c[:, :M.shape[-2]] if rows is None else self.c[:, rows])
+
+    def mix_step(self, z, state, pos):
+        """t new heads' inputs z [B, H, t, e] at pos.. -> their outputs, z written to the cache."""
+        rows = positions(pos, z.shape[2])
+        return self.mix_rows(write_cache(state, 'z', z, rows, self.n_ctx), rows)
+
+
 class MaskedMixing(HeadMixing):
-    """Dense masked token mixing (Badger 2024): y_i = sum_{j<=i} M[i, j] z_j + c_i, M = W * tril(1)
-    formed inside the autograd graph on every call (the upper triangle gets zero gradient: it
-    stays exactly 0); length T uses the leading T x T block. expansion e > 1: h = GELU(M1 z + c1),
-    e hidden rows a position (row r is position r // e), y = M2 h + c2, both masked by position.
-    kernel k > 1 (the "fully convolutional" mixer): k matrices, tap u reading the features
-    shifted by u - (k - 1) // 2. Init: rows of M = out_scale x the mean of the past, bias 0;
-    for e > 1, M1 = the identity and M2 the prefix mean (one averaging: docs/claims.md)."""
-    def __init__(self, n_ctx, d_model, n_head=1, expansion=1, kernel=1, out_scale=1.0):
-        super().__init__(d_model, n_head)
-        self.e, self.k = expansion, kernel
-        rows = torch.arange(n_ctx * expansion) // expansion              # position of each hidden row
-        mask1 = torch.arange(n_ctx)[None, :] <= rows[:, None]             # [e n_ctx, n_ctx]
-        self.register_buffer('mask1', mask1, persistent=False)
-        if expansion == 1:
-            W1 = prefix_mean(mask1) * out_scale / kernel
-        else:
-            W1 = (rows[:, None] == torch.arange(n_ctx)[None, :]).float()    # hidden row r = z_{r // e}
-        self.W1 = nn.Parameter(W1.repeat(n_head, kernel, 1, 1))
-        self.c1 = nn.Parameter(torch.zeros(n_head, n_ctx * expansion, 1))
-        if expansion > 1:
-            mask2 = rows[None, :] <= torch.arange(n_ctx)[:, None]         # [n_ctx, e n_ctx]
-            self.register_buffer('mask2', mask2, persistent=False)
-            self.W2 = nn.Parameter(prefix_mean(mask2).repeat(n_head, 1, 1) * out_scale)
-            self.c2 = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
+    """The flat masked mixing (Badger 2024, "Masked Mixers for Language Generation and Retrieval", arXiv
+    2409.01482), each head:  y_i = sum_{j <= i} M[i, j] z_j + c_i,  M = W * tril(1).
+    W float [H, n_ctx, n_ctx], c [H, n_ctx, 1]. M is formed inside the autograd graph on every call, so
+    the upper triangle of W gets zero gradient and stays as it is; a length-T input uses the leading
+    T x T block, as a longer input would. Init: each row of M the mean of the past, times out_scale; c 0."""
+    def __init__(self, n_ctx, d_model, n_head=1, out_scale=1.0):
+        super().__init__(n_ctx, d_model, n_head)
+        self.register_buffer('mask', torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril(), persistent=False)
+        self.W = nn.Parameter((prefix_mean(self.mask) * out_scale).repeat(n_head, 1, 1))
+        self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
-    def matrix(self, T):
-        """Effective first mixing for length T: float [H, k, e T, T], zero above the diagonal."""
-        return self.W1[..., :self.e * T, :T] * self.mask1[:self.e * T, :T]
+    def matrix(self, T, rows=None):
+        """Rows `rows` (long [R]; default all T) of M over inputs at positions 0..T-1: float [H, R, T]."""
+        if rows is None:    # narrow: W[..., :T, :T] is W itself at T = n_ctx, its gradient then strided (DDP warns)
+            return self.W.narrow(-2, 0, T).narrow(-1, 0, T) * self.mask[:T, :T]
+        return self.W[..., rows, :T] * self.mask[rows, :T]
 
-    def _taps(self, z):
-        """The k feature-shifted copies of z [B, H, t, e] -> [B, H, k, t, e]."""
-        left = (self.k - 1) // 2
-        zp = F.pad(z, (left, self.k - 1 - left))
-        n = z.shape[-1]
-        return torch.stack([zp[..., u:u + n] for u in range(self.k)], dim=2)
+    def flops(self, T):
+        return 2 * T * self.d_model                       # the whole T x T product, zeros included
 
-    def mix(self, z, state=None, pos=0):
-        T = z.shape[2]
-        end = pos + T
-        z = append_cache(state, 'z', z)                                        # [B, H, end, e]
-        W1 = (self.W1[..., self.e * pos:self.e * end, :end]
-              * self.mask1[self.e * pos:self.e * end, :end])              # rows of the new positions
-        h = mix_tokens(W1[:, 0], z) if self.k == 1 else torch.einsum('hkts,bhkse->bhte', W1, self._taps(z))
-        h = h + self.c1[:, self.e * pos:self.e * end]
-        if self.e == 1:
-            return h
-        h = append_cache(state, 'h', F.gelu(h))                                # [B, H, e end, e]
-        W2 = self.W2[:, pos:end, :self.e * end] * self.mask2[pos:end, :self.e * end]
-        return mix_tokens(W2, h) + self.c2[:, pos:end]
+    def _load_from_state_dict(self, state, prefix, *args):   # an older checkpoint's W1 [H, k, x n_ctx, n_ctx]
+        for old, new in (('W1', 'W'), ('c1', 'c')):          # and c1: renamed and reshaped, the same numbers
+            if prefix + old in state and prefix + new not in state:
+                state[prefix + new] = state.pop(prefix + old).reshape(getattr(self, new).shape)
+        super()._load_from_state_dict(state, prefix, *args)
+
+
+class KernelMixing(MaskedMixing):
+    """The "fully convolutional" mixer (Badger 2024): k masked matrices M_u = W[:, u] * tril(1), tap u
+    reading the features shifted by u - (k - 1) // 2 (a convolution over the feature axis whose channels
+    are the tokens): y_i = sum_u sum_{j <= i} M_u[i, j] shift_u(z_j) + c_i. W float [H, k, n_ctx, n_ctx]
+    (so matrix() is [H, k, R, T]); each tap starts at the prefix mean / k."""
+    def __init__(self, n_ctx, d_model, n_head=1, kernel=3, out_scale=1.0):
+        super().__init__(n_ctx, d_model, n_head, out_scale)
+        self.kernel = kernel
+        self.W = nn.Parameter((self.W.detach() / kernel)[:, None].repeat(1, kernel, 1, 1))
+
+    def mix_rows(self, z, rows=None):
+        left, S = (self.kernel - 1) // 2, z.shape[2]
+        zp = F.pad(z, (left, self.kernel - 1 - left))                             # the feature axis padded
+        taps = torch.stack([zp[..., u:u + z.shape[-1]] for u in range(self.kernel)], dim=2)   # [B, H, k, S, e]
+        return torch.einsum('hkts,bhkse->bhte', self.matrix(S, rows), taps) + (self.c[:, :S] if rows is None
+                                                                               else self.c[:, rows])
+
+    def flops(self, T):
+        return 2 * T * self.d_model * self.kernel
+
+
+class ExpandedMixing(MaskedMixing):
+    """The expanded mixer (Badger 2024): the MLP-Mixer's token MLP made causal, two masked mixings with a
+    GELU between. The first is MaskedMixing's (W, c) over `expansion` hidden rows a position (row r at
+    position r // expansion, reading positions <= r // expansion): g = GELU(M z + c); the second reads the
+    hidden rows of positions <= i: y_i = sum_r M2[i, r] g_r + c2_i, M2 = W2 * mask2. W float [H, x n_ctx,
+    n_ctx], W2 [H, n_ctx, x n_ctx] (x the expansion). Init: M copies z_{r // x} to row r, M2 is the prefix
+    mean over the hidden rows times out_scale: one averaging, as the flat mixer's (docs/claims.md)."""
+    def __init__(self, n_ctx, d_model, n_head=1, expansion=2, out_scale=1.0):
+        super().__init__(n_ctx, d_model, n_head)
+        self.expansion = expansion
+        at = torch.arange(n_ctx * expansion) // expansion                    # the position of each hidden row
+        self.register_buffer('mask', torch.arange(n_ctx)[None, :] <= at[:, None], persistent=False)
+        self.W = nn.Parameter((at[:, None] == torch.arange(n_ctx)[None, :]).float().repeat(n_head, 1, 1))
+        self.c = nn.Parameter(torch.zeros(n_head, n_ctx * expansion, 1))
+        self.register_buffer('mask2', at[None, :] <= torch.arange(n_ctx)[:, None], persistent=False)
+        self.W2 = nn.Parameter(prefix_mean(self.mask2).repeat(n_head, 1, 1) * out_scale)
+        self.c2 = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
+
+    def matrix(self, T, rows=None):
+        """Hidden rows `rows` (long [R]; default all x T of positions 0..T-1) of the first matrix M: [H, R, T]."""
+        if rows is None:                                   # narrow: as MaskedMixing.matrix
+            return self.W.narrow(-2, 0, self.expansion * T).narrow(-1, 0, T) * self.mask[:self.expansion * T, :T]
+        return super().matrix(T, rows)
+
+    def matrix2(self, T, rows=None):
+        """Rows `rows` (long [R]; default all T) of the second matrix M2 over the hidden rows of 0..T-1:
+        float [H, R, x T]."""
+        if rows is None:
+            return self.W2.narrow(-2, 0, T).narrow(-1, 0, self.expansion * T) * self.mask2[:T, :self.expansion * T]
+        return self.W2[:, rows, :self.expansion * T] * self.mask2[rows, :self.expansion * T]
+
+    def mix(self, z):
+        g = F.gelu(self.mix_rows(z))                                             # [B, H, x T, e]
+        return mix_tokens(self.matrix2(z.shape[2]), g) + self.c2[:, :z.shape[2]]
+
+    def mix_step(self, z, state, pos):
+        rows, x = positions(pos, z.shape[2]), self.expansion
+        hidden = positions(x * pos, x * z.shape[2])                          # the new positions' hidden rows
+        g = F.gelu(self.mix_rows(write_cache(state, 'z', z, rows, self.n_ctx), hidden))
+        gs = write_cache(state, 'g', g, hidden, x * self.n_ctx)
+        return mix_tokens(self.matrix2(self.n_ctx, rows), gs) + self.c2[:, rows]
+
+    def flops(self, T):
+        return 4 * T * self.d_model * self.expansion
 
 
 class ToeplitzMixing(HeadMixing):
     """Toeplitz masked mixing (blog post "Masked Recurrent Mixers"): M[i, j] = w[i - j] for j <= i, n_ctx
-    weights a head: a causal convolution. Two equal paths (tested): the T x T matrix, and for T >=
-    fft_threshold an FFT (pad to 2T, rfft, multiply, irfft, keep T). Init 'decay': w[k] = out_scale
-    (1 - b) b^k, b = 15/16 (a moving average over ~16 tokens); 'normal': w ~ N(0, 2 / n_ctx) (Kaiming,
-    Badger & Roland 2026's Toeplitz mixer, arXiv 2605.06683); bias c 0. Decoding caches z."""
+    weights a head (a causal convolution along the sequence). Two equal paths (tested): the T x T matrix,
+    and for T >= fft_threshold an FFT (pad to 2T, rfft, multiply, irfft, keep T). Init 'decay': w[k] =
+    out_scale (1 - b) b^k, b = 15/16 (a moving average over ~16 tokens); 'normal': w ~ N(0, 2 / n_ctx)
+    (Kaiming, Badger & Roland 2026's Toeplitz mixer, arXiv 2605.06683); bias c 0. Decoding caches z."""
     def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0, init='decay'):
-        super().__init__(d_model, n_head)
+        super().__init__(n_ctx, d_model, n_head)
         self.fft_threshold = fft_threshold
         b = 1 - 1 / 16
         w = (out_scale * ((1 - b) * b ** torch.arange(n_ctx).float()).repeat(n_head, 1) if init == 'decay' else
@@ -204,30 +275,28 @@ class ToeplitzMixing(HeadMixing):
         self.w = nn.Parameter(w)
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
-    def matrix(self, rows, T):
-        """Rows `rows` (a slice) of the effective matrix for length T: float [H, R, T]."""
-        lag = (torch.arange(rows.start, rows.stop, device=self.w.device)[:, None]
-               - torch.arange(T, device=self.w.device)[None, :])
+    def matrix(self, T, rows=None):
+        """Rows `rows` (long [R]; default all T) of M[i, j] = w[i - j] (0 for j > i), T inputs: [H, R, T]."""
+        cols = torch.arange(T, device=self.w.device)
+        lag = (cols if rows is None else rows)[:, None] - cols[None, :]
         return self.w[:, lag.clamp(min=0)] * (lag >= 0)
 
-    def mix(self, z, state=None, pos=0, use_fft=None):
+    def mix(self, z, use_fft=None):
         T = z.shape[2]
-        z = append_cache(state, 'z', z)
-        if use_fft is None:
-            use_fft = state is None and T >= self.fft_threshold
-        if use_fft:
-            # The transformed axis last and contiguous, the layout cuFFT computes in: torch.compile
-            # traces the FFTs' output strides, and with the length axis at dim 2 the traced strides
-            # were not the ones CUDA returns (inductor failed 'stride 1==8 at dim=2' on an H200).
-            assert pos == 0, 'the FFT path computes a whole sequence'
-            n = 2 * T
-            zf = torch.fft.rfft(rearrange(z.float(), 'b h t e -> b h e t').contiguous(), n=n)   # [B, H, e, n/2+1]
-            wf = torch.fft.rfft(self.w[:, :T].float(), n=n)                                      # [H, n/2+1]
-            y = torch.fft.irfft(zf * wf[:, None], n=n)[..., :T]                                  # [B, H, e, T]
-            y = rearrange(y, 'b h e t -> b h t e').to(z.dtype)
-        else:
-            y = mix_tokens(self.matrix(slice(pos, pos + T), pos + T), z)
-        return y + self.c[:, pos:pos + T]
+        if not (T >= self.fft_threshold if use_fft is None else use_fft):
+            return self.mix_rows(z)
+        # The transformed axis last and contiguous, cuFFT's layout: with the length at dim 2, inductor's traced
+        # strides were not the ones CUDA returns (it failed 'stride 1==8 at dim=2' on an H200).
+        n = 2 * T
+        zf = torch.fft.rfft(rearrange(z.float(), 'b h t e -> b h e t').contiguous(), n=n)   # [B, H, e, n/2+1]
+        wf = torch.fft.rfft(self.w[:, :T].float(), n=n)                                      # [H, n/2+1]
+        y = torch.fft.irfft(zf * wf[:, None], n=n)[..., :T]                                  # [B, H, e, T]
+        return rearrange(y, 'b h e t -> b h t e').to(z.dtype) + self.c[:, :T]
+
+    def flops(self, T):
+        if T >= self.fft_threshold:                   # rfft(z) + irfft of length 2T + the product
+            return int(self.d_model * (10 * math.log2(2 * T) + 6))
+        return 2 * T * self.d_model
 
 
 class RecurrentMixing(HeadMixing):
@@ -235,11 +304,11 @@ class RecurrentMixing(HeadMixing):
     a = sigmoid(decay_logit) in (0, 1), per position v and c:
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
       row form     M[i, j] = v[j] a^(i-j):  h_t = a h_{t-1} + v_t z_t,  y_t = h_t + c_t
-    'mixed': even heads column, odd heads row. Training runs the parallel form in chunks (a^(i-j) for
-    i >= j only: no overflow), the state carried between them; decoding is a chunk of one token, the
-    state [B, H, e] a layer. Init: time constants 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
+    'mixed': even heads column, odd heads row. The parallel pass runs in chunks (a^(i-j) for i >= j only:
+    no overflow), the state h carried between them; a step is a chunk of its t tokens, on the state
+    [B, H, e] a layer (constant size). Init: time constants 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
     def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256, out_scale=1.0):
-        super().__init__(d_model, n_head)
+        super().__init__(n_ctx, d_model, n_head)
         self.chunk_size = chunk_size
         tau = torch.logspace(math.log10(4), math.log10(max(n_ctx, 4)), n_head) if n_head > 1 else torch.tensor([16.])
         a = torch.exp(-1 / tau)
@@ -249,65 +318,62 @@ class RecurrentMixing(HeadMixing):
         column = [form == 'column' or (form == 'mixed' and h % 2 == 0) for h in range(n_head)]
         self.register_buffer('column', torch.tensor(column)[:, None, None], persistent=False)  # [H, 1, 1]
 
+    def log_decay(self):
+        """log a = logsigmoid(decay_logit): float32 [H]."""
+        return F.logsigmoid(self.decay_logit.float())
+
     def powers(self, T):
         """a^(i-j) for j <= i, else 0: float32 [H, T, T]."""
         lag = torch.arange(T, device=self.v.device)
         lag = lag[:, None] - lag[None, :]
-        log_a = F.logsigmoid(self.decay_logit.float())[:, None, None]
-        return torch.exp(lag.clamp(min=0) * log_a) * (lag >= 0)
+        return torch.exp(lag.clamp(min=0) * self.log_decay()[:, None, None]) * (lag >= 0)
 
-    def matrix(self, T):
-        """The effective mixing matrix of length T (for tests): float32 [H, T, T]."""
-        v = self.v[:, :T].float()
-        return torch.where(self.column, v[:, :, None] * self.powers(T), self.powers(T) * v[:, None, :])
+    def matrix(self, T, rows=None):
+        """Rows `rows` (long [R]; default all T) of the effective matrix (tests, figures): float32 [H, R, T]."""
+        v, P = self.v[:, :T].float(), self.powers(T)
+        M = torch.where(self.column, v[:, :, None] * P, P * v[:, None, :])
+        return M if rows is None else M[:, rows]
 
-    def mix(self, z, state=None, pos=0):
-        h = None if state is None else state.get('h')
-        ys = []
+    def mix(self, z):
+        h, ys = None, []
         for s in chunk_starts(z.shape[2], self.chunk_size):
-            y, h = self._chunk(z[:, :, s:s + self.chunk_size], h, pos + s)
+            y, h = self.chunk(z[:, :, s:s + self.chunk_size], h, s)
             ys.append(y)
-        if state is not None:
-            state['h'] = h
         return torch.cat(ys, dim=2)
 
-    def _chunk(self, z, h0, pos):
-        """One chunk z [B, H, C, e] at positions pos.., state h0 [B, H, e] or None (zeros)
-        -> (y [B, H, C, e], the state after the chunk [B, H, e])."""
+    def mix_step(self, z, state, pos):
+        y, h = self.chunk(z, state.get('h'), positions(pos, z.shape[2]))
+        keep_state(state, 'h', h)
+        return y
+
+    def chunk(self, z, h0, at):
+        """One chunk z [B, H, C, e] at positions at.. (an int start) or `at` (long [C]), the state before it
+        h0 [B, H, e] or None (zeros) -> (y [B, H, C, e], the state after the chunk [B, H, e])."""
         C = z.shape[2]
-        v = self.v[:, pos:pos + C, None]                                          # [H, C, 1]
+        rows = slice(at, at + C) if isinstance(at, int) else at
+        v = self.v[:, rows, None]                                          # [H, C, 1]
         u = torch.where(self.column, z, v * z)
         hs = mix_tokens(self.powers(C).to(z.dtype), u)                            # [B, H, C, e]
         if h0 is not None:
-            log_a = F.logsigmoid(self.decay_logit.float())[:, None]
-            carry = torch.exp(torch.arange(1, C + 1, device=z.device) * log_a)   # a^(t+1): [H, C]
+            carry = torch.exp(torch.arange(1, C + 1, device=z.device) * self.log_decay()[:, None])  # a^(t+1): [H, C]
             hs = hs + carry[:, :, None].to(z.dtype) * h0[:, :, None]
-        y = torch.where(self.column, v * hs, hs) + self.c[:, pos:pos + C]
+        y = torch.where(self.column, v * hs, hs) + self.c[:, rows]
         return y, hs[:, :, -1]
 
+    def flops(self, T):
+        return 2 * min(T, self.chunk_size) * self.d_model
 
-class HybridMixing(nn.Module):
-    """Transformer-mixer hybrids (Badger 2024): attention and a masked mixing in one branch, x float [B, T, d]
-    -> [B, T, d]. serial (the paper's best): Mix(Attn(z)), the mixing started at the identity, so a fresh
-    hybrid is the transformer (a prefix-mean start averages attention's selectivity away: docs/claims.md).
-    parallel: Attn(z) + Mix(z), Mix with n_head heads and a small-init output projection, as attention."""
-    def __init__(self, cfg):
-        super().__init__()
-        self.parallel = cfg.hybrid == 'parallel'
-        self.attn = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, naive=cfg.attention == 'naive')
-        self.mix = make_token_mixing(cfg, n_head=cfg.n_head if self.parallel else 1)
-        if not self.parallel:
-            with torch.no_grad():                  # M = I (its bias starts at 0): a fresh hybrid is the transformer
-                if cfg.mixing == 'dense':
-                    self.mix.W1.copy_(torch.eye(cfg.n_ctx).expand_as(self.mix.W1))
-                else:                              # Toeplitz: lag 0 only
-                    self.mix.w.zero_()
-                    self.mix.w[:, 0] = 1.0
 
-    def forward(self, x, state=None, pos=0):
-        s_attn, s_mix = (None, None) if state is None else (state.setdefault('attn', {}), state.setdefault('mix', {}))
-        a = self.attn(x, s_attn, pos)
-        return a + self.mix(x, s_mix, pos) if self.parallel else self.mix(a, s_mix, pos)
+def identity_start(mix):
+    """A serial hybrid's masked mixing set to M = I (its bias starts at 0), so that a fresh hybrid is the
+    transformer (a prefix-mean start averages attention's selectivity away: docs/claims.md) -> mix."""
+    with torch.no_grad():
+        if isinstance(mix, ToeplitzMixing):
+            mix.w.zero_()
+            mix.w[:, 0] = 1.0                      # lag 0 only
+        else:
+            mix.W.copy_(torch.eye(mix.n_ctx).expand_as(mix.W))
+    return mix
 
 
 # Init scale of a mixer's token mixing when nothing projects its output (n_head = 1): near the
@@ -316,12 +382,16 @@ MIX_INIT_SCALE = 0.01
 
 
 def make_token_mixing(cfg, n_head, out_scale=1.0):
-    """The masked token mixing selected by cfg.mixing, with n_head heads."""
-    if cfg.mixing == 'dense':
-        return MaskedMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.expansion, cfg.kernel, out_scale)
+    """The masked token mixing selected by cfg.mixing (and expansion, kernel), with n_head heads."""
     if cfg.mixing == 'toeplitz':
         return ToeplitzMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.fft_threshold, out_scale, cfg.mixing_init)
-    return RecurrentMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.recurrent_form, cfg.chunk_size, out_scale)
+    if cfg.mixing == 'recurrent':
+        return RecurrentMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.recurrent_form, cfg.chunk_size, out_scale)
+    if cfg.expansion > 1:
+        return ExpandedMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.expansion, out_scale)
+    if cfg.kernel > 1:
+        return KernelMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.kernel, out_scale)
+    return MaskedMixing(cfg.n_ctx, cfg.d_model, n_head, out_scale)
 
 
 # ----------------------------------------------------------------------------- blocks and models
@@ -338,19 +408,6 @@ class MLP(nn.Module):
         return self.proj_out(self.act(self.fc(x)))
 
 
-class SwiGLU(nn.Module):
-    """Llama feed-forward: W2 (silu(W1 x) * W3 x), hidden = 2/3 of ff_mult d rounded up to 32."""
-    def __init__(self, d_model, ff_mult):
-        super().__init__()
-        hidden = 32 * math.ceil(2 * ff_mult * d_model / 3 / 32)
-        self.fc = nn.Linear(d_model, 2 * hidden, bias=False)
-        self.proj_out = nn.Linear(hidden, d_model, bias=False)
-
-    def forward(self, x):
-        gate, up = self.fc(x).chunk(2, dim=-1)
-        return self.proj_out(F.silu(gate) * up)
-
-
 def make_norm(cfg):
     """LayerNorm for mixers (as in the papers) and GPT, RMSNorm for the llama-style
     kinds, identity when cfg.norm is False (the linear mixer)."""
@@ -362,7 +419,8 @@ def make_norm(cfg):
 class Block(nn.Module):
     """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)) (the
     other way round with block_order='ff_mix'), Mix the kind's sequence mixing, FF the GELU MLP
-    (mixers, GPT) or SwiGLU. forward(x float [B, T, d], state (the layer's decoding dict) or None, pos)."""
+    (mixers, GPT) or SwiGLU. forward(x float [B, T, d]) -> the same; step(x, state, pos): the same through
+    the mixing's step (t new tokens at positions pos.., the layer's decoding state)."""
     def __init__(self, cfg):
         super().__init__()
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
@@ -372,7 +430,10 @@ class Block(nn.Module):
             self.mixing = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, rope=cfg.kind == 'transformer',
                                     naive=cfg.attention == 'naive')
         elif cfg.kind == 'hybrid':
-            self.mixing = HybridMixing(cfg)
+            parallel = cfg.hybrid == 'parallel'
+            attn = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, naive=cfg.attention == 'naive')
+            mix = make_token_mixing(cfg, n_head=cfg.n_head if parallel else 1)
+            self.mixing = HybridMixing(attn, mix if parallel else identity_start(mix), parallel)
         else:
             self.mixing = LinearAttention(cfg.d_model, cfg.n_head, cfg.chunk_size)
         self.ff = (MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation) if cfg.kind in ('mixer', 'gpt')
@@ -380,12 +441,15 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.ff_first = cfg.block_order == 'ff_mix'
 
-    def forward(self, x, state=None, pos=0):
-        return self.residual(x, lambda z: self.mixing(z, state, pos))
+    def forward(self, x):
+        return self.residual(x, self.mixing)
+
+    def step(self, x, state, pos):
+        return self.residual(x, lambda z: self.mixing.step(z, state, pos))
 
     def residual(self, x, mix):
         """The block's two residual branches in its order, with `mix` (z float [B, T, d] -> the same) as
-        the sequence mixing: forward's, or decode.py's static step."""
+        the sequence mixing: its forward, or its step."""
         if self.ff_first:
             x = x + self.drop(self.ff(self.norm2(x)))
             return x + self.drop(mix(self.norm1(x)))
@@ -409,25 +473,20 @@ class _Model(nn.Module):
         the residual stream N(0, 0.02 / sqrt(2 n_blocks)); token mixings keep their own. With
         cfg.init 'kaiming' (Badger & Roland 2026): Linear weights N(0, 2 / fan_in), biases 0,
         embeddings N(0, 1) (torch's default), no depth scaling."""
-        if self.cfg.init == 'kaiming':
-            for m in self.modules():
-                if isinstance(m, nn.Linear):
-                    nn.init.kaiming_normal_(m.weight)
-                    if m.bias is not None:
-                        nn.init.zeros_(m.bias)
-                elif isinstance(m, nn.Embedding):
-                    nn.init.normal_(m.weight)
-            return
+        kaiming = self.cfg.init == 'kaiming'
         for m in self.modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, std=0.02)
-                if getattr(m, 'bias', None) is not None:
+            if isinstance(m, nn.Linear):
+                if kaiming:
+                    nn.init.kaiming_normal_(m.weight)
+                else:
+                    nn.init.normal_(m.weight, std=0.02)
+                if m.bias is not None:
                     nn.init.zeros_(m.bias)
-        for block in self.modules():
-            if isinstance(block, Block):
-                for name, p in block.named_parameters():
-                    if name.endswith('proj_out.weight'):
-                        nn.init.normal_(p, std=0.02 / math.sqrt(2 * n_blocks))
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, std=1.0 if kaiming else 0.02)
+        for name, p in [] if kaiming else self.named_parameters():
+            if name.endswith('proj_out.weight'):      # the projections into the residual stream, all in blocks
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * n_blocks))
 
     @staticmethod
     def loss(logits, targets):
@@ -443,10 +502,10 @@ class _Model(nn.Module):
 
 
 class LanguageModel(_Model):
-    """Causal language model of any kind: forward(idx long [B, T], targets long [B, T] or
-    None) -> (logits float [B, T, vocab], mean next-token cross entropy in nats or None).
-    T <= n_ctx, else ValueError (max_len None: linear attention without posenc has no
-    limit). decode() is the incremental pass that generation (decode.py) steps through."""
+    """Causal language model of any kind: forward(idx long [B, T], targets long [B, T] or None) ->
+    (logits float [B, T, vocab], mean next-token cross entropy in nats or None). T <= n_ctx, else
+    ValueError (max_len None: linear attention without posenc has no limit). step() is one decoding
+    step, on the buffers each mixing allocates (sample.Decoder drives it)."""
     def __init__(self, cfg):
         super().__init__()
         self._build_io(cfg)
@@ -455,40 +514,40 @@ class LanguageModel(_Model):
         self._init_weights(cfg.n_layer)
         self.max_len = None if cfg.kind == 'linear_attention' and not cfg.posenc else cfg.n_ctx
 
-    def hidden(self, idx, cache=None, layer=None):
-        """Residual stream after block `layer` (default the last, before the final norm):
-        float [B, T, d]. With a Cache, idx are the tokens after cache.pos, and the cache
-        advances. Raises ValueError past n_ctx."""
-        return self.hidden_from_embeddings(self.wte(idx), cache, layer)
+    def hidden(self, idx, layer=None):
+        """Residual stream after block `layer` (default the last; before norm_f): float [B, T, d]; ValueError past n_ctx."""
+        return self.hidden_from_embeddings(self.wte(idx), layer)
 
-    def hidden_from_embeddings(self, x, cache=None, layer=None):
+    def hidden_from_embeddings(self, x, layer=None):
         """hidden() of input vectors x float [B, T, d] in place of wte(idx) (input
         representation accuracy optimises them: experiments/represent.py)."""
-        pos = cache.pos if cache is not None else 0
-        if self.max_len is not None and pos + x.shape[1] > self.max_len:
-            raise ValueError(f'sequence of {pos + x.shape[1]} tokens is longer than n_ctx={self.max_len}')
+        if self.max_len is not None and x.shape[1] > self.max_len:
+            raise ValueError(f'sequence of {x.shape[1]} tokens is longer than n_ctx={self.max_len}')
         x = self.embed_proj(x)
         if self.wpe is not None:
-            x = x + self.wpe[pos:pos + x.shape[1]]
+            x = x + self.wpe[:x.shape[1]]
         n = len(self.blocks) if layer is None else range(len(self.blocks))[layer] + 1
-        for i, block in enumerate(self.blocks[:n]):
-            x = block(x, None if cache is None else cache.layers[i], pos)
-        if cache is not None:
-            cache.pos += x.shape[1]
+        for block in self.blocks[:n]:
+            x = block(x)
         return x
 
     def forward(self, idx, targets=None):
         logits = self.lm_head(self.norm_f(self.hidden(idx)))
         return logits, self.loss(logits, targets)
 
-    def decode(self, idx, cache):
-        """Incremental forward: logits float [B, T, vocab] of the tokens idx long [B, T]
-        after the cache.pos tokens in `cache`; equals forward() on the whole sequence."""
-        return self.lm_head(self.norm_f(self.hidden(idx, cache)))
+    def step(self, idx, pos, layers):
+        """t new tokens idx long [B, t] at positions pos..pos+t-1 (pos a 0-dim long tensor) through every
+        block's step, `layers` one state dict a block (filled as the mixings allocate) -> logits float
+        [B, vocab] after the last of them: forward()'s at that position."""
+        x = self.embed_proj(self.wte(idx))
+        if self.wpe is not None:
+            x = x + self.wpe[positions(pos, idx.shape[1])]
+        for block, state in zip(self.blocks, layers):
+            x = block.step(x, state, pos)
+        return self.lm_head(self.norm_f(x[:, -1]))
 
     def embed(self, idx, layer=None):
-        """A text's embedding (Badger 2024): the last token's hidden vector after block
-        `layer` (default the last): float [B, d]."""
+        """A text's embedding (Badger 2024): its last token's hidden vector after block `layer` (default the last): [B, d]."""
         return self.hidden(idx, layer=layer)[:, -1]
 
 

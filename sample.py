@@ -1,13 +1,20 @@
-"""Generate text from a checkpoint written by train.py.
+"""Generate text from a checkpoint written by train.py: the command, the sampling loop, and the decoder
+that drives each token mixing's step (gpt-fast's generate.py, for every model kind).
 
     python sample.py --ckpt out/ckpt.pt --start "Once upon a time" --num_samples 2
-    python sample.py --ckpt out/ckpt.pt --start FILE:prompt.txt --temperature 0.8 --top_k 40
+    python sample.py --ckpt out/ckpt.pt --start FILE:prompt.txt --temperature 0.8 --top_k 40 --compile
 
-Generation is incremental (decode.generate): the prompt is read once,
-then each new token costs one step through the cache (dense and Toeplitz mixers,
-transformer) or the constant-size state (recurrent mixer, linear attention).
---compile decodes through decode.py's static-shape step under torch.compile: one
-graph for every position, compiled on the first tokens (seconds to a minute).
+    out = generate(model, idx, 100, temperature=0.8, top_k=40)       # idx long [B, T] -> long [B, T + 100]
+    dec = Decoder(model, compile=True)
+    logits = dec.prefill(idx)        # the prompt in one parallel pass -> logits float [B, vocab] after it
+    logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
+
+Generation is incremental: the prompt is read once, then each new token is one step of every layer's
+token mixing (mixer.py: each mixing's step) on buffers it allocated at n_ctx: the dense and Toeplitz
+mixers' inputs z_j and the transformer's K and V (their caches, the unwritten positions masked), the
+recurrent mixer's and linear attention's constant-size state. The position is a 0-dim long tensor on the
+device, so one graph serves every position: --compile runs the same step through torch.compile, compiled
+on the first new token (seconds to a minute). Every LanguageModel kind; the Autoencoder has no decoding.
 """
 
 import argparse
@@ -16,19 +23,182 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 
-import decode
 from checkpoint import CheckpointError, load_checkpoint
 from cli import device_error, failing
 
 fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 
 
+# ----------------------------------------------------------------------------- sampling
+
+def sample_next(logits, temperature=1.0, top_k=None):
+    """Draw one token per row from logits float [B, vocab] -> long [B, 1].
+
+    temperature 0 -> argmax; top_k -> sample among the k largest logits."""
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float('-inf'))
+    return torch.multinomial(F.softmax(logits.float(), dim=-1), 1)
+
+
+def sample_loop(idx, max_new_tokens, temperature, top_k, max_len, start, step):
+    """The generation loop: start(tokens long [B, t]) -> logits float [B, vocab] after the last of them,
+    from a fresh state; step(token long [B, 1]) -> logits after it. Once max_len tokens are in the state
+    (None: never), the window slides: start() again from the last max_len / 2 tokens (one recompute per
+    max_len / 2 new tokens). -> long [B, T + max_new_tokens]."""
+    logits, pos, out = start(idx), idx.shape[1], [idx]
+    for i in range(max_new_tokens):
+        nxt = sample_next(logits, temperature, top_k)
+        out.append(nxt)
+        if i == max_new_tokens - 1:
+            break
+        if max_len is not None and pos >= max_len:
+            window = torch.cat(out, 1)[:, -(max_len // 2):]
+            logits, pos = start(window), window.shape[1]
+        else:
+            logits, pos = step(nxt), pos + 1
+    return torch.cat(out, 1)
+
+
+@torch.no_grad()
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None):
+    """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long [B, T +
+    max_new_tokens]: one parallel prefill of the prompt, then one Decoder step a token (compiled with
+    `compile`; pass `decoder` to reuse one, and its compiled graph, across calls). Past n_ctx a
+    position-indexed model slides its window: the buffers restart from the last n_ctx / 2 tokens.
+    temperature 0 is greedy; top_k keeps the k most likely tokens. Raises ValueError for a prompt
+    longer than n_ctx (a position-indexed model)."""
+    dec = decoder or Decoder(model, compile=compile)
+    return sample_loop(idx, max_new_tokens, temperature, top_k, dec.max_len, dec.prefill, dec.step)
+
+
+# ----------------------------------------------------------------------------- the decoder
+
+class Decoder:
+    """Incremental decoding of one LanguageModel (in eval mode): the model's step (mixer.LanguageModel.step)
+    on one state dict a layer, whose buffers each token mixing allocates at n_ctx on its first step.
+
+    prefill(idx long [B, T]) starts fresh sequences: the prompt in one parallel, eager step -> logits
+    float [B, vocab] after it. step(idx long [B, 1]) -> logits after that token; the position advances.
+    With compile=True the step runs through torch.compile(dynamic=False): the first step allocates the
+    buffers eagerly (if no prefill did), every later one reuses one graph (`compiles` counts the
+    compilations; `backend` names torch.compile's: 'inductor', or 'eager' for a trace-only check). On CUDA
+    the compiled step is captured as a CUDA graph (mode 'reduce-overhead': one launch a token), which needs
+    the buffers at fixed addresses: they are marked static once allocated and written only in place. The
+    position lives on the device and advances in place: no host-to-device copy a token. Raises ValueError
+    past n_ctx for position-indexed kinds (model.max_len)."""
+
+    def __init__(self, model, compile=False, backend='inductor', cuda_graphs=None):
+        self.model, self.max_len, self.compiles = model, model.max_len, 0
+        self.layers = [dict() for _ in model.blocks]
+        self.pos, self._pos = 0, None
+        self.cuda_graphs = next(model.parameters()).is_cuda if cuda_graphs is None else cuda_graphs
+
+        def counted(gm, example_inputs):
+            self.compiles += 1
+            if backend == 'inductor':        # torch.compile's mode='reduce-overhead' is this config patch
+                from torch._inductor.compile_fx import compile_fx   # here: seconds of import, only if used
+                return compile_fx(gm, example_inputs, config_patches={'triton.cudagraphs': self.cuda_graphs})
+            return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
+        self._fn = torch.compile(model.step, backend=counted, dynamic=False) if compile else model.step
+
+    def reset(self):
+        """Back to position 0: every buffer zeroed in place (no reallocation, so no recompile)."""
+        for buf in self.buffers():
+            buf.zero_()
+        if self._pos is not None:
+            self._pos.zero_()
+        self.pos = 0
+
+    def buffers(self):
+        """Every cache and state tensor of every layer (once a step has allocated them)."""
+        return [b for layer in self.layers for b in _tensors(layer)]
+
+    def _allocated(self, idx):
+        """After the first step (of idx long [B, t]) allocated the buffers: mark them static (the fixed
+        addresses a CUDA graph replays) and make the position."""
+        for buf in self.buffers():
+            torch._dynamo.mark_static_address(buf)
+        self.batch, self._token = idx.shape[0], None
+        self._pos = torch.zeros((), dtype=torch.long, device=idx.device)
+
+    def _check_batch(self, idx, rows=slice(None)):
+        """ValueError unless idx long [b, t] holds as many sequences as the rows of the buffers it is for."""
+        n = len(range(self.batch)[rows])
+        if idx.shape[0] != n:
+            raise ValueError(f'{idx.shape[0]} sequences for a decoder of {n} (its buffers hold a batch of '
+                             f'{self.batch}): use a new Decoder for another batch size')
+
+    @torch.no_grad()
+    def prefill(self, idx, rows=slice(None)):
+        """Start fresh sequences: the prompt idx long [b, T] at positions 0..T-1 in one parallel, eager step,
+        written into the sequences `rows` of the buffers (all by default; a slice of an allocate()d batch
+        prefills it a slice at a time, each at the same T) -> logits float [b, vocab] after its last token.
+        The position becomes T. Raises ValueError for T past n_ctx (a position-indexed model)."""
+        T = idx.shape[1]
+        if self.max_len is not None and T > self.max_len:
+            raise ValueError(f'prompt of {T} tokens is longer than n_ctx={self.max_len}')
+        pos = torch.zeros((), dtype=torch.long, device=idx.device)
+        if not self.layers[0]:                       # the first use allocates the buffers, at this batch
+            logits = self.model.step(idx, pos, self.layers)
+            self._allocated(idx)
+        else:
+            self._check_batch(idx, rows)                                        # the rows' buffers zeroed (their states), then written
+            views = [_rows(layer, rows) for layer in self.layers]
+            for buf in (b for v in views for b in _tensors(v)):
+                buf.zero_()
+            logits = self.model.step(idx, pos, views)
+        self.pos = T
+        self._pos.fill_(T)
+        return logits
+
+    @torch.no_grad()
+    def step(self, idx):
+        """idx long [B, 1] at the current position -> logits float [B, vocab]."""
+        if self.max_len is not None and self.pos >= self.max_len:
+            raise ValueError(f'position {self.pos} is past n_ctx={self.max_len}')
+        if not self.layers[0]:                       # nothing allocated yet: the first token is a prefill
+            return self.prefill(idx)
+        self._check_batch(idx)
+        if self._token is None:                      # one [B, 1] input tensor, so that strides never vary
+            self._token = idx.new_empty(idx.shape[0], 1)
+        logits = self._fn(self._token.copy_(idx), self._pos, self.layers)
+        self.pos += 1
+        self._pos.add_(1)                            # on the device, in place: no copy from the host
+        return logits
+
+    def allocate(self, batch_size):
+        """Allocate every buffer for batch_size sequences (a prefill of token 0, then reset()), at the
+        model's device and dtype (the meta device too: shapes without memory) -> self."""
+        p = next(self.model.parameters())
+        self.prefill(torch.zeros(batch_size, 1, dtype=torch.long, device=p.device))
+        self.reset()
+        return self
+
+
+def _tensors(d):
+    """The tensors of a nested state dict."""
+    for v in d.values():
+        yield from _tensors(v) if isinstance(v, dict) else [v]
+
+
+def _rows(d, rows):
+    """A nested state dict of views of the sequences `rows` (a slice) of each buffer."""
+    return {k: _rows(v, rows) if isinstance(v, dict) else v[rows] for k, v in d.items()}
+
+
+# ----------------------------------------------------------------------------- the command
+
 def main(argv=None):
     """Command line entry point: prints the samples. Bad input: one line, exit 2; Ctrl-C:
     one line, exit 130."""
     try:
-        generate(argv)
+        sample(argv)
         sys.stdout.flush()
     except KeyboardInterrupt:
         print('sample.py: interrupted (Ctrl-C)', file=sys.stderr)
@@ -38,7 +208,7 @@ def main(argv=None):
         sys.exit(1)
 
 
-def generate(argv):
+def sample(argv):
     """Parse `argv`, load the checkpoint and print --num_samples samples."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--ckpt', default='out/ckpt.pt', help='checkpoint from train.py')
@@ -49,7 +219,7 @@ def generate(argv):
     p.add_argument('--top_k', type=int, default=40, help='0 means no top-k filter')
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='cpu')
-    p.add_argument('--compile', action='store_true', help='torch.compile a static-shape decode step (decode.py)')
+    p.add_argument('--compile', action='store_true', help='torch.compile the decoding step (Decoder)')
     args = p.parse_args(argv)
     if args.num_samples < 1 or args.max_new_tokens < 0 or not 0 <= args.temperature < math.inf or args.top_k < 0:
         fail('num_samples must be >= 1, max_new_tokens and top_k >= 0 and temperature a finite number >= 0')
@@ -78,11 +248,7 @@ def generate(argv):
 
     torch.manual_seed(args.seed)
     idx = torch.tensor([ids] * args.num_samples, device=args.device)
-    if args.compile:
-        out = decode.generate_static(model, idx, args.max_new_tokens, args.temperature, args.top_k or None,
-                                     compile=True)
-    else:
-        out = decode.generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None)
+    out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None, compile=args.compile)
     for i, row in enumerate(out.tolist()):
         print(f'--- sample {i + 1} ({ckpt["config"]["variant"]}, step {ckpt["step"]}, '
               f'{len(row) - len(ids)} new tokens)')

@@ -6,8 +6,8 @@
    mixer recomputing its window (a full forward per new token, the reference
    code's method), the flat mixer with its cache, the recurrent mixer, the
    transformer with its KV cache and linear attention.
-6. Decode step: batch-1 ms/token of the eager decode (decode.Cache), of decode.py's
-   static-shape step, eager and under torch.compile, against the weight-read limit:
+6. Decode step: batch-1 ms/token of sample.Decoder's step (every mixing's step on its buffers at
+   n_ctx), eager and under torch.compile, against the weight-read limit:
    parameter bytes / the measured copy bandwidth (STREAM's convention: bytes read +
    written per second of a large tensor copy), the time to read every weight once.
 7. Serving: generated tokens/s of B sequences at once at context C (the prefill timed apart),
@@ -26,9 +26,9 @@ from contextlib import nullcontext
 
 import torch
 
-import decode
 import machine
 import mixer
+import sample
 from experiments.runner import fmt_bytes, md_row, md_table, say, time_calls
 
 GEN_METHODS = (('flat', 'window recompute'), ('flat', 'cache'), ('recurrent', 'state'),
@@ -63,10 +63,10 @@ def time_generation(model, prompt_len, n_new, recompute, args):
     """Greedy generation after a random prompt of prompt_len tokens, batch 1.
 
     recompute=True runs a full forward over the current window for each token;
-    otherwise model.decode() one token at a time through a decode.Cache (what
-    decode.generate() does). Returns (prefill ms, median ms per new token, cache bytes)."""
+    otherwise a sample.Decoder (eager): the prompt's prefill, then one step a token (what
+    sample.generate() does). Returns (prefill ms, median ms per new token, buffer bytes)."""
     idx = torch.randint(args.vocab_size, (1, prompt_len), device=args.device)
-    cache = None if recompute else decode.Cache(len(model.blocks))
+    dec = None if recompute else sample.Decoder(model)
     times = []
     with machine.autocast(args.device, args.dtype):
         for i in range(n_new + 1):
@@ -75,11 +75,11 @@ def time_generation(model, prompt_len, n_new, recompute, args):
             if recompute:
                 logits = model(idx[:, -model.max_len:])[0][:, -1]
             else:
-                logits = model.decode(idx if i == 0 else idx[:, -1:], cache)[:, -1]
+                logits = dec.prefill(idx) if i == 0 else dec.step(idx[:, -1:])
             machine.sync(args.device)
             times.append(1e3 * (time.perf_counter() - t0))
-            idx = torch.cat([idx, decode.sample_next(logits, temperature=0)], dim=1)
-    return times[0], statistics.median(times[1:]), 0 if recompute else cache.nbytes()
+            idx = torch.cat([idx, sample.sample_next(logits, temperature=0)], dim=1)
+    return times[0], statistics.median(times[1:]), 0 if recompute else nbytes(dec.buffers())
 
 
 def bench_generation(args):
@@ -106,8 +106,8 @@ def bench_generation(args):
           f'{args.dtype}. ms/token is the median over the new tokens timed ({args.new_tokens} per prompt; only '
           f'{args.recompute_tokens} for the window recompute, which runs a full forward per token); tokens/s = '
           f'1000 / ms/token. "vs recompute": speed-up over the window recompute at the same prompt; "vs prompt '
-          f'{prompts[0]}": ms/token relative to the same method at prompt {prompts[0]}; cache: decode.Cache.nbytes() '
-          f'at the end._\n')
+          f'{prompts[0]}": ms/token relative to the same method at prompt {prompts[0]}; cache: the bytes of '
+          f'the decoder\'s buffers (allocated at n_ctx)._\n')
     print(md_table(['method', 'prompt', 'tokens timed', 'prefill ms', 'ms/token', 'tokens/s', 'vs recompute',
                     f'vs prompt {prompts[0]}', 'cache'], rows) + '\n')
 
@@ -140,26 +140,19 @@ def decode_ms(step, prompt, n_new, wait=lambda: None):
     return statistics.median(times)
 
 
-def eager_step(model):
-    """The eager decode of one new sequence: a step function (long [B, 1] -> logits [B, vocab])
-    through LanguageModel.decode and a fresh decode.Cache."""
-    cache = decode.Cache(len(model.blocks))
-    return lambda idx: model.decode(idx, cache)[:, -1]
-
-
 def bench_decode(args):
-    """Print the decode-step table: eager decode, static step eager and compiled,
-    against the weight-read limit, per variant and size (d_model x n_layer). Each row is
-    printed (and flushed) as soon as it is measured: a run cut short keeps its rows."""
+    """Print the decode-step table: sample.Decoder's step eager and compiled, against the weight-read
+    limit, per variant and size (d_model x n_layer). Each row is printed (and flushed) as soon as it
+    is measured: a run cut short keeps its rows."""
     bandwidth = copy_bandwidth(args.device)
     print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; median ms/token over '
           f'{args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt. Weight-read limit = '
           f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
-          f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: '
-          f'LanguageModel.decode with decode.Cache; static: decode.StaticDecoder (caches at n_ctx, one graph '
-          f'for every position), eager and torch.compile\'d (inductor); compiles: graphs compiled for all the '
-          f'tokens._\n')
-    print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms', 'static ms',
+          f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: sample.Decoder '
+          f'(every mixing\'s step on its buffers at n_ctx, one graph for every position), not compiled; '
+          f'compiled: the same step torch.compile\'d (inductor); compile s: the first compiled step; compiles: '
+          f'graphs compiled for all the tokens._\n')
+    print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms',
                     'compiled ms', 'compiled / limit', 'compile s', 'compiles'], []), flush=True)
     wait = lambda: machine.sync(args.device)          # noqa: E731
     for d_model, n_layer in args.decode_sizes:
@@ -171,16 +164,16 @@ def bench_decode(args):
             wbytes = nbytes(model.parameters())
             limit = 1e3 * wbytes / bandwidth
             with machine.autocast(args.device, args.dtype):
-                eager = decode_ms(eager_step(model), prompt, args.decode_tokens, wait)
-                static = decode_ms(decode.StaticDecoder(model).step, prompt, args.decode_tokens, wait)
-                dec = decode.StaticDecoder(model, compile=True)
+                eager = decode_ms(sample.Decoder(model).step, prompt, args.decode_tokens, wait)
+                dec = sample.Decoder(model, compile=True)
+                dec.step(prompt[:, :1])                    # the first token allocates
                 t0 = time.perf_counter()
-                dec.prefill(prompt[:, :2])                 # the first token allocates, the second compiles
+                dec.step(prompt[:, 1:2])                   # the second compiles
                 compile_s = time.perf_counter() - t0
                 dec.reset()
                 compiled = decode_ms(dec.step, prompt, args.decode_tokens, wait)
             print(md_row([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
-                          f'{limit:.3f}', f'{eager:.3f}', f'{static:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
+                          f'{limit:.3f}', f'{eager:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
                           f'{compile_s:.0f}', dec.compiles]), flush=True)
     print()
 
@@ -194,12 +187,12 @@ def serve_dtype(args):
 
 def serve_bytes(name, n_ctx, args):
     """(model bytes: parameters and buffers, cache or state bytes a sequence) of kind `name` at
-    context n_ctx and --serve_size in the serving dtype, read off a model and a decode.StaticDecoder
+    context n_ctx and --serve_size in the serving dtype, read off a model and a sample.Decoder
     allocated on the meta device: the real tensors' shapes and dtypes, no memory (nothing is
     allocated before a cell is known to fit)."""
     d_model, n_layer = args.serve_size
     model = build(name, args, 'meta', d_model=d_model, n_layer=n_layer, n_ctx=n_ctx).to(serve_dtype(args))
-    dec = decode.StaticDecoder(model).allocate(1)
+    dec = sample.Decoder(model).allocate(1)
     return nbytes([*model.parameters(), *model.buffers()]), nbytes(dec.buffers())
 
 
@@ -217,8 +210,8 @@ def largest_batch(model_bytes, per_seq, args):
 
 def serve_estimate(name, n_ctx, batch, model_bytes, per_seq, args):
     """Bytes a serving cell needs at its peak, estimated before anything is allocated: the model, the
-    batch's caches and step activations, and one prefill slice (its eager cache, its activations,
-    about 16 values a token and d_model, and the flat and Toeplitz mixings' n_ctx x n_ctx matrix)."""
+    batch's caches and step activations, and one prefill slice (its activations, about 16 values a token
+    and d_model, and the flat and Toeplitz mixings' n_ctx x n_ctx matrix)."""
     e, (d, n_layer) = serve_dtype(args).itemsize, args.serve_size
     rows = min(batch, max(1, PREFILL_TOKENS // n_ctx))
     n_head = mixer.variant_config(name, vocab_size=args.vocab_size, d_model=d, n_layer=n_layer, n_ctx=n_ctx).n_head
@@ -229,10 +222,10 @@ def serve_estimate(name, n_ctx, batch, model_bytes, per_seq, args):
 
 @torch.no_grad()
 def serve_cell(model, batch, n_ctx, args):
-    """Serve `batch` random sequences to context n_ctx through one decode.StaticDecoder (compiled with
+    """Serve `batch` random sequences to context n_ctx through one sample.Decoder (compiled with
     --serve_compile): its buffers allocated at n_ctx, a parallel prefill of the first n_ctx -
-    serve_tokens - SERVE_WARM tokens (LanguageModel.hidden through a decode.Cache, PREFILL_TOKENS
-    tokens a pass, loaded into the buffers), SERVE_WARM tokens stepped untimed, then serve_tokens
+    serve_tokens - SERVE_WARM tokens (Decoder.prefill, a slice of the batch of about PREFILL_TOKENS
+    tokens a pass), SERVE_WARM tokens stepped untimed, then serve_tokens
     greedy steps timed (the last at position n_ctx - 1) -> dict(prefill_ms, ms (median ms a step
     of the whole batch), per_seq (buffer bytes a sequence), peak (allocator peak bytes on CUDA,
     the model included, else None))."""
@@ -244,15 +237,12 @@ def serve_cell(model, batch, n_ctx, args):
         torch._dynamo.reset()
     prompt_len = n_ctx - args.serve_tokens - SERVE_WARM
     tokens = torch.randint(args.vocab_size, (batch, prompt_len + SERVE_WARM), device=args.device)
-    dec = decode.StaticDecoder(model, compile=args.serve_compile).allocate(batch)
+    dec = sample.Decoder(model, compile=args.serve_compile).allocate(batch)
     rows = min(batch, max(1, PREFILL_TOKENS // prompt_len))
     machine.sync(args.device)
     t0 = time.perf_counter()
     for r in range(0, batch, rows):
-        cache = decode.Cache(len(model.blocks))
-        model.hidden(tokens[r:r + rows, :prompt_len], cache)
-        dec.load(cache, slice(r, r + rows))
-        del cache
+        dec.prefill(tokens[r:r + rows, :prompt_len], slice(r, r + rows))
     machine.sync(args.device)
     prefill_ms = 1e3 * (time.perf_counter() - t0)
     ms = decode_ms(dec.step, tokens[:, prompt_len:], args.serve_tokens, lambda: machine.sync(args.device))
@@ -269,8 +259,9 @@ def bench_serving(args):
     gib = f'{args.serve_memory_gb:g} GiB'
     print(f'## Serving\n\n_Generated tokens/s of B sequences at once, greedy, d_model {d_model}, n_layer {n_layer}, '
           f'vocab {args.vocab_size}; weights, caches and states in {args.dtype} (the model cast to it). A '
-          f'cell: decode.StaticDecoder ({"compiled" if args.serve_compile else "eager"}) with its buffers at n_ctx '
-          f'= context, a parallel prefill (decode.Cache, loaded into them; "prefill ms", not counted in tokens/s), '
+          f'cell: sample.Decoder ({"compiled" if args.serve_compile else "eager"}) with its buffers at n_ctx '
+          f'= context, a parallel prefill (Decoder.prefill, a slice of the batch at a time; "prefill ms", not '
+          f'counted in tokens/s), '
           f'{SERVE_WARM} tokens untimed, then the median ms of {args.serve_tokens} steps of the whole batch, the '
           f'last at position context - 1; tokens/s = batch x 1000 / ms. per sequence: the decoder\'s buffer bytes '
           f'/ batch (cache: grows with the context; state: constant). model: parameters and buffers at that '
@@ -308,32 +299,28 @@ def bench_serving(args):
 # ----------------------------------------------------------------------------- 8. SDPA backends
 
 def bench_sdpa(args):
-    """Print the transformer's batch-1 decode (eager through decode.Cache, and decode.StaticDecoder
-    eager) with scaled_dot_product_attention left to choose its backend, then forced to each
+    """Print the transformer's batch-1 decode (sample.Decoder, eager) with scaled_dot_product_attention left to choose its backend, then forced to each
     backend of SDPA_BACKENDS (torch.nn.attention.sdpa_kernel); a backend that cannot run here reads
     'not available' with torch's reason. At --decode_sizes and --decode_n_ctx, as the decode table."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     print(f'## SDPA backends\n\n_The transformer\'s decode, batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; '
           f'median ms/token over {args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt (as the '
-          f'decode table). eager: LanguageModel.decode with decode.Cache (one query against a key length that '
-          f'grows every token); static: decode.StaticDecoder, not compiled (n_ctx keys, the unwritten masked). '
-          f'Backend: torch.nn.attention.sdpa_kernel(SDPBackend.X) around both; "default": none forced._\n')
-    print(md_table(['backend', 'd_model x n_layer', 'eager ms', 'static ms'], []), flush=True)
+          f'decode table). eager: sample.Decoder, not compiled (one query against n_ctx keys, the unwritten '
+          f'masked). Backend: torch.nn.attention.sdpa_kernel(SDPBackend.X) around it; "default": none forced._\n')
+    print(md_table(['backend', 'd_model x n_layer', 'eager ms'], []), flush=True)
     wait = lambda: machine.sync(args.device)          # noqa: E731
     for d_model, n_layer in args.decode_sizes:
         model = build('transformer', args, d_model=d_model, n_layer=n_layer, n_ctx=args.decode_n_ctx).eval()
         prompt = torch.randint(args.vocab_size, (1, args.decode_n_ctx // 4), device=args.device)
         for backend in ('default', *SDPA_BACKENDS):
             say(f'sdpa: {backend}, d_model {d_model}, n_layer {n_layer}')
-            cells = []
-            for step in (eager_step(model), decode.StaticDecoder(model).step):
-                try:
-                    with sdpa_kernel(getattr(SDPBackend, backend)) if backend != 'default' else nullcontext(), \
-                            machine.autocast(args.device, args.dtype):
-                        cells.append(f'{decode_ms(step, prompt, args.decode_tokens, wait):.3f}')
-                except RuntimeError as err:                    # no kernel of this backend for these inputs
-                    cells.append(f'not available ({str(err).splitlines()[0][:60]})')
-            print(md_row([backend.lower(), f'{d_model} x {n_layer}', *cells]), flush=True)
+            try:
+                with sdpa_kernel(getattr(SDPBackend, backend)) if backend != 'default' else nullcontext(), \
+                        machine.autocast(args.device, args.dtype):
+                    cell = f'{decode_ms(sample.Decoder(model).step, prompt, args.decode_tokens, wait):.3f}'
+            except RuntimeError as err:                    # no kernel of this backend for these inputs
+                cell = f'not available ({str(err).splitlines()[0][:60]})'
+            print(md_row([backend.lower(), f'{d_model} x {n_layer}', cell]), flush=True)
     print()
 
 

@@ -10,7 +10,7 @@ first --positions positions:
 
   masked mixers (flat, expanded, multihead, kernel, posenc, linear): the effective matrix M = W * tril(1)
       (mixer.MaskedMixing.matrix), one panel a head (and a tap of the kernel mixer); the expanded mixer's
-      two, M1 (2 hidden rows a position) and M2, GELU between them;
+      two, M1 (2 hidden rows a position) and M2 (ExpandedMixing.matrix2), GELU between them;
   Toeplitz: the learned kernel w[k] against the lag k = i - j, one curve a head (M[i, j] = w[i - j]);
   recurrent: the decay a^k its state keeps of a token k steps back, one curve a head, and the matrix the
       mixing reduces to, M[i, j] = v[i] a^(i-j) (column form) or v[j] a^(i-j) (row form), a head each;
@@ -52,7 +52,7 @@ import torch
 import checkpoint
 import mixer
 from attention import Attention, LinearAttention
-from cli import failing
+from cli import check_writable, failing
 
 fail = failing('look.py')            # 'PROG: error: msg' on stderr, exit 2
 
@@ -93,30 +93,31 @@ def head_name(h, n_head):
 
 def masked_panels(mixing, T):
     """A token mixing's view over T positions -> (the panels drawn, the matrices of the table).
-    MaskedMixing: M1 = W1 * mask1 [H, k, e T, T] a head and tap, and with expansion e > 1 also
-    M2 = W2 * mask2 [H, T, e T]; ToeplitzMixing: the kernel w[:, :T] as curves, the table from its
-    matrix w[i - j]; RecurrentMixing: a^k as curves, and its matrix [H, T, T] a head. TypeError for
-    another module."""
+    MaskedMixing: M = W * tril [H, T, T] a head (KernelMixing: a panel a tap, [H, k, T, T]; ExpandedMixing:
+    M over its x hidden rows a position, [H, x T, T], then M2 [H, T, x T]); ToeplitzMixing: the kernel
+    w[:, :T] as curves, the table from its matrix w[i - j]; RecurrentMixing: a^k as curves, and its matrix
+    [H, T, T] a head. TypeError for another module."""
     H = mixing.n_head
     if isinstance(mixing, mixer.MaskedMixing):
-        e, k, panels = mixing.e, mixing.k, []
-        M1 = mixing.matrix(T)
-        hidden = torch.arange(e * T) // e                     # the position of each hidden row
+        x, k, panels = getattr(mixing, 'expansion', 1), getattr(mixing, 'kernel', 1), []
+        M = mixing.matrix(T)
+        M = M if k > 1 else M[:, None]                        # [H, k, R, T]
+        hidden = torch.arange(x * T) // x                     # the position of each hidden row
         for h in range(H):
             for u in range(k):
-                name = ' '.join(filter(None, [head_name(h, H), f'tap {u}' if k > 1 else '', 'M1' if e > 1 else '']))
-                panels.append(matrix_panel(name or 'M', M1[h, u], rows=hidden))
-            if e > 1:
-                M2 = mixing.W2[h, :T, :e * T] * mixing.mask2[:T, :e * T]
-                panels.append(matrix_panel(' '.join(filter(None, [head_name(h, H), 'M2'])), M2, cols=hidden))
+                name = ' '.join(filter(None, [head_name(h, H), f'tap {u}' if k > 1 else '', 'M1' if x > 1 else '']))
+                panels.append(matrix_panel(name or 'M', M[h, u], rows=hidden))
+            if x > 1:
+                panels.append(matrix_panel(' '.join(filter(None, [head_name(h, H), 'M2'])), mixing.matrix2(T)[h],
+                                           cols=hidden))
         return panels, panels
     if isinstance(mixing, mixer.ToeplitzMixing):
         w = mixing.w[:, :T].detach().float()
         curves = Panel('kernel w[k]', curves=[(f'head {h}', w[h]) for h in range(H)], ylabel='w[k]')
-        M = mixing.matrix(slice(0, T), T)
+        M = mixing.matrix(T)
         return [curves], [matrix_panel(head_name(h, H) or 'M', M[h]) for h in range(H)]
     if isinstance(mixing, mixer.RecurrentMixing):
-        a = torch.sigmoid(mixing.decay_logit.detach().float())
+        a = mixing.log_decay().detach().exp()
         decay = mixing.powers(T)[:, :, 0].detach()            # a^(i - 0): a^k for k = 0..T-1, [H, T]
         curves = Panel('decay a^k (state)', curves=[(f'head {h}: a={a[h]:.3f}', decay[h]) for h in range(H)],
                        ylabel='a^k')
@@ -331,7 +332,7 @@ def main(argv=None):
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.ckpt)), 'look.png')
     if not args.no_figure:
         try:
-            cli.check_writable(out, overwrite=args.overwrite, what='figure')
+            check_writable(out, overwrite=args.overwrite, what='figure')
         except ValueError as e:
             fail(str(e))
     cfg, config = model.cfg, ckpt.get('config', {})

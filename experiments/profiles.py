@@ -4,8 +4,8 @@ training step, printed as markdown tables (progress on stderr).
     python -m experiments.profiles --device cuda --what decode --decode_variants flat,recurrent --d_model 1024 --n_layer 8
     python -m experiments.profiles --device cuda --what train --train config/mixer_gpu.py --data_dir data/tinystories
 
-1. Decode step: decode.StaticDecoder(compile=True) of each kind at batch 1 (on CUDA the compiled
-   step is a CUDA graph: decode.py), compiled and warmed up on a prompt of n_ctx / 4 tokens, then
+1. Decode step: sample.Decoder(compile=True) of each kind at batch 1 (on CUDA the compiled
+   step is a CUDA graph: sample.py), compiled and warmed up on a prompt of n_ctx / 4 tokens, then
    --tokens steps timed without the profiler (median ms) and --tokens steps profiled. Per token:
    the torch ops the host dispatches (aten::, outermost only), the CUDA graphs launched
    (cudaGraphLaunch: is the graph replayed?), the kernels launched outside a graph
@@ -30,9 +30,9 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-import decode
 import machine
 import mixer
+import sample
 from cli import ArgumentParser, listing, number
 from experiments.bench import device_and_dtype
 from experiments.bench_decode import build, decode_ms
@@ -93,11 +93,12 @@ def profile_decode(args):
         say(f'profile: decode, {name}')
         torch._dynamo.reset()
         model = build(name, args, d_model=args.d_model, n_layer=args.n_layer, n_ctx=args.n_ctx).eval()
-        dec = decode.StaticDecoder(model, compile=True, backend=args.backend)
+        dec = sample.Decoder(model, compile=True, backend=args.backend)
         prompt = torch.randint(args.vocab_size, (1, args.n_ctx // 4), device=args.device)
         with machine.autocast(args.device, args.dtype):
             ms = decode_ms(dec.step, prompt[:, :args.n_ctx // 8], args.tokens, wait)     # compiles, warms up
-            logits = dec.prefill(prompt[:, args.n_ctx // 8:])
+            for t in range(args.n_ctx // 8, args.n_ctx // 4):                               # the prompt's rest
+                logits = dec.step(prompt[:, t:t + 1])
             wait()
             with profile(activities=activities(args.device)) as prof:
                 for _ in range(args.tokens):
@@ -108,7 +109,7 @@ def profile_decode(args):
                        f'{n["kernels"]:.1f}', f'{n["copies"]:.1f}', f'{n["device"]:.1f}', dec.compiles])
         tops += [[name] + row for row in top_ops(prof, args.device, args.tokens)]
     where = 'device' if args.device.type == 'cuda' else 'CPU'
-    print(f'## Decode step profile\n\n_decode.StaticDecoder(compile=True, backend {args.backend}), batch 1, n_ctx '
+    print(f'## Decode step profile\n\n_sample.Decoder(compile=True, backend {args.backend}), batch 1, n_ctx '
           f'{args.n_ctx}, {args.dtype}, {args.device.type}; ms/token: median of {args.tokens} steps without the '
           f'profiler; the rest per token over {args.tokens} profiled steps. host ops: aten:: ops dispatched (no '
           f'aten op around them); graph launches: cudaGraphLaunch (1 a token: the step is one CUDA graph '

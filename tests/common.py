@@ -48,9 +48,20 @@ def tiny_model(name, seed=0, **kw):
     model = mixer.build_model(mixer.variant_config(name, **{**TINY, **kw})).eval()
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if n.split('.')[-1] in ('c', 'c1', 'c2', 'v', 'w', 'W1', 'W2', 'wpe', 'wpe_dec', 'bias'):
+            if n.split('.')[-1] in ('c', 'c2', 'v', 'w', 'W', 'W2', 'wpe', 'wpe_dec', 'bias'):
                 p.add_(0.05 * torch.randn_like(p))
     return model
+
+
+def step_pieces(model, idx, cuts):
+    """model.step over idx long [B, T] in pieces of `cuts` tokens (each a step of that many tokens after
+    the ones before, on one set of buffers) -> the logits after each piece: float [B, len(cuts), vocab]."""
+    layers, pos, outs = [dict() for _ in model.blocks], 0, []
+    with torch.no_grad():
+        for n in cuts:
+            outs.append(model.step(idx[:, pos:pos + n], torch.tensor(pos), layers))
+            pos += n
+    return torch.stack(outs, 1)
 
 
 def assert_samples(test, stdout, prompt, count, new_tokens):

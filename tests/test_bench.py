@@ -8,8 +8,8 @@ import sys
 import unittest
 from unittest import mock
 
-import decode
 import mixer
+import sample
 from experiments import bench, bench_decode
 from experiments.runner import fmt_bytes
 
@@ -105,25 +105,25 @@ class TestBench(unittest.TestCase):
         limit' is the two columns divided (so the limit column is what it says)."""
         (row,) = table_rows(self.out, 'Decode step')
         self.assertEqual(row[:2], ['flat', '64 x 2'])
-        limit, compiled = float(row[4]), float(row[7])
+        limit, compiled = float(row[4]), float(row[6])
         self.assertGreater(limit, 0)
-        self.assertAlmostEqual(float(row[8].rstrip('x')), compiled / limit, delta=0.06 + 0.01 * compiled / limit)
-        self.assertEqual(row[10], '1')
+        self.assertAlmostEqual(float(row[7].rstrip('x')), compiled / limit, delta=0.06 + 0.01 * compiled / limit)
+        self.assertEqual(row[9], '1')
 
     def test_decode_table_has_every_kind(self):
         """The decode table's default kinds are the five of the serving table, and each gets its row
-        (the static step not compiled here, for time: the --quick run's flat row is inductor's, and
+        (the step not compiled here, for time: the --quick run's flat row is inductor's, and
         test_compile compiles every kind's step)."""
         kinds = bench.parse_args([]).decode_variants
         self.assertEqual(sorted(kinds), sorted(bench_decode.SERVE_KINDS))
         args = bench.parse_args(['--quick', '--decode_tokens', '2', '--decode_n_ctx', '32'])
         args.decode_variants = kinds                    # (a flag equal to its default would give way to --quick)
-        uncompiled = lambda model, compile=False, real=decode.StaticDecoder: real(model)      # noqa: E731
-        with mock.patch.object(decode, 'StaticDecoder', uncompiled):
+        uncompiled = lambda model, compile=False, real=sample.Decoder: real(model)      # noqa: E731
+        with mock.patch.object(sample, 'Decoder', uncompiled):
             rows = table_rows(quiet(bench_decode.bench_decode, args), 'Decode step')
         self.assertEqual([r[0] for r in rows], kinds)
         for row in rows:
-            self.assertGreater(min(float(row[5]), float(row[6]), float(row[7])), 0, row)   # eager, static, "compiled"
+            self.assertGreater(min(float(row[5]), float(row[6])), 0, row)   # eager, "compiled"
 
     def test_serving_table(self):
         """--quick: a row for every kind, context and batch; tokens/s = batch x 1000 / ms; the bytes a

@@ -1,4 +1,4 @@
-"""The compiled and bf16 paths, proven on CPU, and the static-shape decode step.
+"""The compiled and bf16 paths, proven on CPU, and the decoding step of every kind.
 
 python test_mixer.py test_compile
 
@@ -8,10 +8,10 @@ GPU-specific breaks here first:
 - compiled (AOTAutograd, and inductor for the core kinds) logits and gradients
   equal eager's for every model kind, in one graph (no graph break), and a
   compiled model fed many lengths compiles a bounded number of times;
-- under bf16 autocast every kind stays causal and cached decoding equals the
+- under bf16 autocast every kind stays causal and its decoding steps equal the
   full forward within 4 bf16 ulps of the logits' scale;
-- decode.StaticDecoder equals the eager decode for every kind, one compiled
-  graph serves every position, and greedy tokens equal eager's;
+- sample.Decoder's steps equal the full forward for every kind, eager and compiled,
+  one compiled graph serves every position, and greedy tokens equal eager's;
 - train.py --compile=True trains and its checkpoint loads uncompiled.
 """
 
@@ -23,9 +23,9 @@ import unittest
 
 import torch
 
-import decode
 import mixer
-from tests.common import TINY, assert_samples, prepared_data, run, tiny_model
+import sample
+from tests.common import TINY, assert_samples, prepared_data, run, step_pieces, tiny_model
 
 # every model kind with its own code path: TINY's chunk_size 8 and fft_threshold 16 make
 # the recurrent chunks and the Toeplitz FFT run at T = 24 (and the matrix path at T < 16)
@@ -166,25 +166,24 @@ class TestBF16(unittest.TestCase):
                         torch.testing.assert_close(logits2[:, :j], logits[:, :j], atol=atol, rtol=0)
                         self.assertGreater((logits2[:, j:] - logits[:, j:]).abs().max().item(), 0)
 
-    def test_cached_and_static_decoding_equal_the_full_forward(self):
-        """Under autocast, decode() in pieces and the StaticDecoder give the full
-        forward's logits within 4 bf16 ulps of the largest logit (2^-6 of it): the
-        paths round at different points (different matmul shapes), each rounding
-        off by up to half an ulp. Measured: at most 1.3 ulps (0.0049 of the scale)."""
+    def test_decoding_equals_the_full_forward(self):
+        """Under autocast, steps in pieces and a Decoder's prefill and steps give the full forward's
+        logits within 4 bf16 ulps of the largest logit (2^-6 of it): the paths round at different points
+        (different matmul shapes), each rounding off by up to half an ulp. Measured: at most 1.3 ulps
+        (0.0049 of the scale)."""
         for name in mixer.VARIANTS:
             model = tiny_model(name).to(DEVICE)
             idx = torch.randint(0, 64, (2, TINY['n_ctx'])).to(DEVICE)
             with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 full = model(idx)[0].float()
-                cache = decode.Cache(TINY['n_layer'])
-                pieces = torch.cat([model.decode(idx[:, :5], cache)]
-                                   + [model.decode(idx[:, t:t + 1], cache) for t in range(5, 24)], 1).float()
-                dec = decode.StaticDecoder(model)
-                static = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(24)], 1).float()
+                pieces = step_pieces(model, idx, (5,) + (1,) * 19).float()
+                dec = sample.Decoder(model)
+                steps = torch.stack([dec.prefill(idx[:, :3])] + [dec.step(idx[:, t:t + 1]) for t in range(3, 24)],
+                                    1).float()
             tol = 4 * BF16_ULP * full.abs().max().item()
             with self.subTest(variant=name):
-                torch.testing.assert_close(pieces, full, atol=tol, rtol=0)
-                torch.testing.assert_close(static, full, atol=tol, rtol=0)
+                torch.testing.assert_close(pieces, full[:, 4:], atol=tol, rtol=0)
+                torch.testing.assert_close(steps, full[:, 2:], atol=tol, rtol=0)
 
     def test_training_tracks_float32(self):
         """40 AdamW steps of a small model on a fixed batch of a 16-token language: the
@@ -211,59 +210,52 @@ class TestBF16(unittest.TestCase):
                 self.assertLess((losses[True] - losses[False]).abs().max().item(), 0.1)
 
 
-class TestStaticDecode(unittest.TestCase):
-    """decode.py: the static-shape decode step."""
+class TestDecoder(unittest.TestCase):
+    """sample.Decoder: every mixing's step on its buffers at n_ctx, eager and compiled."""
 
     def setUp(self):
         torch._dynamo.reset()
 
-    def test_every_kind_equals_the_eager_decode(self):
-        """Per token, the full forward's logits; greedy generation past n_ctx (the
-        window slides) gives decode.generate's tokens."""
+    def test_every_variant_steps_to_the_full_forward_eager_and_compiled(self):
+        """For every variant: a prefill and one step a token give the full forward's logits, uncompiled
+        and through torch.compile (the trace-only 'eager' backend: one graph for every position); and 60
+        greedy tokens from a 5-token prompt (the window sliding twice) are the same tokens both ways."""
         for name in mixer.VARIANTS:
-            model = tiny_model(name)
-            idx = torch.randint(0, 64, (2, TINY['n_ctx']))
-            dec = decode.StaticDecoder(model)
-            logits = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(24)], 1)
-            with self.subTest(variant=name):
-                torch.testing.assert_close(logits, model(idx)[0], atol=1e-5, rtol=1e-5)
-                self.assertTrue(torch.equal(decode.generate_static(model, idx[:, :5], 40, temperature=0),
-                                            decode.generate(model, idx[:, :5], 40, temperature=0)))
-
-    def test_one_compiled_graph_serves_every_position(self):
-        """Through torch.compile (the trace-only 'eager' backend): 60 greedy tokens
-        from a 5-token prompt, the window sliding twice, compile once, and give the
-        eager tokens. The recurrent mixer's state stays one [B, H, d / H] vector."""
-        for name in ('flat', 'expanded', 'toeplitz', 'recurrent', 'transformer', 'linear_attention'):
             torch._dynamo.reset()
             model = tiny_model(name)
-            idx = torch.randint(0, 64, (1, 5))
-            dec = decode.StaticDecoder(model, compile=True, backend='eager')
-            out = decode.generate_static(model, idx, 60, temperature=0, decoder=dec)
-            with self.subTest(variant=name):
-                self.assertEqual(dec.compiles, 1)
-                self.assertTrue(torch.equal(out, decode.generate(model, idx, 60, temperature=0)))
-                if name == 'recurrent':
-                    self.assertEqual([{k: tuple(v.shape) for k, v in s.items()} for s in dec.layers],
-                                     [{'h': (1, 4, TINY['d_model'] // 4)}] * TINY['n_layer'])
+            idx = torch.randint(0, 64, (2, TINY['n_ctx']))
+            full = model(idx)[0]
+            for compiled in (False, True):
+                dec = sample.Decoder(model, compile=compiled, backend='eager')
+                logits = torch.stack([dec.prefill(idx[:, :4])] + [dec.step(idx[:, t:t + 1]) for t in range(4, 24)], 1)
+                out = sample.generate(model, idx[:, :5], 60, temperature=0, decoder=dec)
+                with self.subTest(variant=name, compiled=compiled):
+                    torch.testing.assert_close(logits, full[:, 3:], atol=1e-5, rtol=1e-5)
+                    self.assertEqual(dec.compiles, int(compiled))
+                    if compiled:
+                        self.assertTrue(torch.equal(out, eager_out))
+                eager_out = out
+            if name == 'recurrent':          # the state stays one [B, H, d / H] vector a layer
+                self.assertEqual([{k: tuple(v.shape) for k, v in s.items()} for s in dec.layers],
+                                 [{'h': (2, 4, TINY['d_model'] // 4)}] * TINY['n_layer'])
 
     def test_inductor_greedy_tokens_equal_eager(self):
         """Inductor's compiled step (C++ kernels) gives exactly the eager greedy
         tokens, with one compilation."""
         model = tiny_model('flat', d_model=64)
         idx = torch.randint(0, 64, (1, 5))
-        dec = decode.StaticDecoder(model, compile=True)
-        out = decode.generate_static(model, idx, 30, temperature=0, decoder=dec)
+        dec = sample.Decoder(model, compile=True)
+        out = sample.generate(model, idx, 30, temperature=0, decoder=dec)
         self.assertEqual(dec.compiles, 1)
-        self.assertTrue(torch.equal(out, decode.generate(model, idx, 30, temperature=0)))
+        self.assertTrue(torch.equal(out, sample.generate(model, idx, 30, temperature=0)))
 
     def test_past_n_ctx_is_an_error(self):
-        dec = decode.StaticDecoder(tiny_model('flat'))
+        dec = sample.Decoder(tiny_model('flat'))
         dec.prefill(torch.randint(0, 64, (1, TINY['n_ctx'])))
         with self.assertRaisesRegex(ValueError, 'past n_ctx'):
             dec.step(torch.zeros(1, 1, dtype=torch.long))
         with self.assertRaisesRegex(ValueError, 'longer than n_ctx'):
-            decode.generate_static(dec.model, torch.zeros(1, 25, dtype=torch.long), 1)
+            sample.generate(dec.model, torch.zeros(1, 25, dtype=torch.long), 1)
 
 
 if __name__ == '__main__':

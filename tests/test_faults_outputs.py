@@ -214,14 +214,14 @@ class TestCachesAndOutputs(Base):
         """--json passes the check before the work but its write fails at the end (a full disk): the
         tables are on stdout, one line names the failure, exit 1, the old --json byte-identical. And an
         embedding cache that cannot be written is a warning, not a crash (the cache only saves time)."""
-        import checkpoint
+        import cli
         import retrieval
         out = {'source': 'src', 'train_pairs': 1, 'val_pairs': 0, 'test_pairs': 1, 'train_n': 2, 'eval_trials': 1,
                'ns': [2], 'notes': [], 'results': []}
         path = write(os.path.join(self.f.tmp, 'retrieval_end', 'res.json'), '{"old": 1}\n')
         err, stdout = io.StringIO(), io.StringIO()
         with mock.patch.object(retrieval, 'run', return_value=out), \
-                mock.patch.object(checkpoint, 'write_atomic', side_effect=OSError(errno.ENOSPC, 'No space left')), \
+                mock.patch.object(cli, 'write_atomic', side_effect=OSError(errno.ENOSPC, 'No space left')), \
                 contextlib.redirect_stderr(err), contextlib.redirect_stdout(stdout), \
                 self.assertRaises(SystemExit) as stop:
             retrieval.main(['--ckpt', self.f.ckpt, '--json', path, '--overwrite'])

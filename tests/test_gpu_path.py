@@ -30,9 +30,9 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 
-import decode
 import machine
 import mixer
+import sample
 import train
 from experiments import bench, bench_decode, gpu_check
 from tests.common import TINY, prepared_data, read_log, run, run_in_process, tiny_model
@@ -184,15 +184,15 @@ class TestDDPWrapping(unittest.TestCase):
                     self.assertTrue(torch.equal(b, before[k]), k)
 
 
-class TestStaticDecode(unittest.TestCase):
+class TestDecoder(unittest.TestCase):
 
-    def test_no_host_to_device_copy_a_token_and_static_caches(self):
+    def test_no_host_to_device_copy_a_token_and_static_buffers(self):
         """After the first token, a step builds no tensor from a Python number (torch.tensor: a
-        blocking copy on CUDA), and every cache buffer has been marked static for CUDA graphs."""
+        blocking copy on CUDA), and every buffer has been marked static for CUDA graphs."""
         for name in ('flat', 'recurrent', 'transformer', 'linear_attention', 'hybrid'):
             model = tiny_model(name)
             marked = []
-            dec = decode.StaticDecoder(model)
+            dec = sample.Decoder(model)
             with mock.patch('torch._dynamo.mark_static_address', side_effect=lambda t, **k: marked.append(t)):
                 dec.step(torch.zeros(1, 1, dtype=torch.long))
             with self.subTest(variant=name):
@@ -203,26 +203,28 @@ class TestStaticDecode(unittest.TestCase):
                         dec.step(torch.ones(1, 1, dtype=torch.long))
                 self.assertEqual(int(dec._pos), dec.pos)
 
-    def test_a_parallel_prefill_loaded_equals_the_full_forward(self):
-        """StaticDecoder.load: three sequences prefilled through decode.Cache in two slices of the batch
-        (one parallel pass each, as bench's serving table does), loaded into the static buffers, then
-        stepped: the logits of every later token equal the full forward pass's, for every kind."""
+    def test_a_prefill_a_slice_of_the_batch_at_a_time_equals_the_full_forward(self):
+        """Decoder.prefill of rows: three sequences prefilled in two slices of an allocated batch (one
+        parallel pass each, as bench's serving table does; the buffers of another sequence there before),
+        then stepped: the logits of every later token equal the full forward pass's, for every kind; a
+        batch of another size is a ValueError."""
         idx = torch.randint(0, 64, (3, 14))
         for name in ('flat', 'expanded', 'toeplitz', 'recurrent', 'transformer', 'linear_attention', 'hybrid'):
             model = tiny_model(name)
-            dec = decode.StaticDecoder(model).allocate(3)
+            dec = sample.Decoder(model).allocate(3)
             with torch.no_grad():
                 full = model(idx)[0]
+                dec.prefill(torch.randint(0, 64, (3, 12)))                 # an earlier sequence's state
                 for rows in (slice(0, 2), slice(2, 3)):
-                    cache = decode.Cache(len(model.blocks))
-                    model.hidden(idx[rows, :9], cache)
-                    dec.load(cache, rows)
+                    dec.prefill(idx[rows, :9], rows)
                 logits = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(9, 14)], 1)
             with self.subTest(variant=name):
                 self.assertEqual(dec.pos, 14)
                 torch.testing.assert_close(logits, full[:, 9:], atol=1e-5, rtol=1e-5)
-        with self.assertRaisesRegex(ValueError, 'allocate'):
-            decode.StaticDecoder(tiny_model('flat')).load(decode.Cache(TINY['n_layer']))
+        with self.assertRaisesRegex(ValueError, 'batch of 3'):
+            dec.prefill(idx[:2, :9])
+        with self.assertRaisesRegex(ValueError, 'batch of 3'):
+            dec.step(idx[:1, :1])
 
     def test_bench_waits_for_the_device_around_each_timed_token(self):
         calls = []

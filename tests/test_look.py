@@ -97,10 +97,11 @@ def effective(name, model, T):
         m, mats = block.mixing, []
         if name == 'expanded':
             hid = torch.arange(2 * T) // 2
-            mats += [m.W1[0, 0, :2 * T, :T] * (hid[:, None] >= pos[None, :]),
+            mats += [m.W[0, :2 * T, :T] * (hid[:, None] >= pos[None, :]),
                      m.W2[0, :T, :2 * T] * (pos[:, None] >= hid[None, :])]
         elif name in ('flat', 'multihead', 'kernel', 'linear', 'posenc'):
-            mats += [m.W1[h, u, :T, :T] * causal for h in range(m.W1.shape[0]) for u in range(m.W1.shape[1])]
+            W = m.W if name == 'kernel' else m.W[:, None]                  # [H, k, n_ctx, n_ctx]
+            mats += [W[h, u, :T, :T] * causal for h in range(W.shape[0]) for u in range(W.shape[1])]
         elif name == 'toeplitz':
             lag = (pos[:, None] - pos[None, :]).clamp(min=0)
             mats += [m.w[h, lag] * causal for h in range(HEADS)]
@@ -231,7 +232,7 @@ class TestLook(unittest.TestCase):
             f.write(b'not a checkpoint')
         old = os.path.join(self.tmp, 'old.pt')                             # a state dict of an older layout
         state = torch.load(self.ckpts['flat'], weights_only=True)
-        state['model'] = {k.replace('W1', 'W'): v for k, v in state['model'].items()}
+        state['model'] = {k.replace('mixing.W', 'mixing.V'): v for k, v in state['model'].items()}
         torch.save(state, old)
         taken = os.path.join(self.tmp, 'taken.png')
         open(taken, 'w').close()

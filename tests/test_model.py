@@ -12,9 +12,9 @@ import unittest
 import numpy as np
 import torch
 
-import decode
 import mixer
-from tests.common import TINY, prepared_data, tiny_model
+import sample
+from tests.common import TINY, prepared_data, step_pieces, tiny_model
 
 # ----------------------------------------------------------------------------- causality and caches
 
@@ -70,18 +70,18 @@ class TestCausality(unittest.TestCase):
         mixing = model.blocks[0].mixing
         upper = ~torch.ones(24, 24, dtype=torch.bool).tril()
         with torch.no_grad():
-            mixing.W1.add_(0.1 * torch.randn_like(mixing.W1))   # non-zero raw weights above the diagonal
+            mixing.W.add_(0.1 * torch.randn_like(mixing.W))     # non-zero raw weights above the diagonal
         for _ in range(5):
             idx = torch.randint(0, 64, (4, 24))
             _, loss = model(idx[:, :-1], idx[:, 1:])
             opt.zero_grad()
             loss.backward()
-            self.assertTrue(torch.all(mixing.W1.grad[0, 0][upper] == 0))
-            self.assertGreater(mixing.W1.grad[0, 0][~upper].abs().sum().item(), 0)
+            self.assertTrue(torch.all(mixing.W.grad[0][upper] == 0))
+            self.assertGreater(mixing.W.grad[0][~upper].abs().sum().item(), 0)
             opt.step()
-        self.assertTrue(torch.all(mixing.matrix(24)[0, 0][upper] == 0))
-        self.assertTrue(torch.equal(mixing.matrix(24)[0, 0], mixing.W1[0, 0] * ~upper))
-        self.assertGreater(mixing.W1[0, 0][upper].abs().sum().item(), 0)   # the mask does the work
+        self.assertTrue(torch.all(mixing.matrix(24)[0][upper] == 0))
+        self.assertTrue(torch.equal(mixing.matrix(24)[0], mixing.W[0] * ~upper))
+        self.assertGreater(mixing.W[0][upper].abs().sum().item(), 0)   # the mask does the work
 
 
 # Badger & Roland 2026's Toeplitz mixer as settings of the toeplitz kind (docs/mqar.md)
@@ -101,13 +101,10 @@ class TestAuthorToeplitz(unittest.TestCase):
         idx2[:, 9] = (idx2[:, 9] + 1) % 64
         torch.testing.assert_close(model(idx2)[0][:, :9], full[:, :9], atol=1e-5, rtol=0)   # T >= fft_threshold
         self.assertGreater((model(idx2)[0][:, 9:] - full[:, 9:]).abs().max().item(), 1e-4)
-        cache = decode.Cache(TINY['n_layer'])
-        pieces = torch.cat([model.decode(idx[:, :5], cache)] + [model.decode(idx[:, t:t + 1], cache)
-                                                                for t in range(5, 24)], 1)
-        dec = decode.StaticDecoder(model)
-        static = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(24)], 1)
-        torch.testing.assert_close(pieces, full, atol=1e-4, rtol=0)
-        torch.testing.assert_close(static, full, atol=1e-4, rtol=0)
+        dec = sample.Decoder(model)
+        steps = torch.stack([dec.prefill(idx[:, :5])] + [dec.step(idx[:, t:t + 1]) for t in range(5, 24)], 1)
+        torch.testing.assert_close(steps, full[:, 4:], atol=1e-4, rtol=0)
+        torch.testing.assert_close(step_pieces(model, idx, (3, 1, 9, 11)), full[:, [2, 3, 12, 23]], atol=1e-4, rtol=0)
 
     def test_feed_forward_first_kaiming_init_and_no_final_norm(self):
         torch.manual_seed(0)
@@ -130,26 +127,36 @@ class TestAuthorToeplitz(unittest.TestCase):
 
 
 class TestIncremental(unittest.TestCase):
-    """Cached / recurrent decoding gives the logits of the full forward pass."""
+    """Decoding (every token mixing's step, on its buffers at n_ctx) gives the logits of the full forward pass."""
 
-    def test_decode_in_pieces_equals_forward(self):
+    def test_every_variant_has_a_step_and_flops_in_its_mixing_class(self):
+        """Each block's mixing, of every variant, defines step and flops in its own class (or a base of
+        it in mixer.py / attention.py): a kind without them fails here, by name."""
+        for name in mixer.VARIANTS:
+            for block in tiny_model(name).blocks:
+                for face in ('forward', 'step', 'flops'):
+                    with self.subTest(variant=name, face=face):
+                        owner = next((c for c in type(block.mixing).__mro__ if face in vars(c)), None)
+                        self.assertTrue(owner is not None and owner.__module__ in ('mixer', 'attention'),
+                                        f'{name}: {type(block.mixing).__name__} has no {face} of its own')
+
+    def test_steps_in_pieces_equal_forward(self):
+        """One token a step, steps of several tokens after a prefix, and one step of all 24 (a prefill):
+        the logits after each piece are the full forward's there, for every variant."""
         for name in mixer.VARIANTS:
             model = tiny_model(name)
             idx = torch.randint(0, 64, (2, TINY['n_ctx']))
             full, _ = model(idx)
             for cuts in ((1,) * 24, (5, 1, 1, 10, 7), (24,)):
-                cache, outs, pos = decode.Cache(TINY['n_layer']), [], 0
-                for n in cuts:
-                    outs.append(model.decode(idx[:, pos:pos + n], cache))
-                    pos += n
+                ends = [sum(cuts[:i + 1]) - 1 for i in range(len(cuts))]
                 with self.subTest(variant=name, cuts=cuts):
-                    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-4, rtol=0)
+                    torch.testing.assert_close(step_pieces(model, idx, cuts), full[:, ends], atol=1e-4, rtol=0)
 
     def test_generate_matches_greedy_full_forward(self):
         for name in mixer.VARIANTS:
             model = tiny_model(name)
             prompt = torch.randint(0, 64, (1, 5))
-            out = decode.generate(model, prompt, 12, temperature=0)
+            out = sample.generate(model, prompt, 12, temperature=0)
             seq = prompt
             for _ in range(12):   # the slow reference: a full forward per token
                 seq = torch.cat([seq, model(seq)[0][:, -1].argmax(-1, keepdim=True)], 1)
@@ -163,16 +170,15 @@ class TestIncremental(unittest.TestCase):
         half = TINY['n_ctx'] // 2
         for name in ('flat', 'transformer', 'recurrent', 'linear_attention'):
             model = tiny_model(name)
-            calls, model_decode = [], model.decode
+            calls, model_step = [], model.step
 
-            def spy(idx, cache):
-                pos = cache.pos
-                logits = model_decode(idx, cache)
-                calls.append((pos, idx, logits))
+            def spy(idx, pos, layers):
+                logits = model_step(idx, pos, layers)
+                calls.append((int(pos), idx.clone(), logits[:, None]))     # the decoder reuses its input tensor
                 return logits
-            model.decode = spy
-            out = decode.generate(model, torch.randint(0, 64, (2, 20)), 40, temperature=0)
-            del model.decode
+            model.step = spy
+            out = sample.generate(model, torch.randint(0, 64, (2, 20)), 40, temperature=0)
+            del model.step
             window, n_out, slides = None, 20, 0
             for pos, idx, logits in calls:
                 if pos == 0 and window is not None:                # a slide, after sampling one more token
@@ -184,13 +190,13 @@ class TestIncremental(unittest.TestCase):
                     n_out += idx.shape[1]
                 with self.subTest(variant=name, n_out=n_out):
                     self.assertEqual(window.shape[1], pos + idx.shape[1])
-                    torch.testing.assert_close(logits, model(window)[0][:, -idx.shape[1]:], atol=1e-4, rtol=0)
+                    torch.testing.assert_close(logits, model(window)[0][:, -1:], atol=1e-4, rtol=0)
                     self.assertTrue(torch.equal(out[:, :n_out][:, -window.shape[1]:], window))
             with self.subTest(variant=name):
                 self.assertEqual(out.shape, (2, 60))
                 self.assertEqual(slides, 0 if name == 'linear_attention' else 3)   # at 24, 36 and 48 tokens
         with self.assertRaises(ValueError):
-            decode.generate(tiny_model('flat'), torch.zeros(1, 25, dtype=torch.long), 1)
+            sample.generate(tiny_model('flat'), torch.zeros(1, 25, dtype=torch.long), 1)
 
 
 # ----------------------------------------------------------------------------- variants
@@ -205,7 +211,7 @@ class TestVariants(unittest.TestCase):
         for T in (1, 17, 64):
             z = torch.randn(3, 2, T, 4)
             torch.testing.assert_close(layer.mix(z, use_fft=True), layer.mix(z, use_fft=False), atol=1e-4, rtol=0)
-        M = layer.matrix(slice(0, 64), 64)
+        M = layer.matrix(64)
         for i, j in ((0, 0), (5, 2), (63, 0), (40, 39)):
             self.assertEqual(M[1, i, j].item(), layer.w[1, i - j].item())
         self.assertTrue(torch.all(M[:, ~torch.ones(64, 64, dtype=torch.bool).tril()] == 0))
@@ -215,35 +221,37 @@ class TestVariants(unittest.TestCase):
         idx = torch.randint(0, 64, (2, 24))
         base, _ = model(idx)
         mixing = model.blocks[0].mixing
-        self.assertEqual(mixing.W1.shape[0], 4)
+        self.assertEqual(mixing.W.shape[0], 4)
         for h in range(4):
             with torch.no_grad():
-                mixing.W1[h, 0, 10, 3] += 1.0
+                mixing.W[h, 10, 3] += 1.0
                 changed = (model(idx)[0] - base).abs().max().item()
-                mixing.W1[h, 0, 10, 3] -= 1.0
+                mixing.W[h, 10, 3] -= 1.0
             self.assertGreater(changed, 1e-4, f'head {h} has no effect')
 
     def test_expanded_and_kernel_shapes(self):
-        self.assertEqual(tiny_model('expanded').blocks[0].mixing.W1.shape, (1, 1, 48, 24))
-        self.assertEqual(tiny_model('kernel').blocks[0].mixing.W1.shape, (1, 3, 24, 24))
+        self.assertEqual(tiny_model('expanded').blocks[0].mixing.W.shape, (1, 48, 24))
+        self.assertEqual(tiny_model('expanded').blocks[0].mixing.W2.shape, (1, 24, 48))
+        self.assertEqual(tiny_model('kernel').blocks[0].mixing.W.shape, (1, 3, 24, 24))
+        self.assertEqual(tiny_model('flat').blocks[0].mixing.W.shape, (1, 24, 24))
         with self.assertRaises(ValueError):
             mixer.ModelConfig(expansion=2, kernel=3)
 
     def test_fresh_expanded_mixing_averages_once(self):
         """A fresh expanded mixing copies each position into its hidden rows (M1 = the
         identity per position), and only M2 averages over the past."""
-        layer = mixer.MaskedMixing(n_ctx=6, d_model=4, expansion=2, out_scale=0.5)
-        M1 = layer.matrix(6)[0, 0]
+        layer = mixer.ExpandedMixing(n_ctx=6, d_model=4, expansion=2, out_scale=0.5)
+        M1 = layer.matrix(6)[0]
         self.assertTrue(torch.equal(M1, (torch.arange(12)[:, None] // 2 == torch.arange(6)).float()))
         M2 = layer.W2[0] * layer.mask2
         torch.testing.assert_close(M2.sum(-1), torch.full((6,), 0.5))
         self.assertTrue(torch.all(M2[5] == 0.5 / 12))
 
     @staticmethod
-    def random_masked(**kw):
-        """A MaskedMixing whose raw weights (above the diagonal too) and biases are random."""
+    def random_masked(kind, **kw):
+        """A masked mixing of class `kind` whose raw weights (above the diagonal too) and biases are random."""
         torch.manual_seed(0)
-        layer = mixer.MaskedMixing(n_ctx=7, d_model=10, n_head=2, **kw)
+        layer = kind(n_ctx=7, d_model=10, n_head=2, **kw)
         with torch.no_grad():
             for p in layer.parameters():
                 p.normal_()
@@ -253,35 +261,36 @@ class TestVariants(unittest.TestCase):
         """k taps: y[i, f] = c[i] + sum_u sum_{j<=i} W[u, i, j] z[j, f + u - (k-1)//2]
         (z zero outside the features), written as loops; also when decoded in pieces."""
         for k in (2, 3, 4):
-            layer = self.random_masked(kernel=k)
+            layer = self.random_masked(mixer.KernelMixing, kernel=k)
             z = torch.randn(2, 2, 7, 5)
             ref = torch.zeros(2, 2, 7, 5)
             for h in range(2):
                 for i in range(7):
-                    ref[:, h, i] += layer.c1[h, i, 0]
+                    ref[:, h, i] += layer.c[h, i, 0]
                     for u in range(k):
                         for f in range(5):
                             g = f + u - (k - 1) // 2
                             if 0 <= g < 5:
                                 for j in range(i + 1):
-                                    ref[:, h, i, f] += layer.W1[h, u, i, j] * z[:, h, j, g]
+                                    ref[:, h, i, f] += layer.W[h, u, i, j] * z[:, h, j, g]
             with self.subTest(k=k):
                 torch.testing.assert_close(layer.mix(z), ref, atol=1e-5, rtol=1e-5)
                 state = {}
-                pieces = torch.cat([layer.mix(z[:, :, :3], state, 0), layer.mix(z[:, :, 3:], state, 3)], 2)
+                pieces = torch.cat([layer.mix_step(z[:, :, :3], state, torch.tensor(0)),
+                                    layer.mix_step(z[:, :, 3:], state, torch.tensor(3))], 2)
                 torch.testing.assert_close(pieces, ref, atol=1e-5, rtol=1e-5)
 
     def test_expanded_mixing_equals_a_loop_over_hidden_rows(self):
-        """Expansion e: hidden row r (position r // e) is g_r = GELU(c1[r] + sum_{j <= r//e}
-        W1[r, j] z_j), and y_i = c2[i] + sum_{r: r//e <= i} W2[i, r] g_r, as loops."""
+        """Expansion e: hidden row r (position r // e) is g_r = GELU(c[r] + sum_{j <= r//e}
+        W[r, j] z_j), and y_i = c2[i] + sum_{r: r//e <= i} W2[i, r] g_r, as loops; also in steps."""
         for e in (2, 3):
-            layer = self.random_masked(expansion=e)
+            layer = self.random_masked(mixer.ExpandedMixing, expansion=e)
             z = torch.randn(2, 2, 7, 5)
             ref = torch.zeros(2, 2, 7, 5)
             for h in range(2):
                 hidden = []
                 for r in range(7 * e):
-                    acc = layer.c1[h, r, 0] + sum(layer.W1[h, 0, r, j] * z[:, h, j] for j in range(r // e + 1))
+                    acc = layer.c[h, r, 0] + sum(layer.W[h, r, j] * z[:, h, j] for j in range(r // e + 1))
                     hidden.append(torch.nn.functional.gelu(acc))
                 for i in range(7):
                     ref[:, h, i] = layer.c2[h, i, 0] + sum(layer.W2[h, i, r] * hidden[r]
@@ -289,7 +298,8 @@ class TestVariants(unittest.TestCase):
             with self.subTest(e=e):
                 torch.testing.assert_close(layer.mix(z), ref, atol=1e-5, rtol=1e-5)
                 state = {}
-                pieces = torch.cat([layer.mix(z[:, :, :4], state, 0), layer.mix(z[:, :, 4:], state, 4)], 2)
+                pieces = torch.cat([layer.mix_step(z[:, :, :4], state, torch.tensor(0)),
+                                    layer.mix_step(z[:, :, 4:], state, torch.tensor(4))], 2)
                 torch.testing.assert_close(pieces, ref, atol=1e-5, rtol=1e-5)
 
     def test_linear_mixer_is_linear_in_the_embeddings(self):
@@ -378,30 +388,28 @@ class TestRecurrent(unittest.TestCase):
 
     def test_state_size_does_not_grow(self):
         model = tiny_model('recurrent', n_ctx=4096)
-        cache = decode.Cache(TINY['n_layer'])
-        model.decode(torch.randint(0, 64, (1, 8)), cache)
-        shapes = [tuple(s['h'].shape) for s in cache.layers]
-        nbytes = cache.nbytes()
+        dec = sample.Decoder(model)
+        dec.prefill(torch.randint(0, 64, (1, 8)))
+        shapes, buffers = [tuple(s['h'].shape) for s in dec.layers], [id(b) for b in dec.buffers()]
         for _ in range(200):
-            model.decode(torch.randint(0, 64, (1, 1)), cache)
-        self.assertEqual(cache.pos, 208)
-        self.assertEqual([tuple(s['h'].shape) for s in cache.layers], shapes)
-        self.assertEqual(cache.nbytes(), nbytes)
+            dec.step(torch.randint(0, 64, (1, 1)))
+        self.assertEqual(dec.pos, 208)
+        self.assertEqual([tuple(s['h'].shape) for s in dec.layers], shapes)
+        self.assertEqual([id(b) for b in dec.buffers()], buffers)       # the same tensors, written in place
         self.assertEqual(shapes[0], (1, 4, 8))       # one vector of d / H per head per layer
 
     def test_linear_attention_state_size_does_not_grow(self):
         """Linear attention decodes with S [B, H, e, e] and s [B, H, e] per layer: the
         same bytes after 8 tokens and after 208 (no cache of past tokens)."""
         model = tiny_model('linear_attention')
-        cache = decode.Cache(TINY['n_layer'])
-        model.decode(torch.randint(0, 64, (1, 8)), cache)
-        shapes = [{k: tuple(v.shape) for k, v in s.items()} for s in cache.layers]
-        nbytes = cache.nbytes()
+        dec = sample.Decoder(model)
+        dec.prefill(torch.randint(0, 64, (1, 8)))
+        shapes, buffers = [{k: tuple(v.shape) for k, v in s.items()} for s in dec.layers], dec.buffers()
         for _ in range(200):
-            model.decode(torch.randint(0, 64, (1, 1)), cache)
-        self.assertEqual(cache.pos, 208)                       # far past n_ctx = 24
-        self.assertEqual([{k: tuple(v.shape) for k, v in s.items()} for s in cache.layers], shapes)
-        self.assertEqual(cache.nbytes(), nbytes)
+            dec.step(torch.randint(0, 64, (1, 1)))
+        self.assertEqual(dec.pos, 208)                         # far past n_ctx = 24
+        self.assertEqual([{k: tuple(v.shape) for k, v in s.items()} for s in dec.layers], shapes)
+        self.assertEqual([id(b) for b in dec.buffers()], [id(b) for b in buffers])
         n_head = model.blocks[0].mixing.n_head
         e = TINY['d_model'] // n_head
         self.assertEqual(shapes[0], {'S': (1, n_head, e, e), 's': (1, n_head, e)})

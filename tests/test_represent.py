@@ -32,8 +32,8 @@ class TestRecover(unittest.TestCase):
         model = flat_model()
         with torch.no_grad():
             for b in model.blocks:
-                b.mixing.W1.zero_()
-                b.mixing.c1.zero_()
+                b.mixing.W.zero_()
+                b.mixing.c.zero_()
                 b.ff.proj_out.weight.zero_()
                 b.ff.proj_out.bias.zero_()
         idx = windows()
@@ -48,8 +48,8 @@ class TestRecover(unittest.TestCase):
         model = flat_model()
         with torch.no_grad():
             for b in model.blocks:
-                b.mixing.W1.zero_()
-                b.mixing.c1.zero_()
+                b.mixing.W.zero_()
+                b.mixing.c.zero_()
         idx = windows()
         nonself = represent.recover(model, idx, 1, 'nonself', [0, 3, 7, 10], steps=100, lr=0.05)
         self.assertEqual(nonself['accuracy'], nonself['chance'])
