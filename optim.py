@@ -36,7 +36,7 @@ def param_groups(model, cfg, only=None):
     for n, p in model.named_parameters():
         if only is not None and id(p) not in only:
             continue
-        decay = p.dim() >= 2 and not n.endswith(('.c', '.c1', '.c2'))
+        decay = p.dim() >= 2 and not n.endswith(('.c', '.c2'))
         wd = cfg['weight_decay'] if decay else 0.0
         if id(p) in mixing and decay and cfg['mixing_weight_decay'] is not None:
             wd = cfg['mixing_weight_decay']

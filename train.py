@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 from contextlib import nullcontext
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -72,10 +72,31 @@ device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
 dtype = 'auto'                  # 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16'
 compile = False                 # torch.compile the model
 ddp_timeout = 300               # seconds a DDP rank waits for the others in a collective before the run stops
-# model: every field of mixer.ModelConfig (vocab_size comes from meta.json)
-globals().update({f.name: f.default for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')})
+# model: mixer.ModelConfig's fields and defaults (vocab_size is meta.json's, task is above; test_train checks)
+n_ctx = 256                     # tokens a window; position-indexed weights have n_ctx rows
+d_model = 256                   # the residual stream's width
+n_layer = 4
+n_head = 1                      # mixer: 1 is the papers' flat mixer; > 1 adds Linear(d, d) in and out
+kind = 'mixer'                  # mixer.KINDS: 'mixer', 'transformer' (llama-style), 'gpt' (GPT-2-style), ...
+mixing = 'dense'                # the token mixing of 'mixer' and 'hybrid': mixer.MIXINGS
+expansion = 1                   # > 1: the expanded mixer (two masked mixings, GELU between)
+kernel = 1                      # > 1: the convolutional mixer (k taps over the feature axis)
+recurrent_form = 'mixed'        # the recurrent mixing's heads: 'column', 'row' or 'mixed' (alternating)
+norm = True                     # norm=False with activation='none' is the linear mixer
+activation = 'gelu'
+posenc = False                  # learned absolute positions
+attention = 'sdpa'              # 'sdpa' (fused) or 'naive' (the T x T scores materialised; same outputs)
+embed_linear = False            # a Linear(d, d) after the embedding
+ff_mult = 4                     # the feed-forward's hidden width, in d_model
+tie_embeddings = True
+dropout = 0.0
 fft_threshold = None            # speed only, never results: None takes machine.DEVICE_TUNING's for the device,
 chunk_size = None               # and both may change on resume
+hybrid = 'serial'               # 'serial': Mix(Attn(z)); 'parallel': Attn(z) + Mix(z)
+mixing_init = 'decay'           # the Toeplitz mixing's start: 'decay' (a moving average) or 'normal'
+block_order = 'mix_ff'          # or 'ff_mix': each block's feed-forward before its token mixing
+final_norm = True               # False: no norm before the head
+init = 'gpt2'                   # or 'kaiming': Linear weights N(0, 2 / fan_in), no depth scaling
 # -----------------------------------------------------------------------------
 MODEL_KEYS = [f.name for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')]
 TUNING_KEYS = ('fft_threshold', 'chunk_size')
@@ -197,6 +218,34 @@ def train_step(model, optimizers, data, starts, lr, cfg, env):
 
 # ----------------------------------------------------------------------------- the run: its state, stopping, the log
 
+@dataclass(slots=True)
+class Run:
+    """Everything a run holds. build_run makes it; main adds the data and the run folder's files, log_start
+    the peak; the loop and the logging functions advance the step, the evaluations and the speed counters."""
+    cfg: dict                       # the resolved settings (DEFAULTS' keys)
+    env: SimpleNamespace            # machine.setup_device's: dev, cuda, ddp, rank, world, master, dtype, autocast
+    meta: dict                      # the data's meta.json (vocab_size, val bytes_per_token, tokenizer)
+    model_cfg: mixer.ModelConfig    # the model's hyper-parameters: the settings', vocab_size meta.json's
+    raw_model: torch.nn.Module      # the model, on env.dev: what is evaluated and saved
+    model: torch.nn.Module          # what the loop steps: raw_model under DDP and torch.compile (wrap_model)
+    optimizers: list                # [(checkpoint key, torch.optim.Optimizer)] (optim.build_optimizers)
+    batch_gen: torch.Generator      # draws the training windows; the same on every rank (draw_windows)
+    flops: float                    # training FLOPs a token (forward + backward), machine.flops_per_token
+    step: int                       # optimiser steps taken
+    start_step: int                 # the step this process started at: 0, or the checkpoint's
+    best_val: float                 # the lowest validation loss so far, nats/token
+    saved_step: int | None          # the step ckpt.pt holds (None before the first save)
+    train_data: np.ndarray = None   # uint16 token ids [N], memory-mapped (load_data, in main)
+    val_data: np.ndarray = None     # likewise [M]
+    last_ev: dict | None = None     # the latest evaluation: {'step', 'val_loss', 'val_bpb', 'val_acc', ...}
+    ckpt_path: str | None = None    # out_dir/ckpt.pt (main, once out_dir is prepared)
+    log: object = None              # log.jsonl, a binary file open for appending (likewise; rank 0 only)
+    peak: float | None = None       # the FLOP/s MFU is measured against (log_start)
+    intervals_logged: int = 0       # log_train's lines so far
+    steady_steps: int = 0           # optimiser steps in the logged intervals after the first (steady speed)
+    steady_seconds: float = 0.0     # their training time, seconds
+
+
 class Stop(Exception):
     """Ends a run early with a one-line message and an exit status (train.main prints and exits)."""
 
@@ -246,10 +295,9 @@ def wrap_model(raw_model, cfg, env):
 
 
 def build_run(cfg, ckpt, env, meta):
-    """Everything a run holds -> SimpleNamespace(cfg, env, meta, model (wrap_model's), raw_model,
-    model_cfg, optimizers, batch_gen, step, best_val, saved_step (the step ckpt.pt holds, None
-    before the first save)). A resumed run gets its saved states; a model config the settings
-    make invalid, or a tokenizer other than the checkpoint's: one line, exit 2."""
+    """The model, its optimisers and the window generator of the settings -> Run (a resumed run gets its
+    saved states). A model config the settings make invalid, or a tokenizer other than the checkpoint's:
+    one line, exit 2."""
     tuned = {k: cfg[k] if cfg[k] is not None else machine.DEVICE_TUNING[env.dev.split(':')[0]][k]
              for k in TUNING_KEYS}
     try:
@@ -273,9 +321,9 @@ def build_run(cfg, ckpt, env, meta):
             fail(str(e))
         if env.master:
             print(f'resumed from {os.path.join(cfg["out_dir"], "ckpt.pt")} at step {step}')
-    return SimpleNamespace(cfg=cfg, env=env, meta=meta, model=wrap_model(raw_model, cfg, env), raw_model=raw_model,
-                           model_cfg=model_cfg, optimizers=optimizers, batch_gen=batch_gen, step=step,
-                           best_val=best_val, saved_step=step if ckpt is not None else None, log=None)
+    return Run(cfg, env, meta, model_cfg, raw_model, wrap_model(raw_model, cfg, env), optimizers, batch_gen,
+               flops=machine.flops_per_token(raw_model, cfg['n_ctx']), step=step, start_step=step,
+               best_val=best_val, saved_step=step if ckpt is not None else None)
 
 
 @contextlib.contextmanager
@@ -323,13 +371,12 @@ def tokens_per_step(cfg, env):
 
 def log_start(run, ckpt):
     """The run's header: the 'config' and 'schedule' events and the console lines naming the
-    model, the processes, the peak MFU is measured against and the schedule. Sets run.flops
-    (training FLOPs per token) and run.peak (FLOP/s)."""
-    cfg, env, raw_model = run.cfg, run.env, run.raw_model
+    model, the processes, the peak MFU is measured against and the schedule. Sets run.peak (FLOP/s:
+    the device's nominal peak, or a matmul measured for about a second)."""
+    cfg, env = run.cfg, run.env
     say = print if env.master else (lambda *a, **k: None)
-    run.flops = machine.flops_per_token(raw_model, cfg['n_ctx'])
     run.peak, peak_name = machine.peak_flops(env.dev, getattr(torch, env.dtype))
-    n_params = raw_model.num_params()
+    n_params = run.raw_model.num_params()
     write_log(run, {'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg), 'world_size': env.world,
                     'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': run.flops,
                     'peak_flops': run.peak, 'peak': peak_name})
@@ -502,18 +549,17 @@ def main(argv):
     configurator.check_settings(cfg)
     rank = int(os.environ.get('RANK', 0))
     try:
-        lock = checkpoint.claim_run_folder(cfg, ckpt, rank)
+        lock = checkpoint.claim_run_folder(cfg, ckpt, rank)     # rank 0's; out_dir is locked while main runs
     except checkpoint.CheckpointError as e:
         fail(str(e))
     env = machine.setup_device(cfg)
     meta, train_data, val_data = load_data(cfg)
     run = build_run(cfg, ckpt, env, meta)
+    run.train_data, run.val_data = train_data, val_data
     try:
-        ckpt_path, log = checkpoint.prepare_run_folder(cfg, ckpt, rank)
+        run.ckpt_path, run.log = checkpoint.prepare_run_folder(cfg, ckpt, rank)
     except checkpoint.CheckpointError as e:
         fail(str(e))
-    run.__dict__.update(ckpt_path=ckpt_path, log=log, train_data=train_data, val_data=val_data, last_ev=None,
-                        start_step=run.step, lock=lock, intervals_logged=0, steady_steps=0, steady_seconds=0.0)      # the lock lives as long as the run
     clock = machine.Clock(env.cuda)
     code = 0
     try:
@@ -534,8 +580,8 @@ def main(argv):
         print(stop_line(run, f'error: {what}; stopping'), file=sys.stderr)
         code = 1
     finally:
-        if log:
-            log.close()
+        if run.log:
+            run.log.close()
     if env.ddp:
         if code == 0:
             dist.barrier()             # rank 0 may still be evaluating and saving

@@ -1,6 +1,7 @@
 """Tests of train.py: python test_mixer.py test_train
 
-Resume restores the saved run's settings, a fresh run never overwrites a run,
+train.py's model settings are mixer.ModelConfig's fields and defaults,
+resume restores the saved run's settings, a fresh run never overwrites a run,
 a non-finite loss stops the run and keeps the last good checkpoint, settings are
 range-checked, DDP on two CPU processes (gloo) equals one process over the same
 windows, gradient accumulation equals a bigger batch, the Muon optimiser, and the
@@ -8,6 +9,7 @@ end-of-run summary. The data dir is tests.common.prepared_data() (real TinyStori
 text); without it these tests skip (and fail under CI=true, see test_mixer.py).
 """
 
+import dataclasses
 import hashlib
 import os
 import platform
@@ -114,6 +116,23 @@ class Base(unittest.TestCase):
         self.assertIn(msg, r.stderr)
         self.assertNotIn('Traceback', r.stderr)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+
+class TestSettings(unittest.TestCase):
+
+    def test_model_settings_are_model_configs_fields_and_defaults(self):
+        """train.py lists the model's settings for its reader (as nanoGPT lists n_layer, n_head, n_embd):
+        every field of mixer.ModelConfig but vocab_size (meta.json's) and task (train.py's own), each with
+        ModelConfig's default, value and type (fft_threshold and chunk_size: None, the device's tuning),
+        so the two cannot drift apart."""
+        import train as train_py
+        for f in dataclasses.fields(mixer.ModelConfig):
+            if f.name in ('vocab_size', 'task'):
+                continue
+            with self.subTest(field=f.name):
+                self.assertTrue(f.name in train_py.DEFAULTS, f'ModelConfig.{f.name} is not a train.py setting')
+                want, got = None if f.name in train_py.TUNING_KEYS else f.default, train_py.DEFAULTS[f.name]
+                self.assertEqual((type(got), got), (type(want), want), f'train.py {f.name} != ModelConfig\'s')
 
 
 class TestTrainPy(Base):
@@ -260,9 +279,9 @@ class TestTrainPy(Base):
             group_of = {id(p): g for g in groups for p in g['params']}
             for name, p in model.named_parameters():
                 with self.subTest(name=name, mixing_weight_decay=mixing_wd):
-                    is_mixing = name.endswith(('mixing.W1', 'mixing.c1'))
+                    is_mixing = name.endswith(('mixing.W', 'mixing.c'))
                     self.assertEqual(group_of[id(p)]['lr_mult'], 0.5 if is_mixing else 1.0)
-                    decayed = p.dim() >= 2 and not name.endswith('c1')
+                    decayed = p.dim() >= 2 and not name.endswith('mixing.c')
                     wd = mixing_wd if mixing_wd is not None and is_mixing else 0.1
                     self.assertEqual(group_of[id(p)]['weight_decay'], wd if decayed else 0.0)
         out = tempfile.mkdtemp(prefix='mixer_lrmult_')
@@ -272,7 +291,7 @@ class TestTrainPy(Base):
         torch.manual_seed(1337)                    # train.py's seed: the same init
         cfg = mixer.variant_config('flat', vocab_size=trained['wte.weight'].shape[0], d_model=32, n_layer=1, n_ctx=32)
         init = mixer.build_model(cfg).state_dict()
-        self.assertTrue(torch.equal(trained['blocks.0.mixing.W1'], init['blocks.0.mixing.W1']))
+        self.assertTrue(torch.equal(trained['blocks.0.mixing.W'], init['blocks.0.mixing.W']))
         self.assertFalse(torch.equal(trained['blocks.0.ff.fc.weight'], init['blocks.0.ff.fc.weight']))
 
     def test_summary_line_and_record(self):
@@ -395,7 +414,7 @@ class TestMuon(unittest.TestCase):
             for task in ('lm', 'autoencode'):
                 model = mixer.build_model(mixer.variant_config(name, vocab_size=64, n_ctx=8, d_model=16, n_layer=2,
                                                                embed_linear=True, task=task))
-                # by name: 2-D '.weight' of the blocks (linear layers); not the mixings' W1 / w / v,
+                # by name: 2-D '.weight' of the blocks (linear layers); not the mixings' W / w / v,
                 # not wte / lm_head / embed_proj / norms / biases
                 expected = {n for n, p in model.named_parameters()
                             if n.split('.')[0] in ('blocks', 'encoder', 'decoder') and n.endswith('.weight')
@@ -404,7 +423,7 @@ class TestMuon(unittest.TestCase):
                 with self.subTest(variant=name, task=task):
                     self.assertEqual(got, expected)
                     self.assertTrue(any('ff.fc' in n for n in got))
-                    self.assertFalse(any(n.endswith(('W1', 'W2', '.w', '.v')) or 'wte' in n for n in got))
+                    self.assertFalse(any(n.endswith(('.W', 'W2', '.w', '.v')) or 'wte' in n for n in got))
         model = mixer.build_model(mixer.variant_config('multihead', vocab_size=64, n_ctx=8, d_model=16, n_layer=1))
         got = {n for n, p in model.named_parameters() if id(p) in optim.muon_params(model)}
         self.assertEqual(got, {'blocks.0.mixing.proj_in.weight', 'blocks.0.mixing.proj_out.weight',
