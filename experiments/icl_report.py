@@ -74,6 +74,7 @@ def verdicts(adj, base, sig, noises):
     loss at each sigma of SIGMA_GRID]}. 'n/a' when the models it needs were not run."""
     out = []
     unif = [n for n in noises if n in ('1', '2', '3', '4', '5', '6', '7')]
+    ran = ', '.join(unif)                   # the noise levels that ran, each named
 
     def have(*models):
         return all(m in adj for m in models)
@@ -87,24 +88,24 @@ def verdicts(adj, base, sig, noises):
     for L in (4, 7):
         if have((L, 'diag'), (L, 'full')) and unif:
             r = gmean([adj[(L, 'diag')][n] / adj[(L, 'full')][n] for n in unif])
-            out.append((f'DIAG matches FULL ({L} layers; rule: geometric-mean ratio over sigma_max 1..7 within 1.5x)',
+            out.append((f'DIAG matches FULL ({L} layers; rule: geometric-mean ratio over sigma_max {ran} within 1.5x)',
                         f'DIAG / FULL = {r:.2f}', 'agree' if 1 / 1.5 <= r <= 1.5 else 'disagree'))
     if have((7, 'gdpp')) and unif:
         r = gmean([adj[(7, 'gdpp')][n] / base['CONSTRR'][n] for n in unif])
-        out.append(('GD++ stalls at CONSTRR (7 layers; rule: geometric-mean ratio over sigma_max 1..7 within 1.5x)',
+        out.append((f'GD++ stalls at CONSTRR (7 layers; rule: geometric-mean ratio over sigma_max {ran} within 1.5x)',
                     f'GD++ / CONSTRR = {r:.2f}', 'agree' if 1 / 1.5 <= r <= 1.5 else 'disagree'))
     high = [n for n in ('5', '6', '7') if n in noises]
     for m in [(4, 'diag'), (4, 'full')]:
         if have(m) and high:
             wins = [adj[m][n] < base['ADARR'][n] for n in high]
-            out.append((f'{m[0]}-layer {PARAM_NAMES[m[1]]} beats ADARR at high noise (sigma_max {",".join(high)})',
+            out.append((f'{m[0]}-layer {PARAM_NAMES[m[1]]} beats ADARR at high noise (sigma_max {", ".join(high)})',
                         ', '.join(f'{fmt(adj[m][n])} vs {fmt(base["ADARR"][n])}' for n in high),
                         'agree' if all(wins) else 'disagree'))
     for m in [(7, 'diag'), (7, 'full')]:
         if have(m) and unif:
             r = max(adj[m][n] / base['TUNEDRR'][n] for n in unif)
             out.append((f'{m[0]}-layer {PARAM_NAMES[m[1]]} matches or beats TUNEDRR (rule: within 10% at every '
-                        f'sigma_max 1..7)', f'worst ratio {r:.2f}', 'agree' if r <= 1.1 else 'disagree'))
+                        f'sigma_max {ran})', f'worst ratio {r:.2f}', 'agree' if r <= 1.1 else 'disagree'))
     if have((7, 'diag'), (7, 'full')) and 'c13' in noises:
         d, f = adj[(7, 'diag')]['c13'], adj[(7, 'full')]['c13']
         out.append(('{1,3}: FULL better than DIAG in distribution (7 layers)', f'FULL {fmt(f)}, DIAG {fmt(d)}',

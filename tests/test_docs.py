@@ -4,7 +4,8 @@ The project stands on its own: no file points to the team's private design notes
 (their path or their section numbers), and the README explains every model kind,
 how to read the code, and where the ideas come from. The README and the results
 pages under docs/ name only scripts, flags, configs, variants, models, files and
-code that exist, the README stays short (400 lines) and links every results page.
+code that exist, the README stays short (under 32,000 characters, a Results section of at
+most 30 lines, no line outside a code block over 200 characters) and links every results page.
 """
 
 import ast
@@ -22,6 +23,9 @@ NOTE = 'DES' + 'IGN'   # built so that this file does not match its own search
 FORBIDDEN = ('../shared/' + NOTE, NOTE + ' section', NOTE + '.md')
 SKIP_DIRS = {'.git', '__pycache__', 'out', 'tinystories'}
 README_SECTIONS = ('How the models work', 'Reading the code', 'References')
+README_MAX_CHARS = 32_000       # the whole README, in characters: results belong under docs/
+RESULTS_MAX_LINES = 30          # its "## Results" section: one short table of headlines
+LINE_MAX_CHARS = 200            # any line outside a fenced code block (prose, tables)
 
 
 def project_files():
@@ -43,6 +47,36 @@ def readme_section(text, title):
     """Body of the '## title' section of a markdown text ('' if absent)."""
     m = re.search(rf'^## {re.escape(title)}[ \t]*\n(.*?)(?=^## |\Z)', text, re.M | re.S)
     return m.group(1) if m else ''
+
+
+def long_lines(text, limit=LINE_MAX_CHARS):
+    """(line number, length) of every line of a markdown text longer than `limit` characters,
+    except inside fenced code blocks (``` or ~~~), where a command stays on one line."""
+    out, fence = [], None
+    for n, line in enumerate(text.split('\n'), 1):
+        mark = line.lstrip()[:3]
+        if mark in ('```', '~~~'):
+            fence = None if fence == mark else fence or mark
+        elif fence is None and len(line) > limit:
+            out.append((n, len(line)))
+    return out
+
+
+def readme_size_problems(text):
+    """Why a README text is too long -> list of messages, [] when it is short enough: over
+    README_MAX_CHARS characters, a Results section (up to the next '## ') over RESULTS_MAX_LINES
+    lines or missing, a line outside a code block over LINE_MAX_CHARS characters."""
+    problems = []
+    if len(text) >= README_MAX_CHARS:
+        problems.append(f'{len(text)} characters, the limit {README_MAX_CHARS}: move results to docs/')
+    results = readme_section(text, 'Results').strip('\n')
+    n_results = len(results.split('\n'))
+    if not results.strip():
+        problems.append('no "## Results" section')
+    elif n_results > RESULTS_MAX_LINES:
+        problems.append(f'Results has {n_results} lines, the limit {RESULTS_MAX_LINES}: the detail goes to docs/')
+    problems += [f'line {n}: {k} characters, the limit {LINE_MAX_CHARS}: wrap it' for n, k in long_lines(text)]
+    return problems
 
 
 class TestNoPrivateReferences(unittest.TestCase):
@@ -232,8 +266,8 @@ FILE_EXTENSIONS = ('py', 'md', 'bin', 'json', 'jsonl', 'txt', 'png', 'pt', 'tikt
 
 class TestReadingOrder(unittest.TestCase):
     def test_dotted_names_exist(self):
-        """Every `module.name` (`machine.setup_device`, `decode.Cache`) and `Class.attr`
-        (`StaticDecoder.step`) that "How the models work" and "Reading the code" name is
+        """Every `module.name` (`machine.setup_device`, `sample.Decoder`) and `Class.attr`
+        (`Decoder.step`) that "How the models work" and "Reading the code" name is
         defined in the project's code, wherever it lives."""
         text = read_page('README.md')
         sections = readme_section(text, 'How the models work') + readme_section(text, 'Reading the code')
@@ -286,9 +320,26 @@ class TestReadmeCommands(unittest.TestCase):
         self.assertIn('assets/claims_curves.png', figures)
         self.assertEqual(sorted(figures - shown), [], 'figures no page shows')
 
-    def test_readme_is_short_and_links_every_page(self):
+    def test_readme_is_short(self):
+        """Under README_MAX_CHARS characters, a Results section of at most RESULTS_MAX_LINES lines,
+        no line outside a code block over LINE_MAX_CHARS: the detail lives on the docs/ pages."""
+        self.assertEqual(readme_size_problems(self.pages['README.md']), [], 'README.md is too long')
+
+    def test_size_check_sees_each_excess(self):
+        """readme_size_problems itself: a short README passes; one too long, one with a long Results
+        section and one with a long prose line each fail; a long line in a code block passes."""
+        short = '# t\n\n```bash\n' + 'x' * 300 + '\n```\n\n## Results\n\n| a | b |\n|---|---|\n\n## References\n'
+        self.assertEqual(readme_size_problems(short), [])
+        for broken, why in [(short + 'word\n' * 8000, 'characters, the limit'),
+                            (short.replace('|---|---|\n', '|---|---|\n' + '| 1 | 2 |\n' * 30), 'Results has'),
+                            (short + 'y' * 201 + '\n', 'line 13: 201 characters'),
+                            (short.replace('## Results', '## Outcomes'), 'no "## Results"')]:
+            problems = readme_size_problems(broken)
+            self.assertEqual(len(problems), 1, problems)
+            self.assertIn(why, problems[0])
+
+    def test_readme_links_every_page(self):
         text = self.pages['README.md']
-        self.assertLessEqual(text.count('\n'), 400, 'README.md is over 400 lines: move results to docs/')
         linked = {path for _, _, path in links('README.md', text)}
         unlinked = [p for p in self.pages if p != 'README.md' and p not in linked]
         self.assertEqual(unlinked, [], 'docs pages the README does not link')
