@@ -28,8 +28,12 @@ only the jobs it had not finished (a job stopped midway starts over).
 Training is Zoology's trainer: AdamW (betas 0.9, 0.999, weight decay 0.01 on matrices as
 optim.param_groups sets it), the learning rate on a cosine over 64 epochs stepped once an epoch
 (nearly constant over the few epochs a run lasts), the test set scored after every epoch and
-training stopped once its accuracy is above 0.99. A cell's number is the best test accuracy over
-its learning rates (Zoology's figure: "the maximum performance for each model over four learning
+training stopped once its accuracy is above 0.99. --warmup W adds a linear warm-up (lr_at): over
+the first fraction W of all the run's steps (epochs x steps an epoch, the most it may take) the rate
+rises from 0, one step at a time, then follows that cosine. The window protocol has W = 0.1 by
+default (issue 58's check: with a 10% warm-up the transformer recalled at 1e-3, where it sat at
+1/kv without), every other protocol 0 (Zoology's trainer has none). A cell's number is the best test accuracy over its
+learning rates (Zoology's figure: "the maximum performance for each model over four learning
 rates"), with that rate. The reading of the results is docs/mqar.md's; experiments/mqar_report.py
 writes OUT/mqar.md (tables, command, wall time), OUT/mqar.png (accuracy against d_model, a panel
 per T, a line per kind) and OUT/results.json (every run).
@@ -70,22 +74,24 @@ PROTOCOLS = {
     'gpu': dict(vocab_size=8192, cells=((64, 4), (128, 8), (256, 16), (512, 64)),
                 batch={64: 512, 128: 512, 256: 256, 512: 128}, d_models=(64, 128, 256, 512),
                 n_train=100_000, n_test=3_000, epochs=64, lrs=tuple(float(x) for x in np.logspace(-4, -2, 4)),
-                patience=None, deep_layers=4, device='cuda', workers=1, threads=4),
+                patience=None, warmup=0.0, deep_layers=4, device='cuda', workers=1, threads=4),
     # 2 CPU cores (sized at about 90 minutes; the run measured 1 h 45 min): calibrated (docs/mqar.md) so
     # that the transformer solves T = 64, kv = 4 at d_model 64 within the budget (it did by its 2nd epoch
     # in 3 seeds of 3, and in the run).
     'cpu': dict(vocab_size=64, cells=((64, 4), (128, 8)), batch={64: 32, 128: 32}, d_models=(64, 128),
-                n_train=16_000, n_test=1_000, epochs=3, lrs=(3e-4, 1e-3), patience=None,
+                n_train=16_000, n_test=1_000, epochs=3, lrs=(3e-4, 1e-3), patience=None, warmup=0.0,
                 deep_layers=4, device='cpu', workers=2, threads=1),
     # The learning-rate window (docs/mqar.md): the easiest cell at d_model 128, 8 rates log-spaced by 10^(1/3) from
     # 1e-4 to 2.2e-2 (Zoology's four among them), up to 16 epochs, the plateau rule after 8 epochs without a rise.
     # Vocabulary 256 > T for T = 64 and the T = 128 cell (Zoology's generator asserts vocab_size > input_seq_len).
+    # A 10% linear warm-up (issue 58: without one the transformer sat at 1/kv from 1e-3 up; warm-up is standard
+    # for transformers since Vaswani et al. 2017); --warmup 0 is the window's first table, trained without.
     'window': dict(vocab_size=256, cells=((64, 4),), batch={64: 32, 128: 32}, d_models=(128,),
                    n_train=16_000, n_test=1_000, epochs=16, lrs=tuple(float(x) for x in np.logspace(-4, -5 / 3, 8)),
-                   patience=8, deep_layers=0, device='cpu', workers=2, threads=1),
+                   patience=8, warmup=0.1, deep_layers=0, device='cpu', workers=2, threads=1),
     # --quick: every kind at a tiny cell, one rate, for the tests.
     'quick': dict(vocab_size=32, cells=((16, 2),), batch={16: 32}, d_models=(32,),
-                  n_train=3072, n_test=256, epochs=4, lrs=(1e-3,), patience=None,
+                  n_train=3072, n_test=256, epochs=4, lrs=(1e-3,), patience=None, warmup=0.0,
                   deep_layers=4, device='cpu', workers=2, threads=1),
 }
 
@@ -260,14 +266,34 @@ def plateaued(accs, patience, rise=0.01):
     return max(accs[-patience:]) < max(accs[:-patience]) + rise
 
 
+def warmup_steps(warmup, steps):
+    """The warm-up's steps: the fraction `warmup` (in [0, 1)) of `steps`, rounded, at least 1 when
+    warmup > 0; 0 when warmup is 0."""
+    return max(1, round(warmup * steps)) if warmup else 0
+
+
+def lr_at(step, lr, per_epoch, epochs, warmup=0.0):
+    """The learning rate of optimiser step `step` (0-based, counted over the whole run) of a run of at
+    most `epochs` epochs of `per_epoch` steps at peak rate lr: Zoology's cosine over SCHEDULE_EPOCHS
+    epochs, lr * 0.5 (1 + cos(pi (e - 1) / SCHEDULE_EPOCHS)) in epoch e = step // per_epoch + 1 (constant
+    within an epoch), times the warm-up's linear ramp (step + 1) / W over the first W = warmup_steps(warmup,
+    epochs * per_epoch) steps (as optim.lr_at: the first step at lr / W, step W - 1 at the full rate). With
+    warmup 0 it is Zoology's trainer exactly; with the window's 0.1, the first 800 of its 8,000 steps (1.6
+    of 16 epochs) ramp, then the cosine, at 0.87 lr in the 16th epoch (issue 58)."""
+    rate = lr * 0.5 * (1 + math.cos(math.pi * (step // per_epoch) / SCHEDULE_EPOCHS))
+    w = warmup_steps(warmup, epochs * per_epoch)
+    return rate * (step + 1) / w if step < w else rate
+
+
 def fit(model, train, test, spec, device):
     """Train model on train = (inputs, targets) for at most spec['epochs'] epochs of spec['batch_size']
-    sequences, shuffled by spec['seed'], at spec['lr'] times Zoology's cosine over SCHEDULE_EPOCHS epochs
-    (stepped once an epoch), scoring test after every epoch and stopping once its accuracy is above
-    STOP_ACC (Zoology's early stop), the plateau rule holds (plateaued, spec['patience']) or the loss is
-    not finite -> {'curve': [(epoch, mean train loss, test loss, test acc)], 'acc', 'test_loss' (of the
-    last epoch; a diverged run: 0 and None, JSON's null), 'epochs', 'steps', 'diverged', 'plateau'
-    (stopped by the plateau rule), 'seconds'}."""
+    sequences, shuffled by spec['seed'], at the rate lr_at sets every step (spec['lr'] times Zoology's
+    cosine over SCHEDULE_EPOCHS epochs, stepped once an epoch, and a linear warm-up over the fraction
+    spec['warmup'] of the steps where the spec has one), scoring test after every epoch and stopping
+    once its accuracy is above STOP_ACC (Zoology's early stop), the plateau rule holds (plateaued,
+    spec['patience']) or the loss is not finite -> {'curve': [(epoch, mean train loss, test loss, test
+    acc)], 'acc', 'test_loss' (of the last epoch; a diverged run: 0 and None, JSON's null), 'epochs',
+    'steps', 'diverged', 'plateau' (stopped by the plateau rule), 'seconds'}."""
     opt = optimizer(model, spec['lr'], spec['weight_decay'])
     n, bs = len(train[0]), spec['batch_size']
     per_epoch = max(1, n // bs)
@@ -276,11 +302,11 @@ def fit(model, train, test, spec, device):
     t0 = time.time()
     model.train()
     for epoch in range(1, spec['epochs'] + 1):
-        rate = spec['lr'] * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / SCHEDULE_EPOCHS))
-        for g in opt.param_groups:
-            g['lr'] = rate * g['lr_mult']
         order, losses = torch.randperm(n, generator=gen), []
         for b in range(per_epoch):
+            rate = lr_at(step, spec['lr'], per_epoch, spec['epochs'], spec.get('warmup', 0.0))
+            for g in opt.param_groups:
+                g['lr'] = rate * g['lr_mult']
             idx = order[b * bs:(b + 1) * bs]
             logits, ans = answer_logits(model, train[0][idx].to(device), train[1][idx].to(device))
             loss = F.cross_entropy(logits.float(), ans)
@@ -310,6 +336,7 @@ def fit(model, train, test, spec, device):
 def cell_job(spec, run_dir):
     """Runner job: one (kind, n_layer, T, kv, d_model, lr) trained and scored. spec: those keys and
     'fields', 'vocab_size', 'attention_heads', 'batch_size', 'epochs', 'patience', 'seed', 'device',
+    'warmup' (only when it is not 0: plan()),
     'data' (the file names of split_files, read from OUT/data: run_dir is OUT/runs/NAME) and 'task'
     (the task's constants, for the cache key) -> {'rc', 'line', 'params', and fit()'s keys}."""
     device = spec['device']
@@ -373,15 +400,19 @@ TASK = dict(power_a=POWER_A, filler=FILLER, stop_acc=STOP_ACC, schedule_epochs=S
 
 def plan(s, kinds, n_layer, seed, out=''):
     """Every job of the grid for `kinds` at n_layer -> list of (runner.Job in OUT/runs, its shape (kind,
-    n_layer, T, kv, d_model)); each job's eta is 0 until run_grid sets it from the step times."""
+    n_layer, T, kv, d_model)); each job's eta is 0 until run_grid sets it from the step times. The
+    warm-up is in a job's spec (so its key) only when it is not 0: a job without one keeps the key it
+    had before there was a warm-up, so the runs cached then are found (tests/test_mqar.py pins one)."""
     jobs = []
     for kind, (T, kv), d, lr in itertools.product(kinds, s['cells'], s['d_models'], s['lrs']):
         spec = dict(kind=kind, fields=s['fields'], n_layer=n_layer, T=T, kv=kv, d_model=d, lr=lr,
                     vocab_size=s['vocab_size'], attention_heads=s['attention_heads'],
                     batch_size=s['batch'][T], epochs=s['epochs'], patience=s['patience'],
                     weight_decay=s['weight_decay'], seed=seed,
-                    device=s['device'], data=split_files(s, T, kv, seed), task=TASK)
-        name = f'{row_name(kind, s["fields"])}-L{n_layer}-T{T}-kv{kv}-d{d}-lr{lr:.3g}'
+                    device=s['device'], data=split_files(s, T, kv, seed), task=TASK,
+                    **({'warmup': s['warmup']} if s['warmup'] else {}))
+        name = f'{row_name(kind, s["fields"])}-L{n_layer}-T{T}-kv{kv}-d{d}-lr{lr:.3g}' + (
+            f'-warmup{s["warmup"]:g}' if s['warmup'] else '')
         jobs.append((job(os.path.join(out, 'runs'), name, spec, 0.0, VERSION), (kind, n_layer, T, kv, d)))
     return jobs
 
@@ -488,6 +519,13 @@ def parse_args(argv):
                    "n_head=1,mixing_init=normal (another form of a kind; its rows are named kind[fields])")
     p.add_argument('--patience', type=zero_up, help="the plateau rule: stop after this many epochs without a rise "
                    "of 0.01 in test accuracy (default the protocol's: 8 for window, none otherwise)")
+    p.add_argument('--warmup', type=number(float, 0), metavar='FRACTION',
+                   help="a linear warm-up, per optimiser step, over this fraction (in [0, 1)) of all the steps: "
+                        "the first W = FRACTION x epochs x steps an epoch (the most a run may take) ramp the "
+                        "rate from 0, step s (0-based) at lr (s + 1) / W, times Zoology's cosine over 64 epochs "
+                        "(stepped once an epoch), which alone sets the rate after them (lr_at). Default the "
+                        "protocol's: 0.1 for window (issue 58), 0 (none: Zoology's trainer) for the others; "
+                        "--warmup 0 on window is its first table's trainer (those runs come from the cache)")
     p.add_argument('--weight_decay', type=number(float, 0), default=WEIGHT_DECAY,
                    help="AdamW's weight decay on matrices (default 0.01, torch's and Zoology's)")
     p.add_argument('--attention_heads', type=zero_up, default=1,
@@ -509,10 +547,12 @@ def parse_args(argv):
         if getattr(args, k):
             s[k] = tuple(getattr(args, k))
     for k in ('epochs', 'n_train', 'n_test', 'vocab_size', 'deep_layers', 'device', 'workers', 'threads',
-              'patience'):
+              'patience', 'warmup'):
         if getattr(args, k) is not None:
             s[k] = getattr(args, k)
     s['batch'] = {T: s['batch'].get(T, 32) if args.batch_size is None else args.batch_size for T, _ in s['cells']}
+    if not s['warmup'] < 1:
+        p.error(f'--warmup is a fraction of the steps, in [0, 1): got {s["warmup"]}')
     if s['vocab_size'] > 32767:
         p.error(f'--vocab_size must be in 4..32767 (the data are stored as int16), got {s["vocab_size"]}')
     if s['n_train'] < max(s['batch'].values()):

@@ -2,7 +2,8 @@
 arXiv 2312.04927): the accuracy table (kind x T x d_model: the best test accuracy over the learning
 rates and that rate), every run, and Zoology's figure 2 redrawn for our kinds (test accuracy against
 d_model, a panel per T, a line per kind), each written whole (a temporary file, then os.replace) to
-OUT/mqar.md, OUT/results.json and OUT/mqar.png.
+OUT/mqar.md, OUT/results.json and OUT/mqar.png. Every table's heading and every figure's title name
+the trainer (trainer(): the warm-up or none), so no number is read without it.
 """
 
 import json
@@ -30,6 +31,21 @@ def row_keys(grid, kinds, deep, s):
     if deep:
         rows.append((deep, s['deep_layers']))
     return [r for r in rows if any(key[:2] == r for key in grid)]
+
+
+def trainer(s, short=False):
+    """The trainer of the settings s (its warm-up, s['warmup'], a fraction of the steps; absent or 0: none)
+    -> the report's sentence, or (short) the words a table heading or a figure title carries."""
+    w = s.get('warmup', 0)
+    if short:
+        return f'trainer: {100 * w:.3g}% linear warm-up' if w else 'trainer: no warm-up'
+    ramp = (f"a linear warm-up, one step at a time, over the first {100 * w:.3g}% of the steps (of the most a "
+            "run may take), then Zoology's cosine over 64 epochs, stepped once an epoch (the source: issue 58's "
+            "check, where a 10% linear warm-up let the transformer recall at 1e-3, at 1/kv without one; warm-up "
+            "is standard for transformers since Vaswani et al. 2017; Zoology's trainer has none)") if w else (
+            "no warm-up: Zoology's cosine over 64 epochs, stepped once an epoch, from the first step (Zoology's "
+            "trainer)")
+    return f'Trainer: AdamW, weight decay {s["weight_decay"]:g} on matrices; {ramp}.'
 
 
 def label(kind, n_layer):
@@ -113,7 +129,8 @@ def window_table(grid, rows, s):
                 body.append([label(kind, L), *cells, ', '.join(solved) or 'none',
                              ', '.join(above) or ('none: at 1/kv over the whole window' if len(ok) == len(s['lrs'])
                                                   else f'none at the {len(ok)} rates run')])
-            out += [f'T = {T}, kv = {kv}, d_model {d}: test accuracy (epochs run) at each learning rate', '',
+            out += [f'T = {T}, kv = {kv}, d_model {d}: test accuracy (epochs run) at each learning rate '
+                    f'({trainer(s, short=True)})', '',
                     md_table(['model', *[f'{lr:.2g}' for lr in s['lrs']], f'solved (> {SOLVED})',
                               f'recalls (> 1/kv + {ABOVE})'], body), '']
     return '\n'.join(out)
@@ -137,7 +154,8 @@ def report_text(s, kinds, grid, deep, command, wall_s, cached, total):
         f'learning rates {", ".join(f"{x:.3g}" for x in s["lrs"])}; {s["n_train"]} training and {s["n_test"]} test '
         f'sequences a cell; at most {s["epochs"]} epochs, stopped once the test accuracy is above 0.99; '
         f'attention kinds with {heads} head(s); seed {s["seed"]}.', '',
-        '## Test accuracy (the best over the learning rates; that rate in brackets)', '',
+        trainer(s), '',
+        f'## Test accuracy (the best over the learning rates; that rate in brackets; {trainer(s, short=True)})', '',
         accuracy_table(grid, rows, s), '',
         'Chance: ' + ', '.join(f'T={T}: {1 / (s["vocab_size"] // 2):.3f} for a blind guess among the values, '
                                f'{1 / kv:.3f} for one of the sequence\'s {kv} values not bound to its key'
@@ -145,8 +163,9 @@ def report_text(s, kinds, grid, deep, command, wall_s, cached, total):
         (f'Deep row: the masked mixer with the best mean accuracy at {N_LAYER} layers, {deep}, at '
          f'{s["deep_layers"]} layers.' if deep else 'Deep row: none (--deep_layers 0, or no masked mixer in --kinds).'),
         '',
-        *(['## The learning-rate window', '', window_table(grid, rows, s)] if len(s['lrs']) >= 3 else []),
-        '## Every run', '',
+        *([f'## The learning-rate window ({trainer(s, short=True)})', '', window_table(grid, rows, s)]
+          if len(s['lrs']) >= 3 else []),
+        f'## Every run ({trainer(s, short=True)})', '',
         runs_table(grid, rows), ''])
 
 
@@ -190,7 +209,8 @@ def plot(grid, kinds, deep, s, path):
                     [(label(k, L), L, kinds.index(k), [(d, best(grid[(k, L, T, kv, d)])[0]) for d in s['d_models']
                                                        if (k, L, T, kv, d) in grid]) for k, L in rows],
                     [(1 / kv, ':'), (1 / (s['vocab_size'] // 2), (0, (1, 4)))]) for T, kv in s['cells']],
-                  'd_model', f'MQAR, {s["protocol"]} protocol (vocabulary {s["vocab_size"]}; dotted: 1/kv and chance)',
+                  'd_model', f'MQAR, {s["protocol"]} protocol (vocabulary {s["vocab_size"]}, {trainer(s, short=True)}; '
+                  'dotted: 1/kv and chance)',
                   path, 4.2, xaxis)
 
 
@@ -204,7 +224,8 @@ def plot_window(grid, kinds, deep, s, path):
                                                 if r.get('rc') == 0)) for i, (k, L) in enumerate(rows)],
                     [(1 / kv, ':'), (SOLVED, (0, (1, 4)))]) for T, kv in s['cells'] for d in s['d_models']],
                   'peak learning rate', f'MQAR learning-rate window ({s["protocol"]} protocol, vocabulary '
-                  f'{s["vocab_size"]}, at most {s["epochs"]} epochs of {s["n_train"]}; dotted: 1/kv and {SOLVED})',
+                  f'{s["vocab_size"]}, at most {s["epochs"]} epochs of {s["n_train"]}, {trainer(s, short=True)}; '
+                  f'dotted: 1/kv and {SOLVED})',
                   path, 5.5, lambda ax: ax.set_xscale('log'))
 
 

@@ -4,17 +4,19 @@ kind, exact-answer accuracy) and experiments/mqar_report.py, and the quick run e
 
 Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_mqar).
 """
+import io
 import json
 import math
 import os
 import shutil
 import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 import torch
 
-from experiments import mqar, mqar_report
+from experiments import mqar, mqar_report, runner
 from tests.common import cached_results, run, run_in_process
 
 T, KV, V = 16, 2, 32            # a tiny cell
@@ -40,7 +42,7 @@ def tiny(kind, seed=0, d_model=16):
     model = mqar.build(kind, T, V, d_model, 2, seed).eval()
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if n.split('.')[-1] in ('c', 'c1', 'c2', 'v', 'w', 'W1', 'W2', 'wpe', 'bias'):
+            if n.split('.')[-1] in ('c', 'c2', 'v', 'w', 'W', 'W2', 'wpe', 'bias'):
                 p.add_(0.05 * torch.randn_like(p))
     return model
 
@@ -227,12 +229,109 @@ class TestWindow(unittest.TestCase):
         self.assertFalse(mqar.plateaued([0.25] * 30, 0))
 
 
+def zoology_rate(lr, epoch):
+    """Zoology's trainer's rate in `epoch` (1-based), written as fit wrote it before the warm-up existed:
+    lr times its cosine over 64 epochs, stepped once an epoch."""
+    return lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / mqar.SCHEDULE_EPOCHS))
+
+
+class TestWarmup(OneThread):
+    """The warm-up of the MQAR trainer (issue 58): its per-step schedule, what fit steps at, and its
+    place in the jobs' keys."""
+
+    def rates_fit_steps_at(self, warmup, per_epoch=4, epochs=5, lr=1e-3):
+        """Train a tiny model with fit (per_epoch steps an epoch, no early stop at the tiny cell) and read
+        the rate of every optimiser step off the optimiser itself -> list of floats, one a step."""
+        seen, make = [], mqar.optimizer
+
+        def recording(model, lr, weight_decay):
+            opt = make(model, lr, weight_decay)
+            step = opt.step
+            opt.step = lambda: (seen.append([g['lr'] / g['lr_mult'] for g in opt.param_groups]), step())[1]
+            return opt
+        train = tuple(torch.from_numpy(a) for a in mqar.mqar(32 * per_epoch, T, KV, V, seed=1))
+        test = tuple(torch.from_numpy(a) for a in mqar.mqar(32, T, KV, V, seed=11))
+        spec = dict(lr=lr, weight_decay=0.01, batch_size=32, epochs=epochs, patience=None, seed=0,
+                    **({'warmup': warmup} if warmup else {}))
+        with mock.patch.object(mqar, 'optimizer', recording):
+            res = mqar.fit(mqar.build('flat', T, V, 16, 2, 0), train, test, spec, 'cpu')
+        self.assertEqual(res['steps'], per_epoch * epochs)
+        self.assertEqual(len(seen), res['steps'])
+        for groups in seen:                               # every group at the same rate (times its lr_mult)
+            self.assertEqual(len(set(groups)), 1, groups)
+        return [groups[0] for groups in seen]
+
+    def test_the_warm_up_ramps_the_rate_linearly_from_0_each_step_then_zoologys_cosine(self):
+        """Warm-up 0.3 of 5 epochs of 4 steps: the first 6 steps (into the 2nd epoch) at lr (s + 1) / 6 times
+        Zoology's cosine, the rest at that cosine alone; a staircase (the rate set once an epoch) fails."""
+        lr, per_epoch, epochs = 1e-3, 4, 5
+        self.assertEqual(mqar.warmup_steps(0.3, per_epoch * epochs), 6)
+        self.assertEqual(mqar.warmup_steps(0.0, per_epoch * epochs), 0)
+        self.assertEqual(mqar.warmup_steps(0.01, per_epoch * epochs), 1)          # never a warm-up of no step
+        want = [zoology_rate(lr, s // per_epoch + 1) * min(1.0, (s + 1) / 6) for s in range(per_epoch * epochs)]
+        got = self.rates_fit_steps_at(0.3, per_epoch, epochs, lr)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        np.testing.assert_allclose(got, [mqar.lr_at(s, lr, per_epoch, epochs, 0.3) for s in range(len(got))],
+                                   rtol=1e-12)
+        self.assertAlmostEqual(got[0], lr / 6, delta=1e-12)                     # from 0: the first step at lr / W
+        ramp = np.array(got[:6]) / [zoology_rate(lr, s // per_epoch + 1) for s in range(6)]
+        np.testing.assert_allclose(np.diff(ramp), 1 / 6, rtol=1e-9)              # linear, one step at a time
+        self.assertEqual(got[6:], want[6:])                                      # then the cosine alone
+        self.assertGreater(got[5], got[4])                                       # not held for an epoch
+
+    def test_warm_up_0_is_zoologys_trainer_exactly(self):
+        """Without a warm-up every step is at the rate of the trainer before the warm-up, float for float:
+        lr times the cosine of its epoch."""
+        lr, per_epoch, epochs = 2.2e-3, 4, 5
+        want = [zoology_rate(lr, s // per_epoch + 1) for s in range(per_epoch * epochs)]
+        self.assertEqual(self.rates_fit_steps_at(0, per_epoch, epochs, lr), want)
+        self.assertEqual([mqar.lr_at(s, lr, 500, 16) for s in range(8000)],
+                         [zoology_rate(lr, s // 500 + 1) for s in range(8000)])
+
+    def test_two_warm_ups_are_two_jobs_and_none_keeps_the_old_key(self):
+        """On one --out: the window protocol's default warm-up (0.1), another (0.05) and none are three jobs
+        a (kind, rate); none's key is the key of the spec without the field, which is what every job had
+        before the warm-up existed (pinned: the folder of the window's first table's transformer at 1e-4)."""
+        out = tempfile.mkdtemp()
+        try:
+            plans = {w: mqar.plan(mqar.parse_args(['--protocol', 'window', '--kinds', 'transformer', '--out', out]
+                                                  + ([] if w is None else ['--warmup', w])).s,
+                                  ['transformer'], 2, 0, out) for w in (None, '0.1', '0.05', '0')}
+        finally:
+            shutil.rmtree(out)
+        keys = {w: [j.dir.rsplit('-', 1)[1] for j, _ in jobs] for w, jobs in plans.items()}    # NAME-KEY
+        self.assertEqual(keys[None], keys['0.1'])                                 # the window's default: 0.1
+        self.assertEqual(len(set(keys['0.1'] + keys['0.05'] + keys['0'])), 3 * len(mqar.PROTOCOLS['window']['lrs']))
+        for (j0, _), (j1, _) in zip(plans['0'], plans['0.1']):
+            self.assertEqual(j1.spec['warmup'], 0.1)
+            self.assertNotIn('warmup', j0.spec)
+            without = {k: v for k, v in j1.spec.items() if k != 'warmup'}
+            self.assertEqual(j0.spec, without)
+            self.assertTrue(j0.dir.endswith('-' + runner.spec_key([without, mqar.VERSION])), j0.dir)
+            self.assertFalse(j1.dir.endswith('-' + runner.spec_key([without, mqar.VERSION])), j1.dir)
+        self.assertEqual(os.path.basename(plans['0'][0][0].dir), 'transformer-L2-T64-kv4-d128-lr0.0001-3c4e655672',
+                         "the key of a job without a warm-up moved: the window's cached runs would all run again")
+
+    def test_a_warm_up_outside_0_to_1_is_refused(self):
+        out = tempfile.mkdtemp()
+        try:
+            for w in ('1', '1.5', '-0.1', 'nan'):
+                with self.subTest(warmup=w), self.assertRaises(SystemExit) as e, \
+                        mock.patch('sys.stderr', new_callable=io.StringIO):
+                    mqar.parse_args(['--protocol', 'window', '--warmup', w, '--out', out])
+                self.assertEqual(e.exception.code, 2)
+        finally:
+            shutil.rmtree(out)
+
+
 class TestQuickRun(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp()
         cls.first = run('-m', 'experiments.mqar', '--quick', '--out', cls.out)
+        cls.warm = run_in_process('-m', 'experiments.mqar', '--quick', '--kinds', 'transformer', '--deep_layers', '0',
+                                  '--warmup', '0.25', '--out', cls.out)      # one job more, beside the first's
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
         cls.second = run_in_process('-m', 'experiments.mqar', '--quick', '--out', cls.out)    # all cached: no process
 
@@ -260,6 +359,26 @@ class TestQuickRun(unittest.TestCase):
             self.assertIn(f'| {kind} | ', text)
         self.assertIn(f'| {res["deep"]}, 4 layers | ', text)
         self.assertGreater(os.path.getsize(os.path.join(self.out, 'mqar.png')), 10000)
+
+    def test_a_warm_up_is_a_job_of_its_own_beside_the_run_without(self):
+        """On the quick run's --out, where the transformer without a warm-up is cached: with a 25% warm-up it
+        trains anew, each report heading names its trainer, and both stay cached side by side (--warmup 0
+        takes the first run's job, another warm-up finds none)."""
+        self.assertEqual(self.warm.returncode, 0, self.warm.stderr[-2000:])
+        self.assertIn('(0 of 1 runs were cached', self.warm.stdout)
+        for text, trainer in ((self.warm.stdout, 'trainer: 25% linear warm-up'), (self.first.stdout,
+                                                                                 'trainer: no warm-up')):
+            headings = [line for line in text.splitlines() if line.startswith('## ')]
+            self.assertEqual(len(headings), 2, headings)                    # the accuracy table, every run
+            for line in headings:
+                self.assertIn(trainer, line)
+        runs = [json.load(open(f))['argv'] for f in cached_results(self.out)]
+        self.assertEqual(sorted(r.get('warmup', 0) for r in runs if r.get('kind') == 'transformer'), [0, 0.25])
+        for warmup, cached in (('0', '1 of 1'), ('0.25', '1 of 1'), ('0.5', '0 of 1')):
+            r = run_in_process('-m', 'experiments.mqar', '--quick', '--kinds', 'transformer', '--deep_layers', '0',
+                               '--warmup', warmup, '--cached_only', '--out', self.out)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            self.assertIn(f'({cached} runs were cached', r.stdout)
 
     def test_rerun_reuses_every_job_and_gives_the_same_table(self):
         self.assertEqual(self.second.returncode, 0, self.second.stderr[-2000:])
