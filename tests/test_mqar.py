@@ -16,7 +16,7 @@ from unittest import mock
 import numpy as np
 import torch
 
-from experiments import mqar, mqar_report, runner
+from experiments import mqar, mqar_data, mqar_report, runner
 from tests.common import cached_results, run, run_in_process
 
 T, KV, V = 16, 2, 32            # a tiny cell
@@ -52,7 +52,7 @@ class TestGenerator(OneThread):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.x, cls.y = mqar.mqar(2000, 64, 4, 64, seed=1)
+        cls.x, cls.y = mqar_data.mqar(2000, 64, 4, 64, seed=1)
 
     def test_keys_and_values_come_from_disjoint_halves_and_are_distinct(self):
         keys, values = self.x[:, 0:8:2], self.x[:, 1:8:2]
@@ -60,7 +60,7 @@ class TestGenerator(OneThread):
         self.assertTrue(((values >= 32) & (values < 64)).all())
         for a in (keys, values):                                   # kv distinct keys (values) a sequence
             self.assertTrue((np.sort(a, 1)[:, 1:] != np.sort(a, 1)[:, :-1]).all())
-        self.assertEqual(set(np.unique(self.x[:, 8:])) - set(range(1, 32)), {mqar.FILLER})   # then keys and filler
+        self.assertEqual(set(np.unique(self.x[:, 8:])) - set(range(1, 32)), {mqar_data.FILLER})   # then keys and filler
 
     def test_every_answer_is_the_value_paired_with_that_key_earlier(self):
         n_checked = 0
@@ -78,13 +78,13 @@ class TestGenerator(OneThread):
 
     def test_the_mask_selects_exactly_the_answer_positions(self):
         query = np.zeros_like(self.y, dtype=bool)
-        query[:, 8:] = self.x[:, 8:] != mqar.FILLER                # after the pairs: the queries, and filler
+        query[:, 8:] = self.x[:, 8:] != mqar_data.FILLER                # after the pairs: the queries, and filler
         np.testing.assert_array_equal(self.y >= 0, query)
         self.assertTrue(((self.y >= 0).sum(1) == 4).all())
         self.assertTrue((self.y[self.y < 0] == -1).all())
         self.assertTrue((np.flatnonzero(self.y[0] >= 0) % 2 == 0).all())     # even positions, as Zoology's
         model = tiny('transformer')                                 # and answer_logits reads exactly those positions
-        x, y = (torch.from_numpy(a[:8, :T]) for a in mqar.mqar(8, T, KV, V, seed=2))
+        x, y = (torch.from_numpy(a[:8, :T]) for a in mqar_data.mqar(8, T, KV, V, seed=2))
         logits, answers = mqar.answer_logits(model, x, y)
         with torch.no_grad():
             full = model(x)[0]
@@ -92,26 +92,26 @@ class TestGenerator(OneThread):
         torch.testing.assert_close(answers, y[y >= 0])
 
     def test_the_same_seed_gives_the_same_sequences(self):
-        a, b, c = (mqar.mqar(300, 128, 8, 64, seed=s) for s in (5, 5, 6))
+        a, b, c = (mqar_data.mqar(300, 128, 8, 64, seed=s) for s in (5, 5, 6))
         for u, v in zip(a, b):
             np.testing.assert_array_equal(u, v)
         self.assertFalse(np.array_equal(a[0], c[0]))
         out = tempfile.mkdtemp()
         try:                                                         # the cached files hold the same sequences
             s = {**mqar.PROTOCOLS['quick'], 'cells': ((128, 8),), 'vocab_size': 64, 'n_train': 300, 'n_test': 20}
-            self.assertEqual(len(mqar.make_data(out, s, 5)), 2)
-            self.assertEqual(mqar.make_data(out, s, 5), [])          # made once
-            x, y = mqar.load_split(os.path.join(out, mqar.split_files(s, 128, 8, 5)['train']))
+            self.assertEqual(len(mqar_data.make_data(out, s, 5)), 2)
+            self.assertEqual(mqar_data.make_data(out, s, 5), [])          # made once
+            x, y = mqar_data.load_split(os.path.join(out, mqar_data.split_files(s, 128, 8, 5)['train']))
             np.testing.assert_array_equal(x.numpy(), a[0])
             np.testing.assert_array_equal(y.numpy(), a[1])
-            x, _ = mqar.load_split(os.path.join(out, mqar.split_files(s, 128, 8, 5)['test']))
-            np.testing.assert_array_equal(x.numpy(), mqar.mqar(20, 128, 8, 64, seed=15)[0])
+            x, _ = mqar_data.load_split(os.path.join(out, mqar_data.split_files(s, 128, 8, 5)['test']))
+            np.testing.assert_array_equal(x.numpy(), mqar_data.mqar(20, 128, 8, 64, seed=15)[0])
         finally:
             shutil.rmtree(out)
 
     def test_gaps_follow_the_power_law(self):
         """With one pair, the query's gap g is drawn with probability proportional to (g + 1)^(a - 1)."""
-        x, y = mqar.mqar(40000, 64, 1, 64, seed=3)
+        x, y = mqar_data.mqar(40000, 64, 1, 64, seed=3)
         gaps = (np.flatnonzero(y >= 0) % 64 - 2) // 2
         freq = np.bincount(gaps, minlength=31) / len(gaps)
         p = np.arange(1, 32) ** (mqar.POWER_A - 1)
@@ -120,7 +120,7 @@ class TestGenerator(OneThread):
     def test_a_cell_that_does_not_fit_is_refused(self):
         for T_, kv, v in ((16, 5, 64), (64, 4, 8)):
             with self.assertRaises(ValueError):
-                mqar.mqar(2, T_, kv, v, seed=0)
+                mqar_data.mqar(2, T_, kv, v, seed=0)
 
 
 class TestCausality(OneThread):
@@ -128,7 +128,7 @@ class TestCausality(OneThread):
     def test_no_kind_sees_the_answer_it_predicts(self):
         """For every kind: the logits at a query are unchanged when its answer is placed right after it
         and every later token is changed; they change when the pair it asks for is changed."""
-        x, y = (torch.from_numpy(a) for a in mqar.mqar(4, T, KV, V, seed=4))
+        x, y = (torch.from_numpy(a) for a in mqar_data.mqar(4, T, KV, V, seed=4))
         g = torch.Generator().manual_seed(0)
         for kind in mqar.KINDS:
             model = tiny(kind)
@@ -249,8 +249,8 @@ class TestWarmup(OneThread):
             step = opt.step
             opt.step = lambda: (seen.append([g['lr'] / g['lr_mult'] for g in opt.param_groups]), step())[1]
             return opt
-        train = tuple(torch.from_numpy(a) for a in mqar.mqar(32 * per_epoch, T, KV, V, seed=1))
-        test = tuple(torch.from_numpy(a) for a in mqar.mqar(32, T, KV, V, seed=11))
+        train = tuple(torch.from_numpy(a) for a in mqar_data.mqar(32 * per_epoch, T, KV, V, seed=1))
+        test = tuple(torch.from_numpy(a) for a in mqar_data.mqar(32, T, KV, V, seed=11))
         spec = dict(lr=lr, weight_decay=0.01, batch_size=32, epochs=epochs, patience=None, seed=0,
                     **({'warmup': warmup} if warmup else {}))
         with mock.patch.object(mqar, 'optimizer', recording):
