@@ -14,7 +14,7 @@ absent, and with CI=true in the environment such a skip counts as a failure.
 
     python test_mixer.py                  # everything (what CI runs)
     python test_mixer.py test_model       # some modules of tests/ (names, with or without .py)
-    python test_mixer.py --fast           # the edit loop: only the tests that start no Python process
+    python test_mixer.py --fast           # the edit loop: about a minute, in one process
     python test_mixer.py --fast test_model
     python test_mixer.py --jobs 1         # everything in this one process (a debugger's view)
 
@@ -23,12 +23,13 @@ cores and every test runs one torch thread), the slowest first; each one's outpu
 whole when it ends, with the count so far and the time left. One module named, or --jobs 1, runs
 in this process.
 
---fast runs the tests that start no Python process, in about 2 minutes on 2 cores: a
-test that starts one (a project script's command line, torchrun, a process pool) is
-skipped the moment it tries, with the reason '--fast: starts a Python process', and
-counted on the last line. It checks the models, the functions and the entry points'
-main code in this process; the whole suite also runs every command line end to end
-(exit codes, stdout, stderr of a real process), DDP, the compiled training run and the
+--fast is the edit loop, in one process unless --jobs says otherwise: a test is stopped, and counted
+as skipped on the last line, the moment it starts a Python process (a project script's command line,
+torchrun, a process pool: '--fast: starts a Python process'), calls torch.compile, or runs past
+FAST_SECONDS (1 s; never stopped inside an import or torch's compiler, which would leave the process
+broken for the tests after it: '--fast: compiles, or ran past 1 s'). It checks the models, the
+functions and the entry points' main code; the whole suite also runs every command line end to end
+(exit codes, stdout, stderr of a real process), DDP, the compiled paths, the slow tests and the
 experiments' --quick runs. No test is marked by hand, so a new tests/test_*.py module
 takes part as it is.
 """
@@ -39,6 +40,7 @@ import importlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,10 +93,10 @@ def outcomes(result, ci):
 
 def tally(out, fast):
     """(exit code, last line 'N passed, M failed, K skipped (of T tests)') of {test id: outcome} (outcomes)
-    and the set of ids `fast` that --fast skipped (FAST_SKIP), the line saying how many were those."""
+    and the set of ids `fast` that --fast skipped (FAST_SKIP, FAST_SLOW), the line saying how many were those."""
     n = {k: sum(v == k for v in out.values()) for k in ('passed', 'failed', 'skipped')}
     fast = sum(out[t] == 'skipped' for t in fast)
-    note = f' ({fast} of them start a Python process: --fast skips them)' if fast else ''
+    note = f' ({fast} of them --fast skips: they start a Python process or take over {FAST_SECONDS} s)' if fast else ''
     return (1 if n['failed'] else 0), (f'{n["passed"]} passed, {n["failed"]} failed, {n["skipped"]} skipped{note} '
                                        f'(of {len(out)} tests)')
 
@@ -107,7 +109,49 @@ def summarize(result, ci):
 
 def fast_skipped(result):
     """The ids of the tests (or class setups) of a TimedResult that --fast skipped -> set."""
-    return {unit(t) for t, reason in result.skipped if reason == FAST_SKIP}
+    return {unit(t) for t, reason in result.skipped if reason in (FAST_SKIP, FAST_SLOW)}
+
+
+# --fast bounds the edit loop's time whatever a test does (the whole suite runs it all): a test (or a class's
+# setup) is stopped and counted as skipped when it compiles (torch.compile: seconds to a minute), or when it is
+# still running after FAST_SECONDS (but never inside an import or torch's compiler, whose half-done state would
+# break the tests after it: the clock then tries again a moment later). Measured: README, "Usage".
+FAST_SECONDS = 1
+FAST_SLOW = f'--fast: compiles, or ran past {FAST_SECONDS} s (python test_mixer.py runs it)'
+_STOPPED = [0]          # tests (or class setups) stopped so far by --fast's clock or its torch.compile refusal
+_UNSAFE = ('<frozen importlib', '/torch/_dynamo/', '/torch/_inductor/', '/torch/fx/', '/torch/utils/_sympy/', '/sympy/')
+
+
+def _stop_slow_test(signum=None, frame=None):
+    """--fast: stop the running test (unittest counts SkipTest as a skip) unless an import or torch's
+    compiler is on the stack `frame` (then SIGALRM again in 0.1 s)."""
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _UNSAFE):
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            return
+        frame = frame.f_back
+    _STOPPED[0] += 1
+    raise unittest.SkipTest(FAST_SLOW)
+
+
+def fast_clock(seconds):
+    """Arm --fast's clock: SIGALRM (ITIMER_REAL) in `seconds` (0 disarms it). A no-op where there is
+    no SIGALRM (Windows): --fast then bounds only the Python processes and compilations."""
+    if hasattr(signal, 'setitimer'):
+        signal.signal(signal.SIGALRM, _stop_slow_test)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+@contextlib.contextmanager
+def compilation_refused():
+    """--fast: inside, torch.compile stops the test that calls it (_stop_slow_test, FAST_SLOW)."""
+    import torch
+    real = torch.compile
+    torch.compile = lambda *a, **k: _stop_slow_test()
+    try:
+        yield
+    finally:
+        torch.compile = real
 
 
 class TimedResult(unittest.TextTestResult):
@@ -117,13 +161,22 @@ class TimedResult(unittest.TextTestResult):
     test (or class setup) that tried to start a Python process is --fast's skip: a library may
     wrap the SkipTest (inductor turns it into an InductorError)."""
 
+    fast = False            # main sets it for --fast: every test (and the gap before it) on the clock
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.seconds, self._stop, self._cls, self.started = {}, time.perf_counter(), None, []
-        self._refused = refused_python_processes()
+        self._refused, self._stopped = refused_python_processes(), _STOPPED[0]
+
+    def startTestRun(self):
+        super().startTestRun()
+        if self.fast:                   # the first class's setup on the clock
+            fast_clock(FAST_SECONDS)
 
     def startTest(self, test):
         self.started.append(test.id())
+        if self.fast:
+            fast_clock(FAST_SECONDS)
         self._t0 = time.perf_counter()
         if type(test) is not self._cls:
             self._cls = type(test)
@@ -134,25 +187,30 @@ class TimedResult(unittest.TextTestResult):
         self._stop = time.perf_counter()
         self.seconds[test.id()] = self._stop - self._t0
         super().stopTest(test)
-        self._refused = refused_python_processes()
+        self._refused, self._stopped = refused_python_processes(), _STOPPED[0]
+        if self.fast:                   # the next class's setup (and this one's teardown) on the clock too
+            fast_clock(FAST_SECONDS)
 
-    def refused(self):
-        """True if a Python process was refused since the last test ended (this test or class setup)."""
-        return refused_python_processes() > self._refused
+    def fast_reason(self):
+        """FAST_SKIP or FAST_SLOW if --fast stopped this test (or class setup), a Python process refused or
+        its clock run out since the last test ended, else None: whatever error followed is that stop."""
+        if refused_python_processes() > self._refused:
+            return FAST_SKIP
+        return FAST_SLOW if _STOPPED[0] > self._stopped else None
 
     def addError(self, test, err):
-        if self.refused():
-            return self.addSkip(test, FAST_SKIP)
+        if self.fast_reason():
+            return self.addSkip(test, self.fast_reason())
         super().addError(test, err)
 
     def addFailure(self, test, err):
-        if self.refused():
-            return self.addSkip(test, FAST_SKIP)
+        if self.fast_reason():
+            return self.addSkip(test, self.fast_reason())
         super().addFailure(test, err)
 
     def addSubTest(self, test, subtest, err):
-        if err is not None and self.refused():
-            return self.addSkip(subtest, FAST_SKIP)
+        if err is not None and self.fast_reason():
+            return self.addSkip(subtest, self.fast_reason())
         super().addSubTest(test, subtest, err)
 
 
@@ -288,7 +346,41 @@ class TestRunner(unittest.TestCase):
         self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
         self.assertEqual((result.testsRun, len(result.errors)), (5, 0))
         self.assertEqual(run('-c', 'print(6 * 7)').stdout, '42\n')        # outside, processes start again
-        self.assertIn('(3 of them start a Python process: --fast skips them)', summarize(result, ci=True)[1])
+        self.assertIn('(3 of them --fast skips: they start a Python process or take over', summarize(result, ci=True)[1])
+
+    def test_fast_stops_a_slow_test_and_only_that_one(self):
+        """--fast's clock: a test still running after FAST_SECONDS is stopped there and counted as --fast's
+        skip, also when the code under it turns the stop into another error; a quick test passes, a real
+        failure stays a failure, and the clock is off after the run."""
+        class Fake(unittest.TestCase):
+            def test_slow(self):
+                time.sleep(FAST_SECONDS + 5)
+
+            def test_slow_under_a_broad_except(self):
+                try:
+                    time.sleep(FAST_SECONDS + 5)
+                except Exception as e:
+                    raise RuntimeError('wrapped') from e
+
+            def test_quick(self):
+                pass
+
+            def test_fails_by_itself(self):
+                self.fail('a real failure')
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
+        t0, TimedResult.fast = time.perf_counter(), True
+        try:
+            with open(os.devnull, 'w') as devnull:
+                result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
+        finally:
+            TimedResult.fast = False
+            fast_clock(0)
+        self.assertLess(time.perf_counter() - t0, 2 * FAST_SECONDS + 4)
+        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
+                         [('test_slow', FAST_SLOW), ('test_slow_under_a_broad_except', FAST_SLOW)])
+        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
+        self.assertEqual(len(result.errors), 0)
+        self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
 
     def test_names_the_slowest_tests(self):
         lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2)
@@ -400,7 +492,7 @@ def main(argv):
     if '--help' in argv or '-h' in argv:
         print(__doc__)
         return 0
-    fast, jobs, names = False, min(2, os.cpu_count() or 1), []
+    fast, jobs, names = False, None, []
     args = iter(argv)
     for a in args:
         if a == '--fast':
@@ -417,6 +509,8 @@ def main(argv):
             return 2
         else:
             names.append(a)
+    if jobs is None:                # --fast: one process (it is mostly torch's import, paid once)
+        jobs = 1 if fast else min(2, os.cpu_count() or 1)
     try:
         modules = test_modules(names)
     except ValueError as e:
@@ -429,9 +523,15 @@ def main(argv):
     suite = unittest.TestSuite([] if parallel else [loader.loadTestsFromModule(m) for m in modules])
     if not names:
         suite.addTests(loader.loadTestsFromTestCase(TestRunner))
-    with python_processes_forbidden() if fast else contextlib.nullcontext():
-        result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite) if suite.countTestCases() \
-            else run_quietly()
+    TimedResult.fast = fast
+    with python_processes_forbidden() if fast else contextlib.nullcontext(), \
+            compilation_refused() if fast else contextlib.nullcontext():
+        try:
+            result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite) \
+                if suite.countTestCases() else run_quietly()
+        finally:
+            if fast:
+                fast_clock(0)
     out, fast_ids, seconds = outcomes(result, ci), fast_skipped(result), result.seconds
     if os.environ.get(RESULTS_ENV):                     # a module's process of a parallel run
         with open(os.environ[RESULTS_ENV], 'w') as f:
