@@ -380,8 +380,9 @@ def parse_args(argv=None):
                    help=argparse.SUPPRESS)      # internal: run the memory cells NAME:T1,T2,.. in this process
     args = p.parse_args(argv)
     if args.quick:
+        given = given_flags(p, argv)
         for k, v in QUICK.items():
-            if p.get_default(k) == getattr(args, k):            # explicit flags win over --quick
+            if k not in given:              # a flag given wins over --quick, even at its default value
                 setattr(args, k, v)
     device_and_dtype(p, args)
     if args.mem_budget_gb is None:
@@ -392,7 +393,43 @@ def parse_args(argv=None):
     if not args.serve_tokens < min(args.serve_contexts) - SERVE_WARM:
         p.error(f'--serve_tokens must be >= 1 and leave a prompt: below the smallest context - {SERVE_WARM}')
     check_models(p, args)
+    check_decode(p, args)
     return args
+
+
+def given_flags(p, argv):
+    """The flags given on the command line argv (None: sys.argv[1:]) of parser p -> the set of their
+    dests. argv is parsed again into a namespace whose every dest holds a sentinel: argparse puts a
+    default only on a dest the namespace lacks, so the sentinel stays exactly where no flag was given
+    (a flag given at its default value counts as given, unlike a comparison with the default)."""
+    unset = object()
+    ns = argparse.Namespace(**{a.dest: unset for a in p._actions if a.dest != argparse.SUPPRESS})
+    p.parse_args(argv, namespace=ns)
+    return {k for k, v in vars(ns).items() if v is not unset}
+
+
+def check_decode(p, args):
+    """The decode and SDPA tables' tokens checked before any model is built: each row feeds a prompt of
+    --decode_n_ctx // 4 tokens (at least 2: the compiled step's warm-up steps two of them), then times
+    --decode_tokens steps, which must end by n_ctx for every kind whose sample.Decoder stops there (every
+    position-indexed kind, the recurrent one included: its buffers are allocated at n_ctx; linear
+    attention without position encoding has no limit, model.max_len None, read off a model on the meta
+    device). Else p.error: one line, exit 2, as the serving table checks its own."""
+    kinds = ((args.decode_variants if 'decode' in args.tables else [])
+             + (['transformer'] if 'sdpa' in args.tables else []))
+    if not kinds:
+        return
+    n_ctx, prompt = args.decode_n_ctx, args.decode_n_ctx // 4
+    if prompt < 2:
+        p.error(f'--decode_n_ctx must be >= 8 (the decode rows\' prompt is a quarter of it, at least 2 tokens), '
+                f'got {n_ctx}')
+    d_model = args.decode_sizes[0][0]
+    bounded = [k for k in dict.fromkeys(kinds)
+               if build(k, args, 'meta', d_model=d_model, n_layer=1, n_ctx=n_ctx).max_len is not None]
+    if bounded and prompt + args.decode_tokens > n_ctx:
+        p.error(f'--decode_tokens {args.decode_tokens} do not fit --decode_n_ctx {n_ctx} after its {prompt}-token '
+                f'prompt (n_ctx / 4), where the decoder of {", ".join(bounded)} stops: give --decode_tokens <= '
+                f'{n_ctx - prompt} or a larger --decode_n_ctx')
 
 
 def check_models(p, args):

@@ -91,7 +91,7 @@ def bench_generation(args):
         say(f'generation: {name}, {how}')
         if name not in models:
             models[name] = build(name, args, d_model=args.d_model, n_layer=args.n_layer, n_ctx=n_ctx).eval()
-            time_generation(models[name], 8, 2, False, args)           # warm-up
+            time_generation(models[name], min(8, max(prompts)), min(2, args.new_tokens), False, args)  # warm-up
         recompute = how == 'window recompute'
         n_new = args.recompute_tokens if recompute else args.new_tokens
         for P in prompts:

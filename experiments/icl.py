@@ -38,7 +38,7 @@ from cli import ArgumentParser, check_folder_writable, fail, listing, number, wr
 from experiments import icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, build, check_noise, fixed_prompts,
-                                    half_sq, implicit_weights, mean_loss, train, train_batched)
+                                    half_sq, implicit_weights, mean_loss, train, train_batched, y_scale)
 from experiments.runner import Runner, command, fmt_s, job, md_table, say, torch_threads
 
 
@@ -164,7 +164,8 @@ def _speed(s, iters, noise, n_layer):
 
 def training_noise(name):
     """An argparse type: a noise setting to train on (regression.check_noise; a fixed sigma '=x' is for
-    evaluation only) -> the name; argparse.ArgumentTypeError (one line) otherwise."""
+    evaluation only; its variance must be a float64, regression.y_scale, or every job of it fails as it
+    builds its model) -> the name; argparse.ArgumentTypeError (one line) otherwise."""
     try:
         check_noise(name)
     except ValueError as e:
@@ -172,6 +173,11 @@ def training_noise(name):
     if name.startswith('='):
         raise argparse.ArgumentTypeError(f'noise {name!r}: a fixed sigma is for evaluation only; train on 0..7, '
                                          'c13 or c135')
+    try:
+        y_scale(name)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f'noise {name!r} is too large: the variance of its sigma overflows float64 '
+                                         '(the paper trains on 0..7)') from None
     return name
 
 
@@ -419,8 +425,11 @@ def run_all(args):
     cells = [(n, seed) for n in args.noises for seed in range(s['seeds'])]
     if args.mixers:
         cells += [(n, seed) for n in icl_mixers.MIXER_NOISE if n not in args.noises for seed in range(s['seeds'])]
-    jobs, results = run_lsa(runner, out, lsa_groups(models, cells, s, s['iters']), 'linear self-attention models')
-    noises = sorted({spec['noise'] for _, spec in jobs}, key=lambda n: (NOISE_NAMES + (n,)).index(n))
+    groups = lsa_groups(models, cells, s, s['iters'])
+    jobs, results = run_lsa(runner, out, groups, 'linear self-attention models')
+    failed = len(groups) - len({name for name, _ in jobs})         # group jobs that failed: no models of theirs
+    # the plan's noise settings, a column each, whether or not their jobs finished (a failed one reads 'failed')
+    noises = sorted({n for n, _ in cells}, key=lambda n: (NOISE_NAMES + (n,)).index(n))
     say('baselines: tuning CONSTRR and TUNEDRR, evaluating every baseline')
     table, adj, base, sig = icl_report.lsa_report(results, jobs, models, noises, s, s['seeds'])
     ladder = run_ladder(runner, out, s, noises, jobs, results) if args.ladder else None
@@ -439,7 +448,10 @@ def run_all(args):
     runner.pool.shutdown()
     for note in notes:
         say(note)
-    say(f'icl: done in {fmt_s(time.time() - t0)}; report in {os.path.join(out, "icl.md")}')
+    say(f'icl: done in {fmt_s(time.time() - t0)}; report in {os.path.join(out, "icl.md")}'
+        + (f'; {failed} LSA jobs FAILED (their cells read \'failed\'; run again to retry them)' if failed else ''))
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == '__main__':

@@ -130,7 +130,11 @@ def plot(adj, base, sig, noises, models, path):
     """Figure 1 (adjusted loss against layers, a panel per noise setting) and Figure 2
     (adjusted loss against a fixed sigma, the deepest models of each parameterisation
     trained on {1, 3} or the widest setting run) of the paper, in one PNG -> a line
-    saying where, or why not (matplotlib missing)."""
+    saying where, or why not (matplotlib missing; no model with a finite loss: every one diverged
+    or failed, and the tables say so). A model that diverged (inf) or failed (absent from adj) is
+    left out of its panel, as is a baseline that is not finite."""
+    if not any(math.isfinite(v) for m in models for v in adj.get(m, {}).values()):
+        return 'plot skipped: no model has a finite loss to draw (every one diverged or failed: the tables say so)'
     plt = pyplot()
     if plt is None:
         return NO_PLOT
@@ -141,12 +145,12 @@ def plot(adj, base, sig, noises, models, path):
     for k, noise in enumerate(noises):
         ax = axes[k // cols][k % cols]
         for param in PARAMS:
-            pts = sorted((L, adj[(L, p)][noise]) for L, p in models if p == param)
+            pts = sorted((L, adj[(L, p)][noise]) for L, p in models if p == param and noise in adj.get((L, p), {}))
             pts = [(L, max(v, 1e-16)) for L, v in pts if math.isfinite(v)]
             if pts:
                 ax.plot(*zip(*pts), 'o-', color=colors[param], label=PARAM_NAMES[param])
         for name in ('CONSTRR', 'ADARR', 'TUNEDRR'):
-            if base[name][noise] > 0:
+            if math.isfinite(base[name][noise]) and base[name][noise] > 0:
                 ax.axhline(base[name][noise], color=colors[name], ls='--', lw=1, label=name)
         ax.set_yscale('log')
         ax.set_title(f'sigma ~ U(0, {noise})' if noise[0].isdigit() else f'sigma in {{{",".join(noise[1:])}}}',
@@ -165,11 +169,12 @@ def plot(adj, base, sig, noises, models, path):
             continue
         for param in PARAMS:
             if (deepest, param, trained_on[k]) in sig:
-                ax.plot(SIGMA_GRID, [max(v, 1e-16) for v in sig[(deepest, param, trained_on[k])]], '-',
+                ax.plot(SIGMA_GRID, [max(v, 1e-16) if math.isfinite(v) else math.nan
+                                     for v in sig[(deepest, param, trained_on[k])]], '-',
                         color=colors[param], label=f'{deepest}L {PARAM_NAMES[param]}')
         for name in ('CONSTRR', 'ADARR', 'TUNEDRR'):
-            ax.plot(SIGMA_GRID, [max(v, 1e-16) for v in sig[(name, trained_on[k])]], '--', color=colors[name],
-                    lw=1, label=name)
+            ax.plot(SIGMA_GRID, [max(v, 1e-16) if math.isfinite(v) else math.nan for v in sig[(name, trained_on[k])]],
+                    '--', color=colors[name], lw=1, label=name)
         ax.set_yscale('log')
         ax.set_ylim(1e-4, 10)               # a model that blows up out of distribution leaves the panel
         ax.set_xlabel('sigma (fixed)', fontsize=8)
@@ -243,7 +248,7 @@ def theory_report(results, jobs, sig, noises):
     text = [f'Theorem 4.1 on every trained model ({len(errs)} models, float64, the sweep prompts): '
             f'largest |y_i^l - (a^l y_i - <w^l, x_i>)| or |y_q^l + <w^l, x_q>| after the last layer = '
             f'{max(errs):.1e}.' if errs else 'Theorem 4.1: no finished model.', '']
-    deepest = max(spec['n_layer'] for _, spec in jobs)
+    deepest = max((spec['n_layer'] for _, spec in jobs), default=0)       # 0: no model finished its job
     for key, label in (('per_layer', 'sigma = 0'), ('per_layer_last', f'noise {noises[-1]}')):
         rows = [[f'{deepest}L {PARAM_NAMES[p]}', *map(fmt, sig[(deepest, p, key)])]
                 for p in PARAMS if (deepest, p, key) in sig]

@@ -40,6 +40,7 @@ per T, a line per kind) and OUT/results.json (every run).
 """
 
 import argparse
+import dataclasses
 import itertools
 import math
 import os
@@ -122,6 +123,39 @@ def row_name(kind, fields):
     """A model's name in tables and cached jobs: the kind, and its extra fields if any, e.g.
     'toeplitz[n_head=1]'."""
     return kind + (f'[{",".join(f"{k}={v}" for k, v in sorted(fields.items()))}]' if fields else '')
+
+
+ROW_FIELDS = ('kind', 'mixing')     # what a row's model is: its --kinds name sets them, --fields never changes them
+
+
+def own_field(kind, name, fields=None):
+    """The value of ModelConfig field `name` in the row of variant `kind` with `fields`: the field's value
+    there, else the variant's, else ModelConfig's default (e.g. own_field('flat', 'kind') == 'mixer')."""
+    return {**mixer.VARIANTS[kind], **(fields or {})}.get(name, getattr(mixer.ModelConfig, name))
+
+
+def check_fields(fields, kinds):
+    """--fields (a dict of ModelConfig fields) checked before any config is built -> None. Raises ValueError
+    (one line) for a name that is not a field of mixer.ModelConfig; a value not of its field's type (an int
+    field takes an int, a float field a number, a bool field True or False, a str field a name: 'n_head must
+    be int, got 'abc''); or a field of ROW_FIELDS that changes what a row of `kinds` is (flat with
+    kind=transformer would train a transformer named flat[kind=transformer], a candidate for the masked
+    mixers' deep row): another model is another --kinds name."""
+    types = {f.name: f.type for f in dataclasses.fields(mixer.ModelConfig)}
+    for name, value in fields.items():
+        if name not in types:
+            raise ValueError(f'{name} is not a field of ModelConfig; choose from {", ".join(types)}')
+        want = types[name]
+        ok = isinstance(value, bool) == (want is bool) and isinstance(value, (int, float) if want is float else want)
+        if not ok:
+            raise ValueError(f'{name} must be {want.__name__}, got {value!r}')
+    for kind in kinds:
+        for name in ROW_FIELDS:
+            if name in fields and fields[name] != own_field(kind, name):
+                raise ValueError(f'{name}={fields[name]} changes what the {kind} row is (its model\'s {name} would be '
+                                 f'{fields[name]!r}, not {own_field(kind, name)!r}, under the name '
+                                 f'{row_name(kind, fields)}); choose models by --kinds, and give --fields only the '
+                                 'other settings of a kind')
 
 
 def answer_logits(model, inputs, targets):
@@ -341,9 +375,13 @@ def collect(jobs, results):
 
 def best_mixer(grid, n_layer, fields=None):
     """The masked-mixer kind (MIXER_KINDS) of the grid (rows of those kinds with `fields`) with the best
-    mean over cells of its best accuracy (the first in MIXER_KINDS on a tie), or None when it has none."""
+    mean over cells of its best accuracy (the first in MIXER_KINDS on a tie), or None when it has none.
+    Only a row whose model is a masked mixer (ModelConfig kind 'mixer' with `fields` applied) counts:
+    a row named flat[kind=transformer] trains a transformer (check_fields refuses such fields)."""
     means = {}
     for k in MIXER_KINDS:
+        if own_field(k, 'kind', fields) != 'mixer':
+            continue
         cells = [best(r)[0] for key, r in grid.items() if key[0] == row_name(k, fields) and key[1] == n_layer]
         if cells:
             means[k] = sum(cells) / len(cells)
@@ -404,7 +442,8 @@ def parse_args(argv):
     p.add_argument('--quick', action='store_true', help='every kind at a tiny cell, one rate (seconds: the tests)')
     p.add_argument('--estimate', action='store_true', help='only measure step times and print the time it takes')
     p.add_argument('--cached_only', action='store_true', help="train nothing: the report of the plan's 2-layer runs "
-                   "cached under --out so far (a run not yet cached reads '-'), written to OUT/cached_only")
+                   "cached under --out so far (a run not yet cached reads '-'), written to OUT/cached_only; "
+                   "refused, with nothing made, when --out holds no cached run")
     p.add_argument('--kinds', type=listing(str, KINDS, what='kind'), default=','.join(KINDS),
                    help='model kinds (default: every mixer.VARIANTS name but transformer_naive)')
     p.add_argument('--cells', type=listing(cell, items='T:kv pairs (e.g. 64:4,128:8)'),
@@ -419,16 +458,14 @@ def parse_args(argv):
     p.add_argument('--vocab_size', type=number(int, 4), help="vocabulary (default the protocol's)")
     p.add_argument('--batch_size', type=count, help="sequences a step at every T (default the protocol's by T)")
     p.add_argument('--fields', type=assignments, default='', help="ModelConfig fields for every kind given, e.g. "
-                   "n_head=1,mixing_init=normal (another form of a kind; its rows are named kind[fields])")
+                   "n_head=1,mixing_init=normal (another form of a kind; its rows are named kind[fields]), each of "
+                   "its field's type; never kind or mixing, which --kinds chooses")
     p.add_argument('--patience', type=zero_up, help="the plateau rule: stop after this many epochs without a rise "
                    "of 0.01 in test accuracy (default the protocol's: 8 for window, none otherwise)")
     p.add_argument('--warmup', type=number(float, 0), metavar='FRACTION',
-                   help="a linear warm-up, per optimiser step, over this fraction (in [0, 1)) of all the steps: "
-                        "the first W = FRACTION x epochs x steps an epoch (the most a run may take) ramp the "
-                        "rate from 0, step s (0-based) at lr (s + 1) / W, times Zoology's cosine over 64 epochs "
-                        "(stepped once an epoch), which alone sets the rate after them (lr_at). Default the "
-                        "protocol's: 0.1 for window (issue 58), 0 (none: Zoology's trainer) for the others; "
-                        "--warmup 0 on window is its first table's trainer (those runs come from the cache)")
+                   help="a linear warm-up, per step, over this fraction (in [0, 1)) of the run's steps, then "
+                        "Zoology's cosine (lr_at). Default the protocol's: 0.1 for window (issue 58), 0 (Zoology's "
+                        "trainer) for the others; --warmup 0 on window: its first table's runs, from the cache")
     p.add_argument('--weight_decay', type=number(float, 0), default=WEIGHT_DECAY,
                    help="AdamW's weight decay on matrices (default 0.01, torch's and Zoology's)")
     p.add_argument('--attention_heads', type=zero_up, default=1,
@@ -454,6 +491,9 @@ def parse_args(argv):
         if getattr(args, k) is not None:
             s[k] = getattr(args, k)
     s['batch'] = {T: s['batch'].get(T, 32) if args.batch_size is None else args.batch_size for T, _ in s['cells']}
+    if args.cached_only and args.estimate:
+        p.error('--cached_only reports the cached runs and --estimate measures the step times: give one of them')
+    p.check(check_fields, s['fields'], args.kinds, prefix='--fields: ')
     if not s['warmup'] < 1:
         p.error(f'--warmup is a fraction of the steps, in [0, 1): got {s["warmup"]}')
     if s['vocab_size'] > 32767:
@@ -471,8 +511,24 @@ def parse_args(argv):
     args.s = s
     args.out = os.path.abspath(args.out or os.path.join('out', {'cpu': 'mqar', 'gpu': 'mqar_gpu', 'window': 'mqar_window',
                                                                'quick': 'mqar_quick'}[name]))
-    p.check(check_folder_writable, args.out)
+    p.check(check_cached_runs if args.cached_only else check_folder_writable, args.out)
     return args
+
+
+def check_cached_runs(out):
+    """--cached_only's folder `out`, a report-only mode: raise ValueError (one line) unless it holds a cached
+    run (some OUT/runs/NAME/result.json, of any plan: the report reads '-' where this plan's are missing),
+    so that a typo in --out is refused before anything is made, and unless its report folder
+    (OUT/cached_only) can be written."""
+    runs = os.path.join(out, 'runs')
+    if not os.path.isdir(out):
+        raise ValueError(f'--cached_only reports the runs cached under --out, and {out} does not exist '
+                         '(a typo? without --cached_only the runs are trained there)')
+    if not any(os.path.isfile(os.path.join(runs, name, 'result.json')) for name in
+               (os.listdir(runs) if os.path.isdir(runs) else ())):
+        raise ValueError(f'--cached_only reports the runs cached under --out, and {out} holds none (no '
+                         'runs/NAME/result.json: a typo? without --cached_only the runs are trained there)')
+    check_folder_writable(os.path.join(out, 'cached_only'), 'report folder')
 
 
 def main(argv=None):
@@ -481,14 +537,18 @@ def main(argv=None):
     args = parse_args(argv)
     s, out, t0 = args.s, args.out, time.time()
     command = 'python -m experiments.mqar ' + ' '.join(argv if argv is not None else sys.argv[1:])
-    os.makedirs(out, exist_ok=True)
-    try:
-        made = make_data(os.path.join(out, 'data'), s, s['seed'])
-    except OSError as e:              # a full disk, a folder made read-only since the check
-        fail(f'could not write the data under {out} ({e.strerror or e})', 'mqar.py', 1)
-    say(f'mqar: {s["protocol"]} protocol, {len(args.kinds)} kinds x {len(s["cells"])} (T, kv) x '
-        f'{len(s["d_models"])} d_model x {len(s["lrs"])} lrs, {s["n_train"]} training sequences, at most '
-        f'{s["epochs"]} epochs; data: {len(made)} files generated, in {os.path.join(out, "data")}')
+    plan_line = (f'mqar: {s["protocol"]} protocol, {len(args.kinds)} kinds x {len(s["cells"])} (T, kv) x '
+                 f'{len(s["d_models"])} d_model x {len(s["lrs"])} lrs, {s["n_train"]} training sequences, at most '
+                 f'{s["epochs"]} epochs')
+    if args.cached_only:              # a report of what is cached: no data, nothing trained
+        say(f'{plan_line}; --cached_only: the report of its runs cached in {os.path.join(out, "runs")}')
+    else:
+        os.makedirs(out, exist_ok=True)
+        try:
+            made = make_data(os.path.join(out, 'data'), s, s['seed'])
+        except OSError as e:          # a full disk, a folder made read-only since the check
+            fail(f'could not write the data under {out} ({e.strerror or e})', 'mqar.py', 1)
+        say(f'{plan_line}; data: {len(made)} files generated, in {os.path.join(out, "data")}')
     runner = Runner(out, s['workers'], s['threads'])
     jobs = plan(s, args.kinds, N_LAYER, s['seed'], out)
     try:
@@ -517,9 +577,11 @@ def main(argv=None):
     total = len(jobs) if args.cached_only else sum(len(r) for r in grid.values())
     cached = sum(bool(r.get('cached')) for runs in grid.values() for r in runs.values())
     kinds = [row_name(k, s['fields']) for k in args.kinds]
+    no_deep = ('--cached_only reports the 2-layer runs alone' if args.cached_only else
+               '--deep_layers 0' if not s['deep_layers'] else 'no masked mixer in --kinds')
     try:
         notes = mqar_report.write(out, s, kinds, grid, deep and row_name(deep, s['fields']), command,
-                                  time.time() - t0, cached, total)
+                                  time.time() - t0, cached, total, no_deep)
     except OSError as e:
         fail(f'could not write the report under {out} ({e.strerror or e}); the runs are cached there: run the '
              'same command again to write it', 'mqar.py', 1)

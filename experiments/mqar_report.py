@@ -136,8 +136,9 @@ def window_table(grid, rows, s):
     return '\n'.join(out)
 
 
-def report_text(s, kinds, grid, deep, command, wall_s, cached, total):
-    """The report (markdown)."""
+def report_text(s, kinds, grid, deep, command, wall_s, cached, total, no_deep=None):
+    """The report (markdown); `no_deep`: why there is no deep row, when `deep` is None (default: the
+    reasons there may be, --deep_layers 0 or no masked mixer in --kinds)."""
     rows = row_keys(grid, kinds, deep, s)
     cells = ', '.join(f'(T={T}, kv={kv}, batch {s["batch"][T]})' for T, kv in s['cells'])
     heads = s['attention_heads'] or "their variants'"
@@ -161,7 +162,8 @@ def report_text(s, kinds, grid, deep, command, wall_s, cached, total):
                                f'{1 / kv:.3f} for one of the sequence\'s {kv} values not bound to its key'
                                for T, kv in s['cells']) + '.', '',
         (f'Deep row: the masked mixer with the best mean accuracy at {N_LAYER} layers, {deep}, at '
-         f'{s["deep_layers"]} layers.' if deep else 'Deep row: none (--deep_layers 0, or no masked mixer in --kinds).'),
+         f'{s["deep_layers"]} layers.' if deep else
+         f'Deep row: none ({no_deep or "--deep_layers 0, or no masked mixer in --kinds"}).'),
         '',
         *([f'## The learning-rate window ({trainer(s, short=True)})', '', window_table(grid, rows, s)]
           if len(s['lrs']) >= 3 else []),
@@ -229,9 +231,10 @@ def plot_window(grid, kinds, deep, s, path):
                   path, 5.5, lambda ax: ax.set_xscale('log'))
 
 
-def write(out, s, kinds, grid, deep, command, wall_s, cached, total):
-    """Write OUT/mqar.md (printed too), OUT/results.json and OUT/mqar.png -> notes (lines to show)."""
-    text = report_text(s, kinds, grid, deep, command, wall_s, cached, total)
+def write(out, s, kinds, grid, deep, command, wall_s, cached, total, no_deep=None):
+    """Write OUT/mqar.md (printed too), OUT/results.json and OUT/mqar.png (report_text: `no_deep` says why
+    there is no deep row) -> notes (lines to show)."""
+    text = report_text(s, kinds, grid, deep, command, wall_s, cached, total, no_deep)
     print(text)
     runs = [{'kind': k, 'n_layer': L, 'T': T, 'kv': kv, 'd_model': d, 'lr': lr, **{x: r.get(x) for x in (
         'rc', 'acc', 'test_loss', 'epochs', 'steps', 'seconds', 'diverged', 'plateau', 'params', 'curve', 'line')}}

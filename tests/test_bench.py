@@ -110,21 +110,6 @@ class TestBench(unittest.TestCase):
         self.assertAlmostEqual(float(row[7].rstrip('x')), compiled / limit, delta=0.06 + 0.01 * compiled / limit)
         self.assertEqual(row[9], '1')
 
-    def test_decode_table_has_every_kind(self):
-        """The decode table's default kinds are the five of the serving table, and each gets its row
-        (the step not compiled here, for time: the --quick run's flat row is inductor's, and
-        test_compile compiles every kind's step)."""
-        kinds = bench.parse_args([]).decode_variants
-        self.assertEqual(sorted(kinds), sorted(bench_decode.SERVE_KINDS))
-        args = bench.parse_args(['--quick', '--decode_tokens', '2', '--decode_n_ctx', '32'])
-        args.decode_variants = kinds                    # (a flag equal to its default would give way to --quick)
-        uncompiled = lambda model, compile=False, real=sample.Decoder: real(model)      # noqa: E731
-        with mock.patch.object(sample, 'Decoder', uncompiled):
-            rows = table_rows(quiet(bench_decode.bench_decode, args), 'Decode step')
-        self.assertEqual([r[0] for r in rows], kinds)
-        for row in rows:
-            self.assertGreater(min(float(row[5]), float(row[6])), 0, row)   # eager, "compiled"
-
     def test_serving_table(self):
         """--quick: a row for every kind, context and batch; tokens/s = batch x 1000 / ms; the bytes a
         sequence holds (the decoder's real buffers) are the meta-device count, the same at every context
@@ -173,6 +158,81 @@ class TestBench(unittest.TestCase):
         proc = run_in_process('-m', 'experiments.bench', '--variants', 'nope', timeout=120)
         self.assertEqual(proc.returncode, 2)
         self.assertIn('nope', proc.stderr)
+
+
+def refused(argv):
+    """bench.parse_args(argv) exits 2 with one line on stderr -> that line (AssertionError otherwise)."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            bench.parse_args(argv)
+    except SystemExit as e:
+        lines = err.getvalue().strip().splitlines()
+        assert e.code == 2 and len(lines) == 1, (e.code, err.getvalue())
+        return lines[0]
+    raise AssertionError(f'bench.parse_args({argv}) accepted')
+
+
+class TestBenchSettings(unittest.TestCase):
+    """bench's settings, checked before any table runs (in this process: no --quick run of its own)."""
+
+    def test_decode_table_has_every_kind(self):
+        """The decode table's default kinds are the five of the serving table, and each gets its row at the
+        most tokens its n_ctx takes (the prompt a quarter of it, then --decode_tokens: 8 + 24 = 32, what
+        check_decode lets through, so the Decoder agrees with it); the step not compiled here, for time (the
+        --quick run's flat row is inductor's, and test_compile compiles every kind's step)."""
+        kinds = bench.parse_args([]).decode_variants
+        self.assertEqual(sorted(kinds), sorted(bench_decode.SERVE_KINDS))
+        args = bench.parse_args(['--quick', '--decode_tokens', '24', '--decode_n_ctx', '32',
+                                 '--decode_variants', ','.join(kinds)])
+        self.assertEqual(args.decode_variants, kinds)   # given at its default value: not --quick's ['flat']
+        uncompiled = lambda model, compile=False, real=sample.Decoder: real(model)      # noqa: E731
+        with mock.patch.object(sample, 'Decoder', uncompiled):
+            rows = table_rows(quiet(bench_decode.bench_decode, args), 'Decode step')
+        self.assertEqual([r[0] for r in rows], kinds)
+        for row in rows:
+            self.assertGreater(min(float(row[5]), float(row[6])), 0, row)   # eager, "compiled"
+
+    def test_quick_sets_only_the_flags_not_given(self):
+        """--quick's sizes replace the defaults of the flags not given, never a flag given, even one given at
+        its default value (the default list of the decode table is five kinds, not --quick's one)."""
+        default = ['flat', 'toeplitz', 'recurrent', 'transformer', 'linear_attention']
+        self.assertEqual(bench.parse_args([]).decode_variants, default)
+        quick = bench.parse_args(['--quick', '--tables', 'decode'])
+        self.assertEqual((quick.decode_variants, quick.d_model, quick.decode_tokens), (['flat'], 64, 16))
+        given = bench.parse_args(['--tables', 'decode', '--quick', '--decode_variants', ','.join(default),
+                                  '--d_model', '256'])
+        self.assertEqual((given.decode_variants, given.d_model, given.decode_tokens), (default, 256, 16))
+        self.assertEqual(bench.given_flags(bench.argparse.ArgumentParser(), []), set())
+
+    def test_the_generation_warm_up_fits_any_prompts_and_tokens(self):
+        """The generation table's n_ctx is the longest prompt plus --new_tokens, and its warm-up fits it
+        (an 8-token warm-up prompt would pass an n_ctx of 6)."""
+        args = bench.parse_args(['--quick', '--tables', 'generation', '--prompts', '4', '--new_tokens', '2',
+                                 '--recompute_tokens', '2'])
+        rows = table_rows(quiet(bench_decode.bench_generation, args), 'Generation')
+        self.assertEqual(len(rows), len(bench_decode.GEN_METHODS))
+
+    def test_decode_tokens_that_do_not_fit_n_ctx_are_refused_before_any_model(self):
+        """The decode and SDPA rows step a prompt of n_ctx / 4 tokens, then --decode_tokens: past n_ctx the
+        Decoder of every position-indexed kind refuses (the recurrent one too), so parse_args refuses it in
+        one line, exit 2, before any table runs (no decoder made); linear attention without positions has
+        no limit, and a run without those tables has nothing to check."""
+        with mock.patch.object(bench_decode.sample, 'Decoder', side_effect=AssertionError('a decoder was built')):
+            for kind in ('recurrent', 'flat', 'toeplitz', 'transformer'):
+                with self.subTest(kind=kind):
+                    line = refused(['--tables', 'decode', '--decode_variants', kind, '--decode_n_ctx', '32',
+                                    '--decode_tokens', '25'])
+                    self.assertTrue(line.startswith('bench.py: error: --decode_tokens 25'), line)
+                    self.assertIn(kind, line)
+                    self.assertIn('<= 24', line)
+            line = refused(['--tables', 'sdpa', '--decode_n_ctx', '32', '--decode_tokens', '25'])
+            self.assertIn('transformer', line)
+            self.assertIn('--decode_n_ctx', refused(['--tables', 'decode', '--decode_n_ctx', '7']))
+            bench.parse_args(['--tables', 'decode', '--decode_n_ctx', '32', '--decode_tokens', '24'])
+            bench.parse_args(['--tables', 'decode', '--decode_variants', 'linear_attention', '--decode_n_ctx', '32',
+                              '--decode_tokens', '1000'])
+            bench.parse_args(['--tables', 'train', '--decode_n_ctx', '32', '--decode_tokens', '1000'])
 
 
 if __name__ == '__main__':

@@ -4,8 +4,9 @@
                       precision; a result of other settings, or whose files its check finds damaged, runs again
     TestDuplicates    a kind, cell, rate or rung named twice is refused in one line
     TestPages         a page is written from a finished plan of its own kind only, with its figure, whole
-    TestReports       reports meet failed and diverged runs without raising; a full disk while a figure is
-                      written is one line and leaves no temporary file
+    TestReports       reports meet failed and diverged runs without raising (an in-context plan of nothing
+                      finite keeps its tables, its figure skipped); a full disk while a figure is written is
+                      one line and leaves no temporary file; a figure's folder not made yet is made
     TestModules       a module that is not a command says so, exit 2; a command the runner runs in its pool
                       process gives its output and exit status as its own process would, and leaves the
                       process as it was
@@ -26,6 +27,7 @@ from unittest import mock
 
 import torch
 
+from cli import check_folder_writable
 from experiments import claims, icl, icl_ladder, icl_report, mqar
 from experiments.commands import run_command
 from experiments.runner import Runner, job, save_figure, spec_key
@@ -279,6 +281,23 @@ class TestReports(unittest.TestCase):
         with open(path, 'rb') as f:
             self.assertEqual(f.read(), b'old')
 
+    def test_a_figure_in_a_folder_not_made_yet_is_written(self):
+        """The folder check accepts a folder not made yet ('made when written'): save_figure, which every
+        figure goes through, makes it (not 'plot not written' with exit 0)."""
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        path = os.path.join(tmp, 'new', 'deeper', 'fig.png')
+        check_folder_writable(os.path.dirname(path))
+        fig = plt.figure()
+        fig.gca().plot([0, 1], [1, 0])
+        self.assertEqual(save_figure(fig, path), f'plot: {path}')
+        self.assertEqual(os.listdir(os.path.dirname(path)), ['fig.png'])
+        with open(path, 'rb') as f:
+            self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
+
     def test_icl_verdicts_meet_models_that_diverged(self):
         """Every LSA model diverged (no sigma sweep of its own): the verdicts still come, none raises."""
         inf = float('inf')
@@ -289,6 +308,53 @@ class TestReports(unittest.TestCase):
         out = icl_report.verdicts(adj, base, {}, noises)
         self.assertGreater(len(out), 3)
         self.assertTrue(all(v in ('agree', 'disagree') for _, _, v in out))
+
+    def icl_table_1(self, lsa_results):
+        """icl.run_all of a 2-layer DIAG at noise 3, one seed, on a tmp --out, with the LSA jobs' outcome
+        `lsa_results` (run_lsa's (jobs, results)) -> (exit code, stderr, OUT/icl.md, OUT holds icl.png)."""
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        args = icl.parse_args(['--quick', '--noise', '3', '--layers', '2', '--params', 'diag', '--seeds', '1',
+                               '--workers', '1', '--out', tmp])
+        args.argv = []
+        code = 0
+        with mock.patch.object(icl, 'run_lsa', return_value=lsa_results), \
+                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+            try:
+                icl.run_all(args)
+            except SystemExit as e:
+                code = e.code
+        with open(os.path.join(tmp, 'icl.md')) as f:
+            return code, err.getvalue(), f.read(), os.path.exists(os.path.join(tmp, 'icl.png'))
+
+    def test_an_icl_plan_whose_every_model_failed_or_diverged_keeps_its_tables(self):
+        """Table 1 of a plan whose every LSA job failed (a ZeroDivisionError in the figure's layout once: no
+        column was left) or whose every model diverged: the table has its column, 'failed' or 'diverged', the
+        figure is skipped with a note (nothing finite to draw), and a failed job is exit 1."""
+        code, err, report, figure = self.icl_table_1(([], []))
+        self.assertEqual(code, 1, err)
+        self.assertIn('| model | U(0,3) |', report)
+        self.assertIn('| 2L DIAG | failed |', report)
+        self.assertIn('plot skipped: no model has a finite loss', err)
+        self.assertIn('1 LSA jobs FAILED', err)
+        self.assertFalse(figure)
+        self.assertTrue(icl_report.plot({}, {}, {}, [], [(2, 'diag')], 'icl.png').startswith('plot skipped'))
+        spec = {**icl.lsa_groups([(2, 'diag')], [('3', 0)], icl.SETTINGS['quick'], 40)[0][1], 'noise': '3', 'seed': 0}
+        inf = float('inf')
+        diverged = {'rc': 0, 'noise': '3', 'seed': 0, 'curve': [], 'rollbacks': 8, 'finished': False, 'params': 8,
+                    'eval': inf, 'sweep': inf}
+        code, err, report, figure = self.icl_table_1(([('lsa-diag-L2-iters40', spec)], [diverged]))
+        self.assertEqual(code, 0, err)
+        self.assertIn('| 2L DIAG | diverged (0.188)* |', report)             # ours (the paper's)
+        self.assertIn('plot skipped: no model has a finite loss', err)
+        self.assertFalse(figure)
+
+    def test_a_noise_whose_variance_overflows_is_refused(self):
+        """--noise 1e200: sigma_max^2 overflows float64 and every job of it would fail building its model."""
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        refuses(self, icl.parse_args, ['--noise', '3,1e200', '--out', tmp], ['icl.py: error:', '1e200', 'too large'])
+        self.assertEqual(icl.parse_args(['--noise', '3,1e30', '--out', tmp]).noises, ['3', '1e30'])
 
     def test_a_ladder_cell_of_a_failed_job_says_failed_not_diverged(self):
         L = dict(icl_ladder.SETTINGS['quick'], eval_prompts=200, sweep_prompts=200, curve_prompts=100)

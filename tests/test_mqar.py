@@ -324,6 +324,93 @@ class TestWarmup(OneThread):
             shutil.rmtree(out)
 
 
+class TestArguments(unittest.TestCase):
+    """mqar's settings checked before any work, in one line, exit 2 (issue 57), in this process."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+    def refused(self, *argv):
+        """mqar.parse_args(argv) exits 2 with one line on stderr -> that line."""
+        err = io.StringIO()
+        with mock.patch('sys.stderr', err), self.assertRaises(SystemExit) as e:
+            mqar.parse_args(list(argv))
+        self.assertEqual(e.exception.code, 2, err.getvalue())
+        lines = err.getvalue().strip().splitlines()
+        self.assertEqual(len(lines), 1, err.getvalue())
+        return lines[0]
+
+    def test_a_field_that_changes_what_a_row_is_is_refused(self):
+        """--fields may set a kind's other settings, never its kind or its mixing: flat with kind=transformer
+        would train a transformer named flat[kind=transformer]. The kind's own value is no change."""
+        for kinds, field in (('flat', 'kind=transformer'), ('transformer', 'kind=mixer'), ('flat', 'mixing=toeplitz'),
+                             ('toeplitz,flat', 'mixing=toeplitz'), ('transformer', 'mixing=recurrent')):
+            with self.subTest(kinds=kinds, field=field):
+                line = self.refused('--quick', '--kinds', kinds, '--fields', field, '--out', self.tmp)
+                self.assertTrue(line.startswith(f'mqar.py: error: --fields: {field} changes what the '), line)
+                self.assertIn('--kinds', line)
+        args = mqar.parse_args(['--quick', '--kinds', 'toeplitz', '--fields', 'mixing=toeplitz,n_head=1,kind=mixer',
+                                '--out', self.tmp])
+        self.assertEqual(args.s['fields'], {'mixing': 'toeplitz', 'n_head': 1, 'kind': 'mixer'})
+
+    def test_the_deep_row_is_a_masked_mixer(self):
+        """best_mixer reads the kind a row's model has, fields and all: a row named flat that trains a
+        transformer is never the masked mixers' best."""
+        ok = {'rc': 0, 'acc': 1.0}
+        self.assertIsNone(mqar.best_mixer({('flat[kind=transformer]', 2, 16, 2, 32): {1e-3: ok}}, 2,
+                                          {'kind': 'transformer'}))
+        self.assertEqual(mqar.best_mixer({('flat[n_head=2]', 2, 16, 2, 32): {1e-3: ok}}, 2, {'n_head': 2}), 'flat')
+
+    def test_a_field_of_the_wrong_type_is_named_with_its_type(self):
+        """Each --fields value has its ModelConfig field's type, said with the field's name (not "'>=' not
+        supported between instances of 'str' and 'int'"); a name that is no field is said so."""
+        for field, said in (('n_head=abc', "n_head must be int, got 'abc'"),
+                            ('n_head=2.5', 'n_head must be int, got 2.5'),
+                            ('n_head=True', 'n_head must be int, got True'),
+                            ('dropout=abc', "dropout must be float, got 'abc'"),
+                            ('final_norm=1', 'final_norm must be bool, got 1'),
+                            ('activation=3', 'activation must be str, got 3'),
+                            ('nope=1', 'nope is not a field of ModelConfig')):
+            with self.subTest(field=field):
+                line = self.refused('--quick', '--kinds', 'flat', '--fields', field, '--out', self.tmp)
+                self.assertTrue(line.startswith(f'mqar.py: error: --fields: {said}'), line)
+        args = mqar.parse_args(['--quick', '--kinds', 'toeplitz', '--fields', 'n_head=1,dropout=0,final_norm=False,'
+                                'mixing_init=normal', '--out', self.tmp])
+        self.assertEqual(args.s['fields']['dropout'], 0)
+
+    def test_cached_only_on_a_folder_without_cached_runs_is_refused_and_makes_nothing(self):
+        """--cached_only trains nothing: on a folder that does not exist, or holds no cached run (a typo in
+        --out), it is refused in one line, exit 2, and nothing is made (no folder, no data, no report)."""
+        missing = os.path.join(self.tmp, 'typo')
+        self.assertIn('does not exist', self.refused('--quick', '--cached_only', '--out', missing))
+        os.makedirs(os.path.join(self.tmp, 'runs', 'flat-L2-unfinished'))      # a job that never finished
+        self.assertIn('holds none', self.refused('--quick', '--cached_only', '--out', self.tmp))
+        for out in (missing, self.tmp):
+            r = run_in_process('-m', 'experiments.mqar', '--quick', '--cached_only', '--out', out)
+            with self.subTest(out=out):
+                self.assertEqual(r.returncode, 2, r.stderr[-2000:])
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertTrue(r.stderr.startswith('mqar.py: error: --cached_only '), r.stderr)
+        self.assertFalse(os.path.exists(missing))
+        self.assertEqual(os.listdir(self.tmp), ['runs'])
+        self.assertEqual(os.listdir(os.path.join(self.tmp, 'runs')), ['flat-L2-unfinished'])
+        self.refused('--quick', '--cached_only', '--estimate', '--out', self.tmp)
+
+    def test_cached_only_makes_no_data_and_says_why_there_is_no_deep_row(self):
+        """--cached_only on a folder with a cached run (of another plan here: this plan's rows read '-'):
+        the report in OUT/cached_only, no data generated, the deep row's absence given its own reason."""
+        other = os.path.join(self.tmp, 'runs', 'other-run')
+        os.makedirs(other)
+        with open(os.path.join(other, 'result.json'), 'w') as f:
+            json.dump({'rc': 0}, f)
+        r = run_in_process('-m', 'experiments.mqar', '--quick', '--kinds', 'flat', '--cached_only', '--out', self.tmp)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(sorted(os.listdir(self.tmp)), ['cached_only', 'runs'])
+        self.assertIn('(0 of 1 runs were cached', r.stdout)
+        self.assertIn('Deep row: none (--cached_only reports the 2-layer runs alone).', r.stdout)
+
+
 class TestQuickRun(unittest.TestCase):
 
     @classmethod
