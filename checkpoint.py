@@ -165,7 +165,13 @@ def lock_run(out_dir):
 def read_checkpoint(path, device='cpu'):
     """The raw checkpoint dict at `path`, tensors on `device`, with its model state dict
     stripped of wrapper prefixes. Raises CheckpointError (one line) on a missing or
-    unreadable file or one without the format's model keys."""
+    unreadable file or one without the format's model keys; for a folder, one saying so
+    (and naming FOLDER/ckpt.pt when the folder holds one: a run folder given for its checkpoint)."""
+    if os.path.isdir(path):
+        inside = os.path.join(path, 'ckpt.pt')
+        raise CheckpointError(f'checkpoint {path!r} is a folder, not a checkpoint file; '
+                              + (f'did you mean {inside!r}?' if os.path.isfile(inside) else
+                                 'train.py writes OUT_DIR/ckpt.pt'))
     if not os.path.isfile(path):
         raise CheckpointError(f'checkpoint {path!r} not found')
     try:

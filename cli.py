@@ -1,8 +1,10 @@
 """What every command of the project shares, a leaf that imports nothing of the project: the one-line
-error and its exit status (`fail`), the flags' parser and types (`ArgumentParser`, `number`, `listing`,
-`assignments`), the device check, and results written whole (`write_atomic`, `save_results`).
+error and its exit status (`fail`), the one Ctrl-C and closed-stdout handler (`run_command`), the
+flags' parser and types (`ArgumentParser`, `number`, `random_seed`, `listing`, `assignments`,
+`distinct_files`), the device check, and results written whole (`write_atomic`, `save_results`).
 
     fail('no such file', 'sample.py')          # 'sample.py: error: no such file' on stderr, exit 2
+    sys.exit(run_command('sample.py', sample, argv))   # Ctrl-C: one line, exit 130
     p = ArgumentParser('mqar.py', __doc__); p.add_argument('--lrs', type=listing(number(float, 0, above=True)))
 """
 
@@ -11,10 +13,10 @@ import ast
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
-
-import torch
+import threading
 
 
 def fail(msg, prog='train.py', code=2):
@@ -28,6 +30,51 @@ def fail(msg, prog='train.py', code=2):
 def failing(prog):
     """fail() for the command `prog` (e.g. 'mqar.py') -> fail(msg) printing 'prog: error: msg', exit 2."""
     return lambda msg: fail(msg, prog)
+
+
+# ----------------------------------------------------------------------------- Ctrl-C and a closed stdout
+
+def _interrupt_once(signum, frame):
+    """SIGINT handler while a command runs: the first Ctrl-C raises KeyboardInterrupt, any later one
+    is ignored while the command stops (`timeout -s INT` signals the process, then its group)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def run_command(prog, work, *args, kept=None):
+    """The one way a command of the project runs its work: work(*args) -> its exit status (work's
+    return value, None read as 0; a SystemExit it raises, e.g. fail()'s 2, goes through as it is).
+    stdout is flushed before returning, so a reader that went away is seen here.
+
+    Ctrl-C (KeyboardInterrupt) anywhere in the work: one line on stderr, 'PROG: interrupted (Ctrl-C)',
+    followed by '; ' + `kept` when given (what the run keeps, e.g. 'what finished is cached'), and the
+    status 130; a second Ctrl-C while it stops is ignored. The work's own `finally` blocks run first,
+    so it leaves no half-written file. A closed stdout (BrokenPipeError: `| head` stopped reading):
+    stdout is pointed at os.devnull (no second error when Python exits) and the status is 1, quietly.
+    The caller exits with the status (or returns it, where its callers want a number: data/prepare.py):
+
+        def main(argv=None):
+            sys.exit(run_command('sample.py', sample, argv))
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    own = handler is signal.default_int_handler and threading.current_thread() is threading.main_thread()
+    if own:                                 # an ignored SIGINT (a background job) stays ignored
+        signal.signal(signal.SIGINT, _interrupt_once)
+    try:
+        code = work(*args)
+        sys.stdout.flush()
+        return 0 if code is None else code
+    except KeyboardInterrupt:
+        print(f'{prog}: interrupted (Ctrl-C)' + (f'; {kept}' if kept else ''), file=sys.stderr, flush=True)
+        return 130
+    except BrokenPipeError:                 # the reader of stdout went away: nothing to say
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+        return 1
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, handler)
 
 
 # ----------------------------------------------------------------------------- the commands' flags
@@ -52,9 +99,10 @@ class ArgumentParser(argparse.ArgumentParser):
             self.error(f'{prefix}{e}')
 
 
-def number(cast=int, low=1, above=False):
+def number(cast=int, low=1, above=False, high=None):
     """An argparse type: a finite number of type `cast` (int or float) >= low (> low when `above`;
-    'positive' when that is 0) -> the number; anything else argparse.ArgumentTypeError (one line)."""
+    'positive' when that is 0) and, when given, <= high -> the number; anything else
+    argparse.ArgumentTypeError (one line)."""
     def parse(text):
         try:
             x = cast(text)
@@ -64,9 +112,16 @@ def number(cast=int, low=1, above=False):
         if not math.isfinite(x) or x < low or above and x == low:
             bound = 'positive' if above and low == 0 else f'> {low}' if above else f'>= {low}'
             raise argparse.ArgumentTypeError(f'must be {bound}, got {text}')
+        if high is not None and x > high:
+            raise argparse.ArgumentTypeError(f'must be <= {high}, got {text}')
         return x
     parse.__name__ = cast.__name__                  # argparse's name for the type in its own messages
     return parse
+
+
+# An argparse type for a --seed: an integer in [0, 2**32 - 1], which every generator takes (torch's, numpy's
+# default_rng and its legacy seed); a negative or larger one was a traceback from inside numpy or torch
+random_seed = number(int, 0, high=2 ** 32 - 1)
 
 
 def listing(cast=str, choices=None, empty=False, items='values', what='name'):
@@ -115,6 +170,19 @@ def assignments(text):
     return out
 
 
+def distinct_files(paths, flag):
+    """Raise ValueError (one line) when the list of file paths `paths` (str, given by a repeatable
+    `flag`, e.g. '--ckpt') names one file twice, also through two spellings (os.path.realpath:
+    'a/ckpt.pt' and './a/../a/ckpt.pt', a link and its target): the project refuses a duplicate
+    rather than computing it twice."""
+    seen = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            same = f'{seen[real]!r} and {path!r} are one file' if seen[real] != path else f'names {path!r} twice'
+            raise ValueError(f'{flag}: {same}; give each once')
+        seen[real] = path
+
 
 # ----------------------------------------------------------------------------- devices
 
@@ -122,6 +190,7 @@ def device_error(dev):
     """Why the torch device named `dev` cannot be used on this machine (one line), or None
     if it can: an unknown name, CUDA absent, a CUDA index beyond the GPUs, a type other
     than cpu / cuda / an available mps."""
+    import torch                        # here, not above: data/prepare.py runs without importing torch
     try:
         d = torch.device(dev)
     except (RuntimeError, ValueError):
@@ -159,8 +228,10 @@ def check_folder_writable(folder, what="output folder"):
 
 def check_writable(path, overwrite=True, what="output file"):
     """Raise ValueError (one line) unless the file `path` can be written now
-    (check_folder_writable on its folder); an existing file is refused unless
-    `overwrite`, and a folder always."""
+    (check_folder_writable on its folder); an empty path is refused, an existing
+    file unless `overwrite`, and a folder always."""
+    if not path:
+        raise ValueError(f"the {what} is an empty path; give a file's path")
     if os.path.isdir(path):
         raise ValueError(f"the {what} {path} is a folder")
     if os.path.lexists(path) and not overwrite:

@@ -71,7 +71,8 @@ import torch.nn.functional as F
 import mixer
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
-from cli import check_folder_writable, check_writable, device_error, failing, save_results
+from cli import (ArgumentParser, check_folder_writable, check_writable, device_error, distinct_files, failing,
+                 number, random_seed, run_command, save_results)
 from data.prepare import file_sha256
 
 PROG = 'retrieval.py'
@@ -386,26 +387,24 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 
 
 def build_parser():
-    """The command line parser (argparse.ArgumentParser); the module docstring is its help."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=_HelpFormatter)
+    """The command line parser (cli.ArgumentParser: a bad flag or value is one line, exit 2); the module
+    docstring is its help."""
+    p = ArgumentParser(PROG, __doc__, formatter_class=_HelpFormatter)       # a bad flag or value: one line
+    p.description = __doc__                                 # --help: the whole docstring, as written
     g = p.add_argument_group('models')
     g.add_argument('--ckpt', action='append', required=True, metavar='PATH',
                    help='checkpoint from train.py; repeat to compare checkpoints in one table')
-    g.add_argument('--layer', type=int, default=None,
-                   help='embed with the hidden vector after this block (0-based, negative counts from '
-                        'the end; None: the last block, before the final norm)')
-    g.add_argument('--prefix_eot', action=argparse.BooleanOptionalAction, default=True,
-                   help='start every text with <|endoftext|>')
+    g.add_argument('--layer', type=int, default=None, help='embed with the hidden vector after this block (0-based, '
+                   'negative counts from the end; None: the last block, before the final norm)')
+    g.add_argument('--prefix_eot', action=argparse.BooleanOptionalAction, default=True, help='start every text with <|endoftext|>')
     g.add_argument('--device', default='cpu')
     g.add_argument('--threads', type=int, default=1,
-                   help='torch CPU threads (the matrices are small: one thread is much faster than '
-                        'two on a busy CPU)')
+                   help='torch CPU threads (the matrices are small: one thread is much faster than two on a busy CPU)')
     g.add_argument('--embed_batch', type=int, default=64, help='texts per embedding forward pass')
     g.add_argument('--pool', nargs='+', choices=('last', 'mean'), default=['last'],
                    help="text embedding: the last token's hidden vector (the paper's) and/or the mean over tokens")
-    g.add_argument('--untrained', action='store_true',
-                   help="also embed with an untrained model of each checkpoint's config (its training seed): the "
-                        "paper's control")
+    g.add_argument('--untrained', action='store_true', help="also embed with an untrained model of each "
+                   "checkpoint's config (its training seed): the paper's control")
     g = p.add_argument_group('pairs')
     g.add_argument('--data_dir', default='data/tinystories', help='prepared data (stories of --split.bin)')
     g.add_argument('--split', default='val', choices=('val', 'train'),
@@ -421,8 +420,8 @@ def build_parser():
     g.add_argument('--train_n', type=int, default=16, help='candidates per query in training')
     g.add_argument('--steps', type=int, default=400)
     g.add_argument('--batch_size', type=int, default=64)
-    g.add_argument('--lr', type=float, default=2e-3)
-    g.add_argument('--weight_decay', type=float, default=0.05)
+    g.add_argument('--lr', type=number(float, 0, above=True), default=2e-3)
+    g.add_argument('--weight_decay', type=number(float, 0), default=0.05)
     g.add_argument('--dropout', type=float, default=0.0)
     g.add_argument('--val_frac', type=float, default=0.1,
                    help='fraction of the training stories held out for early stopping (0: none, keep the last step)')
@@ -431,7 +430,7 @@ def build_parser():
                    help=f'candidate counts to evaluate (default {" ".join(map(str, DEFAULT_NS))}; '
                         'defaults above the test set size are skipped, explicit ones are an error)')
     g.add_argument('--eval_rounds', type=int, default=3, help='fixed candidate draws per test query and N')
-    g.add_argument('--seed', type=int, default=1337)
+    g.add_argument('--seed', type=random_seed, default=1337)
     g.add_argument('--cache_dir', default=os.path.join('out', 'retrieval_cache'))
     g.add_argument('--no_cache', action='store_true', help='neither read nor write the embedding cache')
     g.add_argument('--json', metavar='PATH', help='also write the results as JSON here')
@@ -440,10 +439,11 @@ def build_parser():
 
 
 def check_args(args):
-    """Raise UsageError for an out-of-range option, both --pairs and --text, a missing
-    checkpoint file, an unusable --device, or an output that cannot be written: an
-    existing --json without --overwrite, a --json or --cache_dir in a folder that takes
-    no file. Checked before any work, so a long run never ends unable to save."""
+    """Raise UsageError for an out-of-range option, a value given twice (--pool, --n_candidates), both --pairs
+    and --text, an empty path, a folder for --pairs or a file for --data_dir, a --ckpt that is not a
+    file (missing, or a folder) or names a checkpoint twice, an unusable --device, or an output that
+    cannot be written: an existing --json without --overwrite, a --json or --cache_dir in a folder that
+    takes no file. Checked before any work, so a long run never ends unable to save."""
     for name in ('max_pairs', 'per_story', 'd_r', 'r_layers', 'train_n', 'steps', 'batch_size',
                  'eval_rounds', 'embed_batch', 'threads'):
         if getattr(args, name) < 1:
@@ -458,15 +458,35 @@ def check_args(args):
         raise UsageError('--dropout must be in [0, 1)')
     if not 0 <= args.val_frac < 1:
         raise UsageError(f'--val_frac must be in [0, 1), got {args.val_frac}')
-    if args.pairs and args.text:
+    for name in ('pool', 'n_candidates'):
+        values = getattr(args, name) or []
+        twice = [v for i, v in enumerate(values) if v in values[:i]]
+        if twice:
+            raise UsageError(f'--{name} names {twice[0]} twice; give each once')
+    for name in ('pairs', 'text', 'data_dir', 'cache_dir'):
+        if getattr(args, name) == '':
+            raise UsageError(f'--{name} is empty; give a path')
+    if args.pairs is not None and args.text is not None:
         raise UsageError('pass at most one of --pairs and --text')
+    if args.pairs is not None and os.path.isdir(args.pairs):
+        raise UsageError(f'--pairs {args.pairs} is a folder, not a JSONL file')
+    if args.pairs is None and args.text is None and os.path.isfile(args.data_dir):
+        raise UsageError(f'--data_dir {args.data_dir} is a file, not a prepared data folder (or pass --text FILE)')
+    from checkpoint import CheckpointError, read_checkpoint
     for path in args.ckpt:
         if not os.path.isfile(path):
-            raise UsageError(f'checkpoint {path!r} not found')
+            try:                            # not a file: read_checkpoint's one line says what it is instead
+                read_checkpoint(path)
+            except CheckpointError as e:
+                raise UsageError(str(e))
+    try:
+        distinct_files(args.ckpt, '--ckpt')
+    except ValueError as e:
+        raise UsageError(str(e))
     if device_error(args.device):
         raise UsageError(device_error(args.device))
     try:
-        if args.json:
+        if args.json is not None:
             check_writable(args.json, args.overwrite, '--json file')
         if not args.no_cache:
             check_folder_writable(args.cache_dir, '--cache_dir')
@@ -535,20 +555,23 @@ def run(args):
 
 
 def main(argv=None):
-    """Command line entry point (argv: list of str; None: sys.argv): prints the tables
-    to stdout and writes --json. Exits with code 2 and a one-line error on bad input, 1
-    when --json cannot be written at the end (the tables are printed), 130 on Ctrl-C."""
+    """Command line entry point (argv: list of str; None: sys.argv): exits (SystemExit, as the in-process
+    runner experiments/commands.py reads it) with 0, the tables printed on stdout and --json written; 2,
+    bad input (one line); 1, --json could not be written at the end (the tables are printed) or stdout
+    closed; 130, Ctrl-C (one line naming the embedding cache: cli.run_command)."""
     args = build_parser().parse_args(argv)
+    kept = None if args.no_cache else f'the embeddings computed so far are cached in {args.cache_dir}'
+    sys.exit(run_command(PROG, run_and_report, args, kept=kept))
+
+
+def run_and_report(args):
+    """run(args), its tables printed (report) and --json written: main's work."""
+    if args.threads >= 1:
+        torch.set_num_threads(args.threads)
     try:
-        if args.threads >= 1:
-            torch.set_num_threads(args.threads)
         out = run(args)
     except UsageError as e:
         fail(str(e))
-    except KeyboardInterrupt:
-        print(f'{PROG}: interrupted (Ctrl-C)' + ('' if args.no_cache else
-              f'; the embeddings computed so far are cached in {args.cache_dir}'), file=sys.stderr)
-        sys.exit(130)
     report(out, args)
     sys.stdout.flush()
     if args.json:

@@ -18,15 +18,13 @@ on the first new token (seconds to a minute). Every LanguageModel kind; the Auto
 """
 
 import argparse
-import math
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
 from checkpoint import CheckpointError, load_checkpoint
-from cli import device_error, failing
+from cli import ArgumentParser, device_error, failing, number, random_seed, run_command
 
 fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 
@@ -195,34 +193,26 @@ def _rows(d, rows):
 # ----------------------------------------------------------------------------- the command
 
 def main(argv=None):
-    """Command line entry point: prints the samples. Bad input: one line, exit 2; Ctrl-C:
-    one line, exit 130."""
-    try:
-        sample(argv)
-        sys.stdout.flush()
-    except KeyboardInterrupt:
-        print('sample.py: interrupted (Ctrl-C)', file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:                 # the reader of stdout went away (| head): nothing to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
-        sys.exit(1)
+    """Command line entry point (argv: list of str; None: sys.argv): exits (SystemExit, as the in-process
+    runner experiments/commands.py reads it) with 0, the samples printed; 2, bad input (one line); 130,
+    Ctrl-C (one line: cli.run_command); 1, stdout closed."""
+    sys.exit(run_command('sample.py', sample, argv))
 
 
 def sample(argv):
     """Parse `argv`, load the checkpoint and print --num_samples samples."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser('sample.py', __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # errors: one line
+    p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument('--ckpt', default='out/ckpt.pt', help='checkpoint from train.py')
     p.add_argument('--start', default='<|endoftext|>', help='prompt text, or FILE:path to read it from a file')
-    p.add_argument('--num_samples', type=int, default=2)
-    p.add_argument('--max_new_tokens', type=int, default=200)
-    p.add_argument('--temperature', type=float, default=0.8, help='0 means greedy')
-    p.add_argument('--top_k', type=int, default=40, help='0 means no top-k filter')
-    p.add_argument('--seed', type=int, default=1337)
+    p.add_argument('--num_samples', type=number(int, 1), default=2)
+    p.add_argument('--max_new_tokens', type=number(int, 0), default=200)
+    p.add_argument('--temperature', type=number(float, 0), default=0.8, help='0 means greedy')
+    p.add_argument('--top_k', type=number(int, 0), default=40, help='0 means no top-k filter')
+    p.add_argument('--seed', type=random_seed, default=1337)
     p.add_argument('--device', default='cpu')
     p.add_argument('--compile', action='store_true', help='torch.compile the decoding step (Decoder)')
     args = p.parse_args(argv)
-    if args.num_samples < 1 or args.max_new_tokens < 0 or not 0 <= args.temperature < math.inf or args.top_k < 0:
-        fail('num_samples must be >= 1, max_new_tokens and top_k >= 0 and temperature a finite number >= 0')
     if device_error(args.device):
         fail(device_error(args.device))
 

@@ -150,13 +150,24 @@ def save_tokenizer(ranks, path):
             f.write(f"{base64.b64encode(tok).decode()} {r}\n")
 
 
+def check_file(path, what="file"):
+    """Raise FileNotFoundError (one line) unless `path` is a file: '{what} not found: PATH', or for a
+    folder IsADirectoryError ('{what} PATH is a folder, not a file'), or for '' that the path is empty."""
+    if os.path.isfile(path):
+        return
+    if not path:
+        raise FileNotFoundError(f"the {what}'s path is empty")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{what} {path} is a folder, not a file")
+    raise FileNotFoundError(f"{what} not found: {path}")
+
+
 def load_tokenizer(path):
     """Load a tokenizer.tiktoken file as a tiktoken.Encoding (GPT-2 regex, <|endoftext|> = vocab_size-1,
     n_vocab = number of lines + 1). Parses the file itself: tiktoken.load.load_tiktoken_bpe caches
     files by path and can return a stale copy of a rewritten file. Raises FileNotFoundError if path
-    does not exist, ValueError if the file is malformed (tokenizer_from_text)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"tokenizer file not found: {path}")
+    is not a file (check_file), ValueError if the file is malformed (tokenizer_from_text)."""
+    check_file(path, "tokenizer file")
     with open(path, "rb") as f:
         return tokenizer_from_text(f.read(), f"tokenizer file {path}")
 
@@ -229,9 +240,9 @@ def download(name, raw_dir):
 
 def read_stories(path):
     """Read a UTF-8 text file and return its stories (see split_stories). Raises
-    FileNotFoundError, ValueError if not UTF-8 or no non-empty story."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"file not found: {path}")
+    FileNotFoundError if path is not a file (check_file), ValueError if not UTF-8 or no
+    non-empty story."""
+    check_file(path)
     with open(path, "rb") as f:
         data = f.read()
     try:
@@ -291,11 +302,10 @@ class StoryStream:
     with skip_bad_utf8=True that story is left out instead and recorded in
     self.skipped as (byte offset, story number). Counters after (or during)
     iteration: bytes_read, chunks, skipped, saw_separator, size (file bytes).
-    Raises FileNotFoundError if path is not a file, ValueError if chunk_bytes < 1."""
+    Raises FileNotFoundError if path is not a file (check_file), ValueError if chunk_bytes < 1."""
 
     def __init__(self, path, chunk_bytes=8 << 20, skip_bad_utf8=False):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"file not found: {path}")
+        check_file(path)
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
         self.path, self.chunk_bytes, self.skip_bad_utf8 = path, chunk_bytes, skip_bad_utf8
@@ -457,8 +467,9 @@ def remove_stale_temps(out):
 def parse_args(argv=None):
     """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv);
     argparse exits 2 on an unknown option or type. Raises ValueError for --vocab_size outside
-    [257, 65536], --chunk_bytes < 1, only one of --train and --valid, or a --tokenizer that is
-    malformed, has over 65536 tokens or disagrees with --vocab_size; FileNotFoundError if missing."""
+    [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that is a file,
+    only one of --train and --valid, or a --tokenizer that is malformed, has over 65536 tokens or
+    disagrees with --vocab_size; FileNotFoundError if it is not a file (check_file)."""
     p = argparse.ArgumentParser(prog="prepare.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", help="local training text (default: download TinyStories-train.txt)")
@@ -479,6 +490,13 @@ def parse_args(argv=None):
         raise ValueError(f"--vocab_size must be in [257, 65536], got {args.vocab_size}")
     if args.chunk_bytes < 1:
         raise ValueError(f"--chunk_bytes must be >= 1, got {args.chunk_bytes}")
+    if args.bpe_max_bytes < 0:
+        raise ValueError(f"--bpe_max_bytes must be >= 0 (0: all the text), got {args.bpe_max_bytes}")
+    for name in ("train", "valid", "tokenizer", "out"):
+        if getattr(args, name) == "":
+            raise ValueError(f"--{name} is empty; give a path")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"--out {args.out} is a file, not a folder")
     if (args.train is None) != (args.valid is None):
         raise ValueError("pass both --train and --valid, or neither (to download)")
     if args.tokenizer is not None:
@@ -546,8 +564,17 @@ def encode_splits(enc, streams, tmp):
 
 
 def main(argv=None):
-    """Command line entry point. Returns 0 on success, 2 on bad input or a failed write
-    (one-line error), 130 on Ctrl-C; --out is left as it was unless the run succeeds."""
+    """Command line entry point (argv: list of str; None: sys.argv) -> the exit status: 0 on success,
+    2 on bad input or a failed write (one-line error), 130 on Ctrl-C (one line: cli.run_command);
+    --out's outputs are left as they were unless the run succeeds."""
+    from cli import run_command                     # the repository root's (on the path: below)
+    return run_command("prepare.py", run, argv, kept="--out is as it was: run the same command again")
+
+
+def run(argv):
+    """main's work on argv (list of str): check, lock --out, train or copy the tokenizer, encode the
+    splits into temporary files and rename them into place at the end -> 0, or 2 after a one-line
+    error. Its temporary files are removed however it stops (KeyboardInterrupt included)."""
     t0 = time.time()
     tmps = []
     lock = None
@@ -580,10 +607,6 @@ def main(argv=None):
     except (OSError, ValueError) as e:
         print(f"prepare.py: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("prepare.py: interrupted (Ctrl-C); --out is as it was: run the same command again",
-              file=sys.stderr)
-        return 130
     finally:
         for t, _ in tmps:
             if os.path.exists(t):
@@ -595,4 +618,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    sys.path.insert(1, os.path.dirname(DATA_DIR))   # run as data/prepare.py: the repository root, for cli.py
     sys.exit(main())

@@ -474,4 +474,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    from cli import run_command
+    sys.exit(run_command('bench.py', main))

@@ -52,7 +52,7 @@ import torch
 import checkpoint
 import mixer
 from attention import Attention, LinearAttention
-from cli import check_writable, failing
+from cli import ArgumentParser, check_writable, failing, number, run_command
 
 fail = failing('look.py')            # 'PROG: error: msg' on stderr, exit 2
 
@@ -312,29 +312,43 @@ def read_windows(data_dir, ckpt, vocab_size, T, n):
 
 
 def main(argv=None):
-    """Command line: load --ckpt, collect its layers' mixing, print the table and write the figure.
-    Exit 2 with one line on bad input; 1 when the figure cannot be written (matplotlib missing)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Command line entry point (argv: list of str; None: sys.argv): exits (SystemExit) with 0, the table
+    printed and the figure written; 2, bad input (one line); 1, the figure could not be written
+    (matplotlib missing, a failed write: one line, the table printed) or stdout closed; 130, Ctrl-C (one
+    line: cli.run_command; a figure is written whole or not at all)."""
+    sys.exit(run_command('look.py', look, argv))
+
+
+def look(argv):
+    """main's work: load --ckpt, collect its layers' mixing, print the table and write the figure."""
+    p = ArgumentParser('look.py', __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)   # errors: one line
+    p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument('--ckpt', required=True, help='a checkpoint written by train.py (any kind)')
     p.add_argument('--out', default=None, help='the figure (PNG); default look.png beside the checkpoint')
-    p.add_argument('--positions', type=int, default=64, help='the first T positions drawn (at most n_ctx)')
-    p.add_argument('--windows', type=int, default=32, help='validation windows attention is averaged over')
+    p.add_argument('--positions', type=number(int, 1), default=64, help='the first T positions drawn (at most n_ctx)')
+    p.add_argument('--windows', type=number(int, 1), default=32, help='validation windows attention is averaged over')
     p.add_argument('--data_dir', default=None, help="the data folder (default: the checkpoint's data_dir)")
     p.add_argument('--overwrite', action='store_true', help='replace an existing figure at --out')
     p.add_argument('--no_figure', action='store_true', help='print the table only')
     args = p.parse_args(argv)
-    if args.positions < 1 or args.windows < 1:
-        fail('--positions and --windows must be >= 1')
+    if args.data_dir is not None and not os.path.isdir(args.data_dir):
+        fail(f'--data_dir {args.data_dir!r} ' + ('is a file, not a folder' if os.path.isfile(args.data_dir) else
+             'not found') + ': give the data folder the model was trained on')
     try:
         model, _, ckpt = checkpoint.load_checkpoint(args.ckpt)
     except checkpoint.CheckpointError as e:
         fail(str(e))
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.ckpt)), 'look.png')
+    beside = os.path.join(os.path.dirname(os.path.abspath(args.ckpt)), 'look.png')
+    out = beside if args.out is None else args.out
+    if args.no_figure and args.out is not None:
+        fail('--out names a figure and --no_figure asks for none: pass one of them')
     if not args.no_figure:
         try:
             check_writable(out, overwrite=args.overwrite, what='figure')
         except ValueError as e:
             fail(str(e))
+        if not out.lower().endswith('.png'):
+            fail(f'the figure is a PNG: give --out a path ending in .png, got {out!r}')
     cfg, config = model.cfg, ckpt.get('config', {})
     T = min(args.positions, cfg.n_ctx)
     variant = config.get('variant', cfg.kind)
@@ -355,12 +369,16 @@ def main(argv=None):
         return
     print(f'drawing {sum(len(layer.panels) for layer in layers)} panels (a few seconds) ...', flush=True)
     try:
-        print(draw(layers, f'{variant} ({cfg.kind}), step {ckpt.get("step", "?")}: token mixing, the first {T} '
-                   'positions (row i reads column j)', out, T))
+        written = draw(layers, f'{variant} ({cfg.kind}), step {ckpt.get("step", "?")}: token mixing, the first {T} '
+                       'positions (row i reads column j)', out, T)
     except ImportError:
         print('look.py: matplotlib is not installed: no figure written (pip install matplotlib, or pass '
               '--no_figure); the table above is the summary', file=sys.stderr)
-        sys.exit(1)
+        return 1
+    if not written.startswith('plot: '):           # save_figure's 'plot not written: PATH (why)'
+        print(f'look.py: error: {written}; the table above is the summary', file=sys.stderr)
+        return 1
+    print(written)
 
 
 if __name__ == '__main__':

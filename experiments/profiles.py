@@ -189,4 +189,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    from cli import run_command
+    sys.exit(run_command('profiles.py', main, sys.argv[1:]))

@@ -45,7 +45,8 @@ import torch
 
 import mixer
 from checkpoint import CheckpointError, load_checkpoint
-from cli import ArgumentParser, check_writable, failing, listing, number, save_results
+from cli import (ArgumentParser, check_writable, distinct_files, failing, listing, number, random_seed,
+                 run_command, save_results)
 from experiments.runner import md_table
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
@@ -190,8 +191,10 @@ def depth(text):
 
 
 def parse_args(argv):
-    """The command line -> argparse namespace, checked (one-line errors, exit 2), with
-    .shape: the untrained models' sizes."""
+    """The command line -> argparse namespace, checked (one-line errors, exit 2: a bad value, a --ckpt
+    given twice, --untrained without --ckpt, a --data_dir that is not a folder, a --json that exists or
+    cannot be written, an empty one),
+    with .shape: the untrained models' sizes, and .steps: --quick's 60 unless --steps was given."""
     p = ArgumentParser('represent.py', __doc__)
     count = number(int, 1)
     p.add_argument('--variants', type=listing(str, tuple(mixer.VARIANTS), empty=True, what='variant'),
@@ -202,14 +205,15 @@ def parse_args(argv):
     p.add_argument('--T', type=number(int, 2), default=32, help='tokens a window')
     p.add_argument('--windows', type=count, default=4, help='windows a model')
     p.add_argument('--positions', type=count, default=8, help='scored positions a window, evenly spaced')
-    p.add_argument('--steps', type=number(int, 2), default=500, help='Adam steps of the recovery')
+    p.add_argument('--steps', type=number(int, 2), default=None,
+                   help='Adam steps of the recovery; None: 500, or 60 with --quick')
     p.add_argument('--lr', type=number(float, 0, above=True), default=0.02, help='peak Adam learning rate on the '
                    'input vectors (cosine decay to 1/100 of it); the embedding rows of a trained model have a std '
                    'of about 0.06')
     p.add_argument('--depths', type=listing(depth, items="integers or 'all'"), default='1,all',
                    help="depths: block counts, or 'all' for the model's n_layer")
     p.add_argument('--data_dir', help='windows from this prepared data dir (default: random tokens)')
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=random_seed, default=0)
     p.add_argument('--threads', type=count, default=2)
     p.add_argument('--quick', action='store_true', help='tiny models and 60 steps (the smoke test)')
     p.add_argument('--json', help='also write the results here')
@@ -217,25 +221,33 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not args.variants and not args.ckpt:
         p.error('nothing to measure: give --variants or --ckpt')
+    p.check(distinct_files, args.ckpt, '--ckpt')
+    if args.untrained and not args.ckpt:
+        p.error("--untrained adds an untrained model of each --ckpt's config: give --ckpt")
+    if args.data_dir is not None and not os.path.isdir(args.data_dir):
+        p.error(f'--data_dir {args.data_dir!r} ' + ('is a file, not a folder' if os.path.isfile(args.data_dir) else
+                'not found') + ': give a folder data/prepare.py wrote, or leave it out for random tokens')
     args.shape = SHAPES['quick' if args.quick else 'full']
-    if args.quick and args.steps == p.get_default('steps'):
-        args.steps = 60
-    if args.json:
+    if args.steps is None:                      # --quick's preset only where --steps was not given
+        args.steps = 60 if args.quick else 500
+    if args.json is not None:
         p.check(check_writable, args.json, args.overwrite, '--json file')
     return args
 
 
 def main(argv=None):
-    """Command line entry point: the table on stdout, --json written. Bad input: one line,
-    exit 2; --json unwritable at the end: one line, exit 1 (the table printed); Ctrl-C:
-    one line, exit 130."""
+    """Command line entry point (argv: list of str; None: sys.argv): exits (SystemExit, as the in-process
+    runner experiments/commands.py reads it) with 0, the table on stdout and --json written; 2, bad input
+    (one line); 1, --json unwritable at the end (one line, the table printed) or stdout closed; 130,
+    Ctrl-C (one line: cli.run_command; --json is written only at the end)."""
+    sys.exit(run_command('represent.py', represent, argv))
+
+
+def represent(argv):
+    """main's work: parse_args(argv), measure, write --json."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    try:
-        out = measure(args)
-    except KeyboardInterrupt:
-        print('represent.py: interrupted (Ctrl-C)', file=sys.stderr)
-        sys.exit(130)
+    out = measure(args)
     if args.json:
         save_results(args.json, out, 'represent.py', indent=1)
 
@@ -257,8 +269,11 @@ def measure(args):
         idx = windows(args.data_dir, model.cfg.n_ctx, args.T, args.windows, model.cfg.vocab_size, args.seed)
         if int(idx.max()) >= model.cfg.vocab_size:
             fail(f'{args.data_dir} holds token ids beyond {name}\'s vocabulary')
-        for depth in args.depths:
-            d = len(model.blocks) if depth == 'all' else depth
+        depths = list(dict.fromkeys(len(model.blocks) if d == 'all' else d for d in args.depths))
+        if len(depths) < len(args.depths):
+            print(f'{name}: --depths {",".join(map(str, args.depths))} name depth {len(model.blocks)} twice (its '
+                  f'n_layer): measured once', file=sys.stderr, flush=True)
+        for d in depths:
             res = {m: recover(model, idx, d, m, positions, args.steps, args.lr, args.seed, checkpoints=(half,))
                    for m in ('self', 'nonself')}
             results.append({'model': name, 'trained': trained, 'ckpt': path, 'depth': d, **res})

@@ -10,6 +10,9 @@ overwritten unless asked).
     TestBadInput         the table: one command a row, its bad input, its exit code and the
                          words its one stderr line must hold; the folders it touches hashed
                          before and after
+    TestRunCommand       cli.run_command, the one Ctrl-C and closed-stdout handler of the commands
+    TestInterrupt        Ctrl-C in the work of sample.py, retrieval.py, look, prepare.py and represent:
+                         one line naming what is kept, exit 130, nothing half-written
     TestRunFolder        train.py's run folder: a refused start, two runs at once, --overwrite,
                          kill -9 and resume, a full disk, a file size limit, Ctrl-C (while
                          training, during a save, just after one)
@@ -26,8 +29,10 @@ take 100 times longer.
 
 import concurrent.futures
 import os
+import pkgutil
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +40,7 @@ import tempfile
 import time
 import unittest
 from types import SimpleNamespace
+from unittest import mock
 
 import torch
 
@@ -220,6 +226,162 @@ class TestBadInput(Base):
 def entry_point(argv):
     """The program a row's argv runs: a script path, or the module of -m."""
     return argv[1] if argv[0] == '-m' else argv[0]
+
+
+# ----------------------------------------------------------------------------- Ctrl-C in every command
+
+def leftovers(folder):
+    """The temporary files under `folder` (names with '.tmp': write_atomic's, save_figure's, prepare's,
+    retrieval's cache) -> sorted list of paths."""
+    return sorted(os.path.join(d, n) for d, _, ns in os.walk(folder) for n in ns if '.tmp' in n)
+
+
+class TestRunCommand(unittest.TestCase):
+    """cli.run_command, the one handler every command's main goes through (sample.py, retrieval.py,
+    experiments.look, data/prepare.py, experiments.represent)."""
+
+    def run_work(self, work, kept=None):
+        """run_command('prog.py', work, kept=kept), stdout and stderr captured -> (status, stdout, stderr)."""
+        from tests.common import captured_output
+        from cli import run_command
+        try:
+            with captured_output() as got:
+                code = run_command('prog.py', work, kept=kept)
+        except KeyboardInterrupt:
+            self.fail('KeyboardInterrupt escaped run_command')     # (the test runner would stop on it)
+        return code, got.stdout, got.stderr
+
+    def test_the_status_and_a_bad_inputs_exit_go_through(self):
+        import cli
+        self.assertEqual(self.run_work(lambda: None)[0], 0)
+        self.assertEqual(self.run_work(lambda: 3)[0], 3)
+        with self.assertRaises(SystemExit) as stop:
+            self.run_work(lambda: cli.fail('bad', 'prog.py'))
+        self.assertEqual(stop.exception.code, 2)
+
+    def test_ctrl_c_is_one_line_naming_what_is_kept_and_130(self):
+        def work():
+            print('half a table')
+            raise KeyboardInterrupt
+        code, out, err = self.run_work(work, kept='what finished is cached')
+        self.assertEqual((code, out), (130, 'half a table\n'))
+        self.assertEqual(err, 'prog.py: interrupted (Ctrl-C); what finished is cached\n')
+        self.assertEqual(self.run_work(work)[2], 'prog.py: interrupted (Ctrl-C)\n')
+
+    def test_a_real_sigint_and_a_second_one_while_the_work_cleans_up(self):
+        """SIGINT at Python's default handler: the first raises KeyboardInterrupt in the work, a second one
+        while the work's finally cleans up is ignored (the cleanup runs to its end), then one line, 130;
+        the SIGINT handler is Python's default again afterwards."""
+        cleaned = []
+
+        def work():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)                               # never reached: the signal stops the work
+            finally:
+                os.kill(os.getpid(), signal.SIGINT)         # a second Ctrl-C while stopping
+                time.sleep(0.05)
+                cleaned.append(True)
+        before = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            code, _, err = self.run_work(work)
+            after = signal.getsignal(signal.SIGINT)
+        finally:
+            signal.signal(signal.SIGINT, before)
+        self.assertEqual((code, err, cleaned), (130, 'prog.py: interrupted (Ctrl-C)\n', [True]))
+        self.assertIs(after, signal.default_int_handler)
+
+    def test_a_closed_stdout_is_a_quiet_exit_1(self):
+        def work():
+            raise BrokenPipeError(32, 'Broken pipe')
+        self.assertEqual(self.run_work(work), (1, '', ''))
+
+
+class TestInterrupt(Base):
+    """Ctrl-C in the work of each command that is not an experiment of experiments/runner.py (those:
+    tests/test_faults_outputs.py): a KeyboardInterrupt raised by a call inside the work, as SIGINT raises
+    it in the main thread -> exit 130, no traceback, one line 'PROG: interrupted (Ctrl-C)' naming what is
+    kept, and nothing half-written: no new output, the old ones byte-identical, no temporary file."""
+
+    def interrupt(self, argv, target, after=1, half=None, allow=()):
+        """Run python argv (in this process) with `target` ('module.attr') raising KeyboardInterrupt on its
+        `after`-th call, after half(*args) (a write cut short) when given -> the line (assert_fault)."""
+        calls, real = [], pkgutil.resolve_name(target)
+
+        def stop(*a, **kw):
+            calls.append(1)
+            if len(calls) < after:
+                return real(*a, **kw)
+            if half:
+                half(*a)
+            raise KeyboardInterrupt
+        with mock.patch(target, stop):
+            try:
+                r = run_in_process(*argv, env=ENV, timeout=300)
+            except KeyboardInterrupt:
+                self.fail(f'KeyboardInterrupt escaped {entry_point(argv)}')
+        self.assertGreaterEqual(len(calls), after, f'staging: {target} was not called {after} times')
+        return self.assert_fault(r, 130, [], allow=allow)
+
+    def folder(self, name):
+        """A fresh folder for a test's outputs -> its path."""
+        return tempfile.mkdtemp(dir=self.f.tmp, prefix=f'{name}_')
+
+    def test_sample(self):
+        line = self.interrupt(['sample.py', '--ckpt', self.f.ckpt, '--max_new_tokens', '20', '--num_samples', '1',
+                               '--temperature', '1'], 'torch.multinomial', after=3)
+        self.assertEqual(line, 'sample.py: interrupted (Ctrl-C)')
+
+    def test_retrieval(self):
+        """While embedding the texts: the line names the cache folder (what is kept); no --json, no
+        temporary file in the cache."""
+        out = self.folder('retrieval_ctrl_c')
+        cache, result = os.path.join(out, 'cache'), os.path.join(out, 'r.json')
+        line = self.interrupt(['retrieval.py', '--ckpt', self.f.ckpt, '--data_dir', self.f.data, '--max_pairs', '60',
+                               '--steps', '5', '--cache_dir', cache, '--json', result], 'mixer.LanguageModel.hidden',
+                              allow=[r': \d+ pairs, \d+ train / \d+ test'])
+        self.assertEqual(line, f'retrieval.py: interrupted (Ctrl-C); the embeddings computed so far are cached in '
+                               f'{cache}')
+        self.assertFalse(os.path.exists(result))
+        self.assertEqual(leftovers(out), [])
+
+    def test_look(self):
+        """While the figure is being written (half of it on disk): no figure, no temporary file."""
+        out = self.folder('look_ctrl_c')
+        figure = os.path.join(out, 'look.png')
+
+        def half(fig, path, *a):
+            with open(path, 'wb') as fh:
+                fh.write(b'\x89PNG half')
+        line = self.interrupt(['-m', 'experiments.look', '--ckpt', self.f.ckpt, '--out', figure],
+                              'matplotlib.figure.Figure.savefig', half=half)
+        self.assertEqual(line, 'look.py: interrupted (Ctrl-C)')
+        self.assertEqual(os.listdir(out), [])
+
+    def test_prepare(self):
+        """While meta.json, the last output, is written (every other output in its temporary file): --out
+        byte-identical to before, no temporary file; the line says so."""
+        out = os.path.join(self.folder('prepare_ctrl_c'), 'data')
+        shutil.copytree(self.f.other, out)
+        before = hashes(out)
+        text = os.path.dirname(self.f.data)
+
+        def half(obj, fh, *a):
+            fh.write('{"vocab_size": ')
+        line = self.interrupt(['data/prepare.py', '--train', os.path.join(text, 'train.txt'), '--valid',
+                               os.path.join(text, 'valid.txt'), '--tokenizer',
+                               os.path.join(self.f.other, 'tokenizer.tiktoken'), '--out', out], 'json.dump', half=half)
+        self.assertEqual(line, 'prepare.py: interrupted (Ctrl-C); --out is as it was: run the same command again')
+        self.assertEqual(hashes(out), before)
+        self.assertEqual(leftovers(out), [])
+
+    def test_represent(self):
+        """In the middle of a recovery: no --json."""
+        out = self.folder('represent_ctrl_c')
+        line = self.interrupt(['-m', 'experiments.represent', '--quick', '--variants', 'flat', '--steps', '20',
+                               '--json', os.path.join(out, 'r.json')], 'torch.Tensor.backward', after=3)
+        self.assertEqual(line, 'represent.py: interrupted (Ctrl-C)')
+        self.assertEqual(os.listdir(out), [])
 
 
 # ----------------------------------------------------------------------------- train.py's run folder

@@ -238,8 +238,15 @@ class TestLook(unittest.TestCase):
         open(taken, 'w').close()
         cases = ((['--ckpt', garbage + '.missing'], 'not found'), (['--ckpt', garbage], 'corrupt'),
                  (['--ckpt', old], 'does not fit'), (['--ckpt', self.ckpts['flat'], '--out', taken], 'exists'),
-                 (['--ckpt', self.ckpts['transformer'], '--data_dir', garbage], 'not found'),
-                 (['--ckpt', self.ckpts['flat'], '--positions', '0'], 'positions'))
+                 (['--ckpt', self.ckpts['transformer'], '--data_dir', garbage], 'is a file, not a folder'),
+                 (['--ckpt', self.ckpts['transformer'], '--data_dir', garbage + '.missing'], 'not found'),
+                 (['--ckpt', self.ckpts['transformer'], '--data_dir', ''], "--data_dir '' not found"),
+                 (['--ckpt', self.ckpts['flat'], '--positions', '0'], 'positions'),
+                 (['--ckpt', self.tmp], 'is a folder'),
+                 (['--ckpt', self.ckpts['flat'], '--out', os.path.join(self.tmp, 'look.svg')], 'ending in .png'),
+                 (['--ckpt', self.ckpts['flat'], '--out', ''], 'the figure is an empty path'),
+                 (['--ckpt', self.ckpts['flat'], '--out', os.path.join(self.tmp, 'x.png'), '--no_figure'],
+                  'pass one of them'))
         for args, msg in cases:
             with self.subTest(args=args):
                 r = run_in_process('-m', 'experiments.look', *args)
@@ -247,6 +254,22 @@ class TestLook(unittest.TestCase):
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
                 self.assertIn(msg, r.stderr)
         self.assertEqual(os.path.getsize(taken), 0)
+
+    def test_a_figure_that_cannot_be_written_is_exit_1(self):
+        """The figure's write fails (a full disk): the table printed, one line naming the figure, exit 1
+        (never exit 0 without the figure asked for), no file left."""
+        out = os.path.join(tempfile.mkdtemp(dir=self.tmp), 'look.png')
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot                     # noqa: F401  (before the patch: it reads savefig's doc)
+        from matplotlib.figure import Figure
+        with mock.patch.object(Figure, 'savefig', side_effect=OSError(28, 'No space left on device')):
+            r = run_in_process('-m', 'experiments.look', '--ckpt', self.ckpts['flat'], '--out', out)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(table_rows(r.stdout)), TINY['n_layer'])
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn(f'look.py: error: plot not written: {out}', r.stderr)
+        self.assertEqual(os.listdir(os.path.dirname(out)), [])
 
     def test_table_prints_without_matplotlib(self):
         with mock.patch.dict('sys.modules', {'matplotlib': None}):

@@ -248,6 +248,36 @@ class TestPrepareCLI(unittest.TestCase):
                     self.assertIn(os.path.basename(bad), errs[0])
                     self.assert_no_outputs()
 
+    def test_paths_of_the_wrong_kind_and_bad_numbers_are_one_line(self):
+        """A folder for a file, a file for --out, an empty path, a negative --bpe_max_bytes: one line naming
+        what is wrong, exit 2, nothing written (in this process: prepare.main)."""
+        good = self.write("good.txt", "A small story about a cat.\n" + EOT + "\n")
+        folder = self.tmp.name
+        cases = [(["--train", folder, "--valid", good], f"file {folder} is a folder"),
+                 (["--train", good, "--valid", folder], f"file {folder} is a folder"),
+                 (["--train", good, "--valid", good, "--tokenizer", folder], f"tokenizer file {folder} is a folder"),
+                 (["--train", "", "--valid", good], "--train is empty"),
+                 (["--train", good, "--valid", good, "--tokenizer", ""], "--tokenizer is empty"),
+                 (["--train", good, "--valid", good, "--bpe_max_bytes", "-1"], "--bpe_max_bytes must be >= 0")]
+        for args, words in cases:
+            with self.subTest(args=args):
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                    rc = prepare.main([*args, "--out", self.out, "--vocab_size", str(self.V)])
+                self.assertEqual(rc, 2, err.getvalue())
+                lines = err.getvalue().strip().splitlines()
+                self.assertEqual(len(lines), 1, err.getvalue())
+                self.assertTrue(lines[0].startswith(f"prepare.py: error: {words}"), lines[0])
+                self.assert_no_outputs()
+        for out in (good, ""):
+            with self.subTest(out=out):
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                    rc = prepare.main(["--train", good, "--valid", good, "--out", out])
+                self.assertEqual(rc, 2, err.getvalue())
+                self.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
+                self.assertIn("is a file, not a folder" if out else "--out is empty", err.getvalue())
+
     def test_text_too_small_for_vocab(self):
         tiny = self.write("tiny.txt", "ab ab\n" + EOT + "\n")
         r = self.run_prepare("--train", tiny, "--valid", tiny)

@@ -10,7 +10,7 @@ import torch
 
 import mixer
 from experiments import represent
-from tests.common import prepared_data, run, run_in_process, tiny_checkpoint
+from tests.common import ROOT, prepared_data, run, run_in_process, tiny_checkpoint
 
 SHAPE = dict(vocab_size=64, n_ctx=16, d_model=16, n_layer=1)
 
@@ -102,6 +102,35 @@ class TestCommandLine(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(msg, r.stderr)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+    def test_quick_presets_only_what_was_not_given_and_what_would_be_ignored_or_done_twice(self):
+        """--quick's 60 steps only where --steps was not given (--steps 500, the full default, given
+        with --quick stays 500); one checkpoint given twice (as spelled or through another spelling),
+        --untrained without --ckpt, an empty --json, a --seed torch cannot take: one line, exit 2."""
+        cheap = ['--quick', '--variants', 'flat', '--steps', '2', '--depths', '1', '--windows', '1', '--positions',
+                 '2', '--T', '4']
+        for args, msg in ((['--untrained'], 'give --ckpt'), (['--json', ''], 'empty path'),
+                          (['--seed', str(2 ** 70)], 'argument --seed: must be <= 4294967295'),   # was a traceback
+                          (['--ckpt', 'README.md', '--ckpt', 'README.md'], 'give each once'),
+                          (['--ckpt', 'README.md', '--ckpt', os.path.join(ROOT, 'docs', '..', 'README.md')],
+                           'give each once')):
+            r = run_in_process('-m', 'experiments.represent', *cheap, *args)    # (cheap, should it run)
+            with self.subTest(args=args):
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertIn(msg, r.stderr)
+        self.assertEqual(represent.parse_args(['--quick']).steps, 60)
+        self.assertEqual(represent.parse_args(['--quick', '--steps', '500']).steps, 500)
+        self.assertEqual(represent.parse_args([]).steps, 500)
+
+    def test_a_depth_named_twice_is_measured_once(self):
+        """--depths 2,all on a 2-layer checkpoint: one row, with a note (not two identical rows)."""
+        ckpt = tiny_checkpoint()
+        r = run_in_process('-m', 'experiments.represent', '--variants', '', '--ckpt', ckpt, '--depths', '2,all',
+                           '--T', '4', '--steps', '2', '--windows', '1', '--positions', '2')
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(len([l for l in r.stdout.splitlines() if l.startswith('| flat')]), 1, r.stdout)
+        self.assertIn('measured once', r.stderr)
 
     def test_untrained_control_of_a_checkpoint_and_json(self):
         """--untrained adds a freshly initialised model of the checkpoint's config (seeded by

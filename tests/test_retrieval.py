@@ -326,6 +326,50 @@ class TestBadInputs(unittest.TestCase):
                 '--no_cache')
         self.check_error(r, 'corrupt')
 
+    def test_one_checkpoint_given_twice_is_refused(self):
+        """The same --ckpt twice, as spelled, through another spelling or through a link: one line, exit 2,
+        before any work (it would be computed twice, two identical rows)."""
+        self.write_pairs([json.dumps({'query': f'q{i}', 'target': f't{i}'}) for i in range(20)])
+        link = os.path.join(self.tmp, 'link.pt')
+        os.symlink(self.fake_ckpt, link)
+        other = os.path.join(self.tmp, '..', os.path.basename(self.tmp), 'ckpt.pt')
+        for second in (self.fake_ckpt, other, link):
+            with self.subTest(second=second):
+                r = run_here('retrieval.py', '--ckpt', self.fake_ckpt, '--ckpt', second, '--pairs', self.pairs)
+                self.check_error(r, '--ckpt', 'give each once')
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+    def test_values_that_would_run_wrong_or_be_ignored_are_refused(self):
+        """Found trying the command as a new user: each was accepted (a value computed twice, a zero or
+        infinite learning rate, an empty --json, --pairs or --cache_dir ignored, a folder read as a missing
+        file) or a traceback from the optimiser or numpy (a negative learning rate or weight decay, a
+        negative or huge --seed); now one line and exit 2 before any work."""
+        self.write_pairs([json.dumps({'query': f'q{i}', 'target': f't{i}'}) for i in range(20)])
+        base = ['retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs, '--no_cache']
+        cases = ((['--lr', '-1'], 'argument --lr: must be positive'), (['--lr', 'nan'], '--lr'),
+                 (['--weight_decay', '-1'], '--weight_decay'), (['--pool', 'last', 'last'], '--pool names last twice'),
+                 (['--n_candidates', '2', '2'], '--n_candidates names 2 twice'), (['--json', ''], 'empty path'),
+                 (['--pairs', ''], '--pairs is empty'), (['--pairs', self.tmp], 'is a folder'),
+                 (['--cache_dir', ''], '--cache_dir is empty'), (['--seed', '-1'], 'argument --seed: must be >= 0'),
+                 (['--seed', str(2 ** 70)], 'argument --seed: must be <= 4294967295'))
+        for args, msg in cases:
+            with self.subTest(args=args):
+                r = run_here(*base, *args)
+                self.check_error(r, msg)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        r = run_here('retrieval.py', '--ckpt', self.fake_ckpt, '--data_dir', self.pairs, '--no_cache')
+        self.check_error(r, 'is a file, not a prepared data folder')
+
+    def test_a_folder_given_as_the_checkpoint_is_named_a_folder(self):
+        """A run folder given as --ckpt: 'is a folder', and the ckpt.pt inside it named (not 'not found')."""
+        self.write_pairs([json.dumps({'query': f'q{i}', 'target': f't{i}'}) for i in range(20)])
+        empty = os.path.join(self.tmp, 'empty')
+        os.mkdir(empty)
+        for folder, words in ((self.tmp, ['is a folder', f'did you mean {self.fake_ckpt!r}']),
+                              (empty, ['is a folder', 'OUT_DIR/ckpt.pt'])):
+            with self.subTest(folder=folder):
+                self.check_error(run_here('retrieval.py', '--ckpt', folder, '--pairs', self.pairs), *words)
+
 
 if __name__ == '__main__':
     unittest.main()

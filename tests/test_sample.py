@@ -16,10 +16,15 @@ class TestSample(unittest.TestCase):
         assert_samples(self, r.stdout, 'Once upon a time', 2, 30)
 
     def test_sample_bad_inputs(self):
-        bad = os.path.join(tempfile.mkdtemp(), 'bad.pt')
+        bad = os.path.join(tempfile.mkdtemp(), 'ckpt.pt')        # a run folder's file name
         with open(bad, 'wb') as f:
             f.write(b'not a checkpoint')
-        cases = ((['--ckpt', bad], 'corrupt'), (['--ckpt', bad + '.missing'], 'not found'))
+        folder = os.path.dirname(bad)
+        cases = ((['--ckpt', bad], 'corrupt'), (['--ckpt', bad + '.missing'], 'not found'),
+                 (['--ckpt', folder], f'is a folder, not a checkpoint file; did you mean {bad!r}?'),
+                 (['--ckpt', bad, '--seed', str(2 ** 70)], 'argument --seed: must be <= 4294967295'),   # was a
+                 (['--ckpt', bad, '--seed', '-1'], 'argument --seed: must be >= 0'),         # traceback in torch
+                 (['--ckpt', bad, '--temperature', 'nan'], 'argument --temperature: must be >= 0, got nan'))
         # (a prompt longer than n_ctx is kept by its tail with a warning: test_scale.TestCheckpointTravels)
         for args, msg in cases:                  # in this process (test_faults runs one as a process)
             r = run_in_process('sample.py', *args)
