@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 import mixer
 import optim
-from data.prepare import load_tokenizer, tokenizer_from_text, tokenizer_sha256
+from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
 

@@ -73,7 +73,7 @@ from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, l
                         plan_splits)
 from cli import (ArgumentParser, check_folder_writable, check_writable, device_error, distinct_files, failing,
                  number, random_seed, run_command, save_results)
-from data.prepare import file_sha256
+from data.tokenizer import file_sha256
 
 PROG = 'retrieval.py'
 CACHE_VERSION = 1

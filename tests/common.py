@@ -295,7 +295,7 @@ def tiny_checkpoint():
         out = os.path.join(os.path.dirname(prepared_data()), 'tiny_ckpt')
         r = run_in_process('train.py', f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=2', '--n_ctx=128',
                 '--batch_size=8', '--max_iters=2', '--eval_interval=2', '--eval_windows=4', '--log_interval=2',
-                f'--out_dir={out}')
+                f'--out_dir={out}', '--overwrite=True')     # its own folder: one --fast's clock stopped is made again
         assert r.returncode == 0, r.stderr
         _DATA['tiny_ckpt'] = os.path.join(out, 'ckpt.pt')
     return _DATA['tiny_ckpt']

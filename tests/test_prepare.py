@@ -19,7 +19,7 @@ from unittest import mock
 import numpy as np
 import tiktoken.load
 
-from data import prepare
+from data import prepare, tokenizer
 from tests.common import HAVE_TEXT, NO_TEXT, ROOT as REPO, TEXT_DIR
 
 PREPARE = os.path.join(REPO, "data", "prepare.py")
@@ -47,7 +47,7 @@ def read_bytes(path):
 
 def naive_bpe(stories, vocab_size):
     """Slow reference trainer: recount every pair each merge, same tie rule and reuse rule."""
-    pat = prepare.regex.compile(prepare.GPT2_PAT)
+    pat = tokenizer.regex.compile(tokenizer.GPT2_PAT)
     counts = Counter(w for s in stories for w in pat.findall(s))
     words = [(list(w.encode("utf-8")), f) for w, f in counts.items()]
     vocab = [bytes([b]) for b in range(256)]
