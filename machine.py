@@ -7,7 +7,6 @@ FLOPs per token and the peak they are measured against (MFU); the training clock
 
 import ctypes
 import datetime
-import math
 import os
 import time
 from contextlib import nullcontext
