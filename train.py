@@ -582,6 +582,8 @@ def main(argv):
     finally:
         if run.log:
             run.log.close()
+        if lock:                       # out_dir free for the next run (a pool process trains several)
+            lock.close()
     if env.ddp:
         if code == 0:
             dist.barrier()             # rank 0 may still be evaluating and saving

@@ -29,6 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any, Callable, NamedTuple, Optional
 
+import cli
 from experiments.commands import CHILD, ROOT, run_command
 
 
@@ -84,25 +85,11 @@ def job(parent, name, spec, eta, version, prepare=None, check=None):
     return Job(os.path.join(parent, f'{name}-{spec_key([spec, version])}'), spec, eta, version, prepare, check)
 
 
-def _interrupt_once(signum, frame):
-    """SIGINT handler of an experiment's command: the first Ctrl-C raises KeyboardInterrupt, any
-    later one is ignored while the command stops (`timeout -s INT` signals the process and its group)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def command(main, prog):
-    """Run an experiment's main() as its command -> the exit status (main's return value, or its
-    SystemExit code). Ctrl-C at any moment is one line and exit 130: every cache file is written whole
-    (cache(), write_atomic, save_figure), so the same command resumes; a second Ctrl-C is ignored."""
-    signal.signal(signal.SIGINT, _interrupt_once)
-    try:
-        return main()
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print(f'{prog}: interrupted (Ctrl-C); what finished is cached: run the same command again to go on',
-              file=sys.stderr, flush=True)
-        return 130
+    """Run an experiment's main() as its command -> the exit status, through cli.run_command: Ctrl-C
+    at any moment is one line and exit 130, a second one ignored while the pool stops. Every cache file
+    is written whole (cache(), write_atomic, save_figure), so the same command resumes."""
+    return cli.run_command(prog, main, kept='what finished is cached: run the same command again to go on')
 
 
 # ----------------------------------------------------------------------------- work done in pool processes
@@ -233,11 +220,21 @@ def _stop_worker(signum, frame):
     os._exit(128 + signum)
 
 
+def _watch_parent(parent):
+    """A pool process's daemon thread: when the main process `parent` (a pid) is gone (kill -9, a
+    SIGTERM it had no handler for), end this process and its command, rather than train on unseen."""
+    while os.getppid() == parent:
+        time.sleep(1)
+    _stop_worker(signal.SIGTERM, None)
+
+
 def _pool_init(threads):
     """A pool process starts: `threads` torch threads; Ctrl-C is the main process's to handle
-    (no traceback from every worker); SIGTERM ends it and its command (_stop_worker)."""
+    (no traceback from every worker); SIGTERM ends it and its command (_stop_worker), and so does
+    the main process's end (_watch_parent)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_worker)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     import torch
     torch.set_num_threads(threads)
 

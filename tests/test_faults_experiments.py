@@ -20,8 +20,11 @@ import io
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from unittest import mock
 
@@ -32,7 +35,7 @@ from experiments import claims, icl, icl_ladder, icl_report, mqar
 from experiments.commands import run_command
 from experiments.runner import Runner, job, save_figure, spec_key
 from tests.common import run_in_process
-from tests.faults import LINUX, interrupt_pool
+from tests.faults import LINUX, interrupt_pool, kill_session, popen, session_alive
 
 
 def echo_job(spec, run_dir):
@@ -432,6 +435,30 @@ class TestCtrlC(unittest.TestCase):
         r = run_in_process(*args, env={**os.environ, 'OMP_NUM_THREADS': '1'})       # the same command resumes
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertIn('| flat | 0.', r.stdout)
+
+    def test_a_killed_main_process_leaves_no_pool_process_training(self):
+        """kill -9 of the main process: its pool process, busy with a job, ends within seconds
+        (runner._watch_parent) rather than training on with no one to read its result."""
+        out = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        p = popen(['-m', 'experiments.mqar', '--quick', '--kinds', 'transformer', '--deep_layers', '0',
+                   '--epochs', '1000', '--n_train', '512', '--n_test', '64', '--out', out],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            t0 = time.time()
+            while len(session_alive(p.pid)) < 2 and p.poll() is None and time.time() - t0 < 120:
+                time.sleep(0.1)
+            time.sleep(3)                                   # the worker is into its job
+            workers = [q for q in session_alive(p.pid) if q != p.pid]
+            self.assertTrue(workers, 'staging: no pool process started')
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+            t1 = time.time()
+            while session_alive(p.pid) and time.time() - t1 < 20:
+                time.sleep(0.2)
+            self.assertEqual(session_alive(p.pid), [], 'a pool process outlived its main process')
+        finally:
+            kill_session(p)
 
 
 if __name__ == '__main__':
