@@ -41,7 +41,7 @@ def _interrupt_once(signum, frame):
     raise KeyboardInterrupt
 
 
-def run_command(prog, work, *args, kept=None):
+def run_command(prog, work, *args, kept=None, exits=False):
     """The one way a command of the project runs its work: work(*args) -> its exit status (work's
     return value, None read as 0; a SystemExit it raises, e.g. fail()'s 2, goes through as it is).
     stdout is flushed before returning, so a reader that went away is seen here.
@@ -51,7 +51,10 @@ def run_command(prog, work, *args, kept=None):
     status 130; a second Ctrl-C while it stops is ignored. The work's own `finally` blocks run first,
     so it leaves no half-written file. A closed stdout (BrokenPipeError: `| head` stopped reading):
     stdout is pointed at os.devnull (no second error when Python exits) and the status is 1, quietly.
-    The caller exits with the status (or returns it, where its callers want a number: data/prepare.py):
+    The caller exits with the status (or returns it, where its callers want a number: data/prepare.py);
+    Python's SIGINT handler is the caller's again afterwards, unless `exits` (the caller exits at once,
+    e.g. an experiment whose pool's finalizers run at exit) and the work was stopped by Ctrl-C: then
+    SIGINT stays ignored, so a second Ctrl-C during those finalizers is no traceback:
 
         def main(argv=None):
             sys.exit(run_command('sample.py', sample, argv))
@@ -73,7 +76,7 @@ def run_command(prog, work, *args, kept=None):
         os.close(null)
         return 1
     finally:
-        if own:
+        if own and not (exits and signal.getsignal(signal.SIGINT) == signal.SIG_IGN):    # SIG_IGN: stopping
             signal.signal(signal.SIGINT, handler)
 
 

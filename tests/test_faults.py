@@ -240,13 +240,14 @@ class TestRunCommand(unittest.TestCase):
     """cli.run_command, the one handler every command's main goes through (sample.py, retrieval.py,
     experiments.look, data/prepare.py, experiments.represent)."""
 
-    def run_work(self, work, kept=None):
-        """run_command('prog.py', work, kept=kept), stdout and stderr captured -> (status, stdout, stderr)."""
+    def run_work(self, work, kept=None, exits=False):
+        """run_command('prog.py', work, kept=kept, exits=exits), stdout and stderr captured -> (status,
+        stdout, stderr)."""
         from tests.common import captured_output
         from cli import run_command
         try:
             with captured_output() as got:
-                code = run_command('prog.py', work, kept=kept)
+                code = run_command('prog.py', work, kept=kept, exits=exits)
         except KeyboardInterrupt:
             self.fail('KeyboardInterrupt escaped run_command')     # (the test runner would stop on it)
         return code, got.stdout, got.stderr
@@ -290,6 +291,26 @@ class TestRunCommand(unittest.TestCase):
             signal.signal(signal.SIGINT, before)
         self.assertEqual((code, err, cleaned), (130, 'prog.py: interrupted (Ctrl-C)\n', [True]))
         self.assertIs(after, signal.default_int_handler)
+
+    def test_a_command_that_exits_keeps_sigint_ignored_after_a_ctrl_c(self):
+        """exits=True (an experiment's command, runner.command): after a real Ctrl-C SIGINT stays ignored,
+        so a second one while its pool's finalizers run at exit is no traceback (it was, one run in a few
+        of test_faults_experiments' two-SIGINT test); after work that ended well the handler is restored."""
+        def stopped():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)                                   # never reached: the signal stops the work
+        before = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            code = self.run_work(stopped, exits=True)[0]
+            after_stop = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.run_work(lambda: None, exits=True)
+            after_ok = signal.getsignal(signal.SIGINT)
+        finally:
+            signal.signal(signal.SIGINT, before)
+        self.assertEqual(code, 130)
+        self.assertEqual(after_stop, signal.SIG_IGN)
+        self.assertIs(after_ok, signal.default_int_handler)
 
     def test_a_closed_stdout_is_a_quiet_exit_1(self):
         def work():
