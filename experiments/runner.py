@@ -88,8 +88,8 @@ def job(parent, name, spec, eta, version, prepare=None, check=None):
 def command(main, prog):
     """Run an experiment's main() as its command -> the exit status, through cli.run_command: Ctrl-C
     at any moment is one line and exit 130, a second one ignored while the pool stops and the process
-    ends (exits=True: the pool's finalizers run at exit). Every cache file
-    is written whole (cache(), write_atomic, save_figure), so the same command resumes."""
+    ends (exits=True: the pool's finalizers run at exit). Every cache file is written whole (cache(),
+    write_atomic, save_figure), so the same command resumes."""
     return cli.run_command(prog, main, kept='what finished is cached: run the same command again to go on',
                            exits=True)
 
