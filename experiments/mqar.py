@@ -34,9 +34,9 @@ rises from 0, one step at a time, then follows that cosine. The window protocol 
 default (issue 58's check: with a 10% warm-up the transformer recalled at 1e-3, where it sat at
 1/kv without), every other protocol 0 (Zoology's trainer has none). A cell's number is the best test accuracy over its
 learning rates (Zoology's figure: "the maximum performance for each model over four learning
-rates"), with that rate. The reading of the results is docs/mqar.md's; experiments/mqar_report.py
-writes OUT/mqar.md (tables, command, wall time), OUT/mqar.png (accuracy against d_model, a panel
-per T, a line per kind) and OUT/results.json (every run).
+rates"), with that rate. The reading of the results is docs/mqar.md's (the window's: docs/mqar_window.md);
+experiments/mqar_report.py writes OUT/mqar.md (tables, command, wall time), OUT/mqar.png (accuracy against
+d_model, a panel per T, a line per kind) and OUT/results.json (every run).
 """
 
 import argparse
@@ -79,8 +79,9 @@ PROTOCOLS = {
     'cpu': dict(vocab_size=64, cells=((64, 4), (128, 8)), batch={64: 32, 128: 32}, d_models=(64, 128),
                 n_train=16_000, n_test=1_000, epochs=3, lrs=(3e-4, 1e-3), patience=None, warmup=0.0,
                 deep_layers=4, device='cpu', workers=2, threads=1),
-    # The learning-rate window (docs/mqar.md): the easiest cell at d_model 128, 8 rates log-spaced by 10^(1/3) from
-    # 1e-4 to 2.2e-2 (Zoology's four among them), up to 16 epochs, the plateau rule after 8 epochs without a rise.
+    # The learning-rate window (docs/mqar_window.md): the easiest cell at d_model 128, 8 rates log-spaced by
+    # 10^(1/3) from 1e-4 to 2.2e-2 (Zoology's four among them), up to 16 epochs, the plateau rule after 8 epochs
+    # without a rise.
     # Vocabulary 256 > T for T = 64 and the T = 128 cell (Zoology's generator asserts vocab_size > input_seq_len).
     # A 10% linear warm-up (issue 58: without one the transformer sat at 1/kv from 1e-3 up; warm-up is standard
     # for transformers since Vaswani et al. 2017); --warmup 0 is the window's first table, trained without.
@@ -101,7 +102,7 @@ def model_config(kind, T, vocab_size, d_model, n_layer, attention_heads=1, field
     """mixer.ModelConfig of variant `kind` at n_ctx = T: the variant's own fields, except that the
     attention kinds (transformer, gpt, hybrids, linear attention) get `attention_heads` heads (Zoology's
     attention has 1; 0 keeps the variant's), then `fields` (a dict of ModelConfig fields: another form
-    of the kind, e.g. Badger & Roland 2026's Toeplitz mixer; docs/mqar.md). Raises ValueError for a shape
+    of the kind, e.g. Badger & Roland 2026's Toeplitz mixer; docs/mqar_window.md). Raises ValueError for a shape
     or field the kind refuses."""
     own = dict(mixer.VARIANTS[kind])
     if attention_heads and own.get('kind', 'mixer') != 'mixer':

@@ -106,7 +106,7 @@ ABOVE = 0.05         # "above 1/kv": by more than this (a model that recalls som
 
 
 def window_table(grid, rows, s):
-    """The learning-rate window (docs/mqar.md), one table per (T, kv, d_model): a row per model, a column per
+    """The learning-rate window (docs/mqar_window.md), one table per (T, kv, d_model): a row per model, a column per
     rate with 'accuracy (epochs)' (failed, diverged and stopped-by-plateau runs said so), then the rates at
     which it solved the cell (above SOLVED) and those at which it recalled at all (above 1/kv + ABOVE), or
     'at 1/kv over the whole window' -> markdown."""

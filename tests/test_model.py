@@ -84,7 +84,7 @@ class TestCausality(unittest.TestCase):
         self.assertGreater(mixing.W[0][upper].abs().sum().item(), 0)   # the mask does the work
 
 
-# Badger & Roland 2026's Toeplitz mixer as settings of the toeplitz kind (docs/mqar.md)
+# Badger & Roland 2026's Toeplitz mixer as settings of the toeplitz kind (docs/mqar_window.md)
 AUTHOR_FORM = dict(n_head=1, mixing_init='normal', block_order='ff_mix', final_norm=False, init='kaiming',
                    activation='silu', tie_embeddings=False)
 

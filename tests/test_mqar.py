@@ -194,7 +194,7 @@ class TestAccuracy(OneThread):
 
 
 class TestWindow(unittest.TestCase):
-    """The learning-rate window protocol (docs/mqar.md; issue 45): its plan and its plateau rule."""
+    """The learning-rate window protocol (docs/mqar_window.md; issue 45): its plan and its plateau rule."""
 
     def test_the_window_plans_every_kind_at_every_rate(self):
         """--protocol window plans one job a kind and rate: at least 7 rates, log-spaced from 1e-4 to past
