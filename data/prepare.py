@@ -17,8 +17,11 @@ All outputs are written to temporary names (.NAME.tmpPID) and renamed only at th
 failed run never leaves a half-written file behind. One run at a time writes to an --out folder
 (a lock on the folder; a second run exits 2); a run removes the temporary files a killed run
 left behind (of pids no longer alive), with a note. Ctrl-C exits 130 with --out as it was.
+An --out that already holds prepared data is kept: a run with the same settings on the same
+(unchanged) text says so and does nothing; any other run exits 2 unless --overwrite is given.
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -251,6 +254,8 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
 
 # ----------------------------------------------------------------------------- the output folder
 
+OUTPUTS = ("tokenizer.tiktoken", "train.bin", "val.bin", "meta.json")
+VERSION = "prepare 1"       # the output format and the BPE trainer: a change here makes every --out "other"
 TEMP_NAME = re.compile(r"^\.(.+)\.tmp(\d+)$")     # main's temporary files: .NAME.tmpPID
 
 
@@ -298,6 +303,44 @@ def remove_stale_temps(out):
               f"{', '.join(stale)}", file=sys.stderr)
 
 
+def prepare_settings(args, paths):
+    """What --out's outputs depend on (a JSON dict, kept in meta.json as "settings"): the training and
+    validation text (size in bytes and sha256 of the contents, wherever the files lie: about 3 s a GB on a CPU core),
+    the vocabulary, the BPE's sample, the --tokenizer file's sha256 and --skip_bad_utf8, and VERSION.
+    --chunk_bytes is not among them (the outputs do not depend on it). Raises OSError if a text file
+    can't be read."""
+    def file_id(path):
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        return {"bytes": os.path.getsize(path), "sha256": digest.hexdigest()}
+    return {"version": VERSION, "train": file_id(paths[0]), "valid": file_id(paths[1]),
+            "vocab_size": args.vocab_size or (None if args.tokenizer else 4096),
+            "bpe_max_bytes": None if args.tokenizer else args.bpe_max_bytes,
+            "tokenizer_sha256": tokenizer_sha256(args.tokenizer) if args.tokenizer else None,
+            "skip_bad_utf8": args.skip_bad_utf8}
+
+
+def held_outputs(out, settings):
+    """What the folder `out` holds already: None (none of OUTPUTS), "same" (all four, whole, made with
+    `settings`: meta.json's "settings" equal, its token counts the .bin files' sizes, its sha256 the
+    tokenizer's) or "other" (any output otherwise, a damaged or foreign one included)."""
+    present = [name for name in OUTPUTS if os.path.exists(os.path.join(out, name))]
+    if not present:
+        return None
+    try:
+        with open(os.path.join(out, "meta.json")) as f:
+            meta = json.load(f)
+        whole = (len(present) == len(OUTPUTS) and meta.get("settings") == settings
+                 and meta["tokenizer_sha256"] == tokenizer_sha256(os.path.join(out, "tokenizer.tiktoken"))
+                 and all(os.path.getsize(os.path.join(out, f"{s}.bin")) == 2 * meta[s]["tokens"]
+                         for s in ("train", "val")))
+    except (OSError, ValueError, KeyError, TypeError):
+        whole = False
+    return "same" if whole else "other"
+
+
 def parse_args(argv=None):
     """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv);
     argparse exits 2 on an unknown option or type. Raises ValueError for --vocab_size outside
@@ -319,6 +362,9 @@ def parse_args(argv=None):
                    help="read and encode the text in chunks of about this many bytes")
     p.add_argument("--skip_bad_utf8", action="store_true",
                    help="skip a story that is not valid UTF-8 (counted in meta.json) instead of stopping")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the prepared data --out already holds (without it such a run exits 2, "
+                        "unless it has the same settings and text: then it does nothing)")
     args = p.parse_args(argv)
     if args.vocab_size is not None and not 257 <= args.vocab_size <= 65536:
         raise ValueError(f"--vocab_size must be in [257, 65536], got {args.vocab_size}")
@@ -406,7 +452,8 @@ def main(argv=None):
 
 
 def run(argv):
-    """main's work on argv (list of str): check, lock --out, train or copy the tokenizer, encode the
+    """main's work on argv (list of str): check, lock --out, keep what it holds (held_outputs: 0 if it is
+    this run's data, an error if other data, unless --overwrite), train or copy the tokenizer, encode the
     splits into temporary files and rename them into place at the end -> 0, or 2 after a one-line
     error. Its temporary files are removed however it stops (KeyboardInterrupt included)."""
     t0 = time.time()
@@ -419,6 +466,15 @@ def run(argv):
         paths = text_paths(args)
         streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
                    "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
+        settings = prepare_settings(args, paths)
+        held = None if args.overwrite else held_outputs(args.out, settings)
+        if held == "same":
+            print(f"{args.out} already holds this data, prepared from the same text with the same settings: "
+                  "nothing to do (--overwrite prepares it again)")
+            return 0
+        if held == "other":
+            raise ValueError(f"{args.out} already holds prepared data of other settings or text; pass "
+                             "--overwrite to replace it, or choose another --out")
 
         def tmp(name):  # temp file in the out dir, renamed to name at the end
             tmps.append((os.path.join(args.out, f".{name}.tmp{os.getpid()}"), name))
@@ -433,6 +489,7 @@ def run(argv):
                 "tokenizer": "tokenizer.tiktoken", "tokenizer_sha256": tokenizer_sha256(tok_tmp)}
         meta.update(encode_splits(enc, streams, tmp))
         meta = {k: meta[k] for k in ("vocab_size", "eot_id", "tokenizer", "tokenizer_sha256", "train", "val")}
+        meta["settings"] = settings
         with open(tmp("meta.json"), "w") as f:
             json.dump(meta, f, indent=2)
         for t, name in tmps:

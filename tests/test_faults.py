@@ -134,6 +134,8 @@ def table(f):
         ('prepare: an --out that cannot be written', [*prep, '--out', f.bad], 2, ['prepare.py: error:'], [], None),
         ('prepare: --vocab_size out of range', [*prep[:-1], '10', '--out', os.path.join(fresh, 'p1')], 2,
          ['--vocab_size'], [], None),
+        ('prepare: an --out that holds prepared data of other settings', [*prep[:-1], '400', '--out', f.other], 2,
+         ['already holds prepared data', '--overwrite'], [f.other], None),
         ('prepare: a missing --train file', ['data/prepare.py', '--train', f'{f.tmp}/nowhere.txt', '--valid',
                                              prep[4], '--out', os.path.join(fresh, 'p2')], 2, ['not found'], [], None),
         # python -m experiments.claims
@@ -391,7 +393,8 @@ class TestInterrupt(Base):
             fh.write('{"vocab_size": ')
         line = self.interrupt(['data/prepare.py', '--train', os.path.join(text, 'train.txt'), '--valid',
                                os.path.join(text, 'valid.txt'), '--tokenizer',
-                               os.path.join(self.f.other, 'tokenizer.tiktoken'), '--out', out], 'json.dump', half=half)
+                               os.path.join(self.f.other, 'tokenizer.tiktoken'), '--out', out, '--overwrite'],
+                              'json.dump', half=half)
         self.assertEqual(line, 'prepare.py: interrupted (Ctrl-C); --out is as it was: run the same command again')
         self.assertEqual(hashes(out), before)
         self.assertEqual(leftovers(out), [])

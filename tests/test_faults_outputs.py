@@ -203,7 +203,8 @@ class TestCachesAndOutputs(Base):
                 contextlib.redirect_stdout(io.StringIO()):
             try:
                 code = prepare.main(['--train', os.path.join(text, 'train.txt'), '--valid',
-                                     os.path.join(text, 'valid.txt'), '--vocab_size', '300', '--out', out])
+                                     os.path.join(text, 'valid.txt'), '--vocab_size', '300', '--out', out,
+                                     '--overwrite'])
             except KeyboardInterrupt:
                 code = 'KeyboardInterrupt escaped prepare.main'
         self.assertEqual(code, 130)

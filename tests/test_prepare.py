@@ -356,11 +356,55 @@ class TestPrepareCLI(unittest.TestCase):
         with mock.patch.object(prepare, "encode_stream", failing_encode), \
                 contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             rc = prepare.main(["--train", train, "--valid", valid, "--out", self.out,
-                               "--vocab_size", str(self.V + 10)])
+                               "--vocab_size", str(self.V + 10), "--overwrite"])
         self.assertEqual(rc, 2)
         self.assertIn("disk full", err.getvalue())
         after = {n: read_bytes(os.path.join(self.out, n)) for n in os.listdir(self.out)}
         self.assertEqual(after, before)
+
+    def test_prepared_data_is_kept_unless_overwrite(self):
+        """A second run on an --out that holds prepared data: with the same settings and text it does
+        nothing (exit 0, files untouched); with another vocabulary, or after the training text changed,
+        it exits 2 with one line naming --overwrite and leaves the files as they were; with --overwrite
+        it replaces them."""
+        train, valid = self.small_real()
+
+        def prepare_(*args):
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = prepare.main(["--train", train, "--valid", valid, "--out", self.out, *args])
+            return rc, out.getvalue(), err.getvalue()
+
+        self.assertEqual(prepare_("--vocab_size", str(self.V))[0], 0)
+        with open(os.path.join(self.out, "meta.json")) as f:
+            stories = json.load(f)["train"]["stories"]
+        files = {n: (read_bytes(os.path.join(self.out, n)), os.stat(os.path.join(self.out, n)).st_mtime_ns)
+                 for n in os.listdir(self.out)}
+        rc, out, err = prepare_("--vocab_size", str(self.V))
+        self.assertEqual((rc, err), (0, ""))
+        self.assertIn("nothing to do", out)
+        self.assertNotIn("training the BPE", out)
+        refused = ["--vocab_size", str(self.V + 10)]
+        for what in ("another vocabulary", "changed training text"):
+            if what == "changed training text":
+                refused = ["--vocab_size", str(self.V)]
+                with open(train, "a", encoding="utf-8") as f:
+                    f.write("One more story.\n" + EOT + "\n")
+            with self.subTest(what):
+                rc, out, err = prepare_(*refused)
+                self.assertEqual(rc, 2, out + err)
+                self.assertEqual(err.strip().splitlines(),
+                                 [f"prepare.py: error: {self.out} already holds prepared data of other settings or "
+                                  "text; pass --overwrite to replace it, or choose another --out"])
+                self.assertEqual({n: (read_bytes(os.path.join(self.out, n)),
+                                      os.stat(os.path.join(self.out, n)).st_mtime_ns)
+                                  for n in os.listdir(self.out)}, files)
+        self.assertEqual(prepare_(*refused, "--overwrite")[0], 0)
+        with open(os.path.join(self.out, "meta.json")) as f:
+            meta = json.load(f)
+        self.assertEqual(meta["train"]["stories"], stories + 1)
+        self.assertEqual(meta["settings"]["train"]["bytes"], os.path.getsize(train))
+        self.assertEqual(prepare_("--vocab_size", str(self.V))[1].count("nothing to do"), 1)
 
 
 if __name__ == "__main__":
