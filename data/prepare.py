@@ -8,7 +8,7 @@ training text, encode both splits and write them as uint16 token streams.
 Outputs in --out (default data/tinystories next to this file):
     tokenizer.tiktoken  tiktoken rank file: "base64(token bytes) rank" per line
     train.bin, val.bin  uint16 token ids, each story followed by <|endoftext|>
-    meta.json           vocab_size, eot_id, tokenizer sha256, per-split counts
+    meta.json           vocab_size, eot_id, tokenizer sha256, per-split counts, the settings
 
 Tokenizer: ranks 0..255 are the single bytes, merges get ranks 256.., and
 <|endoftext|> is the special token vocab_size-1 (vocab_size-257 merges).
