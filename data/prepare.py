@@ -305,10 +305,10 @@ def remove_stale_temps(out):
 
 def prepare_settings(args, paths):
     """What --out's outputs depend on (a JSON dict, kept in meta.json as "settings"): the training and
-    validation text (size in bytes and sha256 of the contents, wherever the files lie: about 3 s a GB on a CPU core),
-    the vocabulary, the BPE's sample, the --tokenizer file's sha256 and --skip_bad_utf8, and VERSION.
-    --chunk_bytes is not among them (the outputs do not depend on it). Raises OSError if a text file
-    can't be read."""
+    validation text (size in bytes and sha256 of the contents, wherever the files lie: about 3 s a GB
+    on a CPU core), the vocabulary, the BPE's sample, the --tokenizer file's sha256, --skip_bad_utf8
+    and VERSION. --chunk_bytes is not among them (the outputs do not depend on it). Raises OSError if
+    a text file can't be read."""
     def file_id(path):
         digest = hashlib.sha256()
         with open(path, "rb") as f:
