@@ -378,11 +378,14 @@ class TestPrepareCLI(unittest.TestCase):
         self.assertEqual(prepare_("--vocab_size", str(self.V))[0], 0)
         with open(os.path.join(self.out, "meta.json")) as f:
             stories = json.load(f)["train"]["stories"]
-        files = {n: (read_bytes(os.path.join(self.out, n)), os.stat(os.path.join(self.out, n)).st_mtime_ns)
-                 for n in os.listdir(self.out)}
+        def files():   # every file of --out: its bytes and its modification time
+            return {n: (read_bytes(os.path.join(self.out, n)), os.stat(os.path.join(self.out, n)).st_mtime_ns)
+                    for n in os.listdir(self.out)}
+        before = files()
         rc, out, err = prepare_("--vocab_size", str(self.V))
         self.assertEqual((rc, err), (0, ""))
         self.assertIn("nothing to do", out)
+        self.assertEqual(files(), before)
         self.assertNotIn("training the BPE", out)
         refused = ["--vocab_size", str(self.V + 10)]
         for what in ("another vocabulary", "changed training text"):
@@ -396,9 +399,7 @@ class TestPrepareCLI(unittest.TestCase):
                 self.assertEqual(err.strip().splitlines(),
                                  [f"prepare.py: error: {self.out} already holds prepared data of other settings or "
                                   "text; pass --overwrite to replace it, or choose another --out"])
-                self.assertEqual({n: (read_bytes(os.path.join(self.out, n)),
-                                      os.stat(os.path.join(self.out, n)).st_mtime_ns)
-                                  for n in os.listdir(self.out)}, files)
+                self.assertEqual(files(), before)
         self.assertEqual(prepare_(*refused, "--overwrite")[0], 0)
         with open(os.path.join(self.out, "meta.json")) as f:
             meta = json.load(f)
