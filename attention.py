@@ -1,16 +1,18 @@
 """The transformer baselines' pieces: causal softmax attention with RoPE (llama-style) or without
 (GPT-2-style), causal linear attention, the transformer-mixer hybrid's branch and the llama feed-forward;
-and what the masked mixers share with them: the decoding cache's write (the dense and Toeplitz mixers
-cache their inputs z_j, their KV cache), the recurrent state kept in place, the positions of a step, and
-the chunks of a sequence (the recurrent mixing runs in linear attention's chunks).
+and what every sequence mixing shares: the causal rule (causal_mask), where a decoding step writes and
+reads (span, write), its buffers (new_state), and the chunks of a sequence.
 
-Each module has mixer.py's three faces: forward(x float [B, T, d]) -> float [B, T, d], the parallel pass;
-step(x, state, pos), t new tokens at positions pos.. on buffers it allocates at n_ctx in `state`; flops(T).
-mixer.Block puts them in the residual stream. weights() gives the T x T mixing each one applies to its
-values (experiments/look.py draws them):
+Each mixing has mixer.py's faces: forward(x float [B, T, d]) -> float [B, T, d], the parallel pass;
+init_state(batch_size), the buffers its step reads and writes (their shapes in its docstring);
+step(x, state, pos), t new tokens at positions pos.. on them; flops(T). mixer.Block puts them in the
+residual stream. weights() gives the T x T mixing each one applies to its values (experiments/look.py
+draws them):
 
     y = attn(x)                              # x float [B, T, d]
     A = attn.weights(x)                      # float [B, H, T, T], rows sum to 1, zero above the diagonal
+    state = attn.init_state(2)               # {'k', 'v': [2, H, n_ctx, e]}
+    y = attn.step(x[:, :5], state, 0)        # the first 5 positions, then attn.step(x[:, 5:6], state, 5)
 """
 
 import math
@@ -21,30 +23,36 @@ import torch.nn.functional as F
 from einops import rearrange
 
 
-def positions(pos, t):
-    """The positions pos..pos+t-1 of t new tokens: pos a 0-dim long tensor -> long [t] on its device."""
-    return pos + torch.arange(t, device=pos.device)
+def span(pos, t, n_ctx):
+    """Where a decoding step of t new tokens at positions pos..pos+t-1 writes and what it reads -> (rows,
+    end): it writes rows `rows` of its buffers and reads their positions 0..end-1. pos an int (an eager
+    step): rows = slice(pos, pos + t), end = pos + t, so a step reads, and costs, what it has seen. pos a
+    0-dim long tensor (sample.Decoder compiled): rows = pos + arange(t) (long [t]), end = n_ctx, the
+    positions past the new tokens masked: the same shapes at every position, one graph for them all."""
+    if isinstance(pos, int):
+        return slice(pos, pos + t), pos + t
+    return pos + torch.arange(t, device=pos.device), n_ctx
 
 
-def write_cache(state, key, x, at, size):
-    """A decoding step's cache write: x [B, H, t, e] at time indices `at` (long [t]) of the layer state's
-    buffer `key`, allocated on first use as zeros [B, H, size, e] of x's dtype and device and written in
-    place ever after (fixed addresses: what a CUDA graph replays) -> the whole buffer. Attention's K and V
-    go through it, and the masked mixings' inputs z (mixer.HeadMixing.mix_step); a later position is
-    masked by the reader."""
-    if key not in state:
-        state[key] = x.new_zeros(*x.shape[:2], size, x.shape[3])
-    return state[key].index_copy_(2, at, x)
+def write(buf, rows, x):
+    """A decoding step's write of x [B, H, t, e] into the rows `rows` (span's) of its buffer buf
+    [B, H, n, e], in its dtype and in place (the buffer keeps its address: what a CUDA graph replays) -> buf."""
+    buf[:, :, rows] = x.to(buf.dtype)
+    return buf
 
 
-def keep_state(state, key, x):
-    """A decoding step's constant-size state x (a recurrent mixing's h, linear attention's S and s) kept
-    in the layer state's buffer `key`: the first becomes the buffer, later ones are copied into it in
-    place (its fixed address is what a CUDA graph replays)."""
-    if key in state:
-        state[key].copy_(x)
-    else:
-        state[key] = x.contiguous()
+def new_state(module, *shape, device=None, dtype=None):
+    """A decoding buffer: zeros of `shape` on `device` in `dtype`, by default those of module's parameters
+    (the meta device gives shapes without memory)."""
+    p = next(module.parameters())
+    return torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype)
+
+
+def causal_mask(T, rows=slice(None), device=None):
+    """The causal rule, j <= i, as a mask: which of the positions j = 0..T-1 the positions i in `rows` (a
+    slice or long [t]; default all T) may read -> bool [R, T]."""
+    pos = torch.arange(T, device=device)
+    return pos <= pos[rows][:, None]
 
 
 def chunk_starts(T, chunk_size):
@@ -69,8 +77,8 @@ def apply_rope(x, cos, sin):
 
 class Attention(nn.Module):
     """Causal self-attention, llama-style with RoPE (Su et al. 2021) or GPT-2-style without (rope=False:
-    learned positions): x float [B, T, d] -> float [B, T, d]. Decoding keeps K and V [B, H, n_ctx, e] (the
-    KV cache). naive=True materialises the [B, H, T, T] scores (O(T^2) memory)."""
+    learned positions): x float [B, T, d] -> float [B, T, d]. naive=True materialises the [B, H, T, T]
+    weights (O(T^2) memory); the default is scaled_dot_product_attention's fused kernels."""
     def __init__(self, n_ctx, d_model, n_head, rope=True, naive=False):
         super().__init__()
         self.n_ctx, self.n_head, self.rope, self.naive = n_ctx, n_head, rope, naive
@@ -80,13 +88,12 @@ class Attention(nn.Module):
         self.register_buffer('cos', cos, persistent=False)
         self.register_buffer('sin', sin, persistent=False)
 
-    def heads(self, x, at=None):
-        """q, k, v of x float [B, T, d] at positions `at` (long [T]; None: 0..T-1): each float [B, H, T, e],
+    def project(self, x, rows):
+        """q, k, v of x float [B, t, d] at the positions `rows` (a slice or long [t]): each float [B, H, t, e],
         RoPE on q and k."""
         q, k, v = rearrange(self.qkv(x), 'b t (three h e) -> three b h t e', three=3, h=self.n_head)
         if self.rope:
-            T = x.shape[1]
-            cos, sin = (self.cos[:T], self.sin[:T]) if at is None else (self.cos[at], self.sin[at])
+            cos, sin = self.cos[rows], self.sin[rows]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return q, k, v
 
@@ -101,26 +108,30 @@ class Attention(nn.Module):
     def weights(self, x):
         """The attention weights of x float [B, T, d] at positions 0..T-1: float [B, H, T, T], zero above
         the diagonal, rows summing to 1 (y_i = sum_j A[i, j] v_j before proj_out)."""
-        q, k, _ = self.heads(x)
-        return self.softmax(q, k, torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).tril())
+        q, k, _ = self.project(x, slice(0, x.shape[1]))
+        return self.softmax(q, k, causal_mask(x.shape[1], device=x.device))
 
     def forward(self, x):
         T = x.shape[1]
-        q, k, v = self.heads(x)
+        q, k, v = self.project(x, slice(0, T))
         if self.naive:                     # the [B, H, T, T] weights materialised
-            y = self.softmax(q, k, torch.ones(T, T, dtype=torch.bool, device=x.device).tril()) @ v
-        else:
+            y = self.softmax(q, k, causal_mask(T, device=x.device)) @ v
+        else:                              # causal_mask(T) as SDPA's flag, which lets it pick a fused kernel
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
+    def init_state(self, batch_size, device=None, dtype=None):
+        """{'k', 'v': float [B, H, n_ctx, e]}: the keys and values of the positions seen (the KV cache)."""
+        shape = (batch_size, self.n_head, self.n_ctx, self.cos.shape[1] * 2)
+        return {kv: new_state(self, *shape, device=device, dtype=dtype) for kv in ('k', 'v')}
+
     def step(self, x, state, pos):
-        """t new tokens: their K, V written at their positions of the [B, H, n_ctx, e] caches, each query
-        seeing the keys up to its own position (the naive and SDPA paths compute the same here)."""
-        at = positions(pos, x.shape[1])
-        q, k, v = self.heads(x, at)
-        k, v = write_cache(state, 'k', k, at, self.n_ctx), write_cache(state, 'v', v, at, self.n_ctx)
-        mask = torch.arange(self.n_ctx, device=x.device)[None, :] <= at[:, None]       # [t queries, n_ctx keys]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        """t new tokens: their K, V written at their positions of the caches, each query reading the keys
+        up to its own position (causal_mask)."""
+        rows, end = span(pos, x.shape[1], self.n_ctx)
+        q, k, v = self.project(x, rows)
+        k, v = write(state['k'], rows, k)[:, :, :end], write(state['v'], rows, v)[:, :, :end]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(end, rows, x.device))
         return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def flops(self, T):
@@ -131,7 +142,7 @@ class LinearAttention(nn.Module):
     """Causal linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"), x float [B, T, d] ->
     [B, T, d]: y_i = phi(q_i) S_i / (phi(q_i) . s_i), phi = elu + 1, S_i = sum_{j<=i} phi(k_j) v_j^T,
     s_i = sum_{j<=i} phi(k_j). Chunks of chunk_size (a masked C x C product inside, S and s carried
-    between): memory O(T d + C^2). Decoding keeps S [B, H, e, e] and s [B, H, e]; no limit at n_ctx."""
+    between): memory O(T d + C^2). No position enters it: no limit at n_ctx."""
     def __init__(self, d_model, n_head, chunk_size=256, eps=1e-6):
         super().__init__()
         self.n_head, self.chunk_size, self.eps = n_head, chunk_size, eps
@@ -155,11 +166,18 @@ class LinearAttention(nn.Module):
     def forward(self, x):
         return self.scan(x, None, None)[0]
 
+    def init_state(self, batch_size, device=None, dtype=None):
+        """{'S': float [B, H, e, e], the sum of phi(k_j) v_j^T over the positions seen; 's': [B, H, e], the sum
+        of phi(k_j)} (constant size)."""
+        e = self.qkv.in_features // self.n_head
+        return {'S': new_state(self, batch_size, self.n_head, e, e, device=device, dtype=dtype),
+                's': new_state(self, batch_size, self.n_head, e, device=device, dtype=dtype)}
+
     def step(self, x, state, pos):
-        """t new tokens after the state S [B, H, e, e], s [B, H, e] (none at first), kept in place after."""
-        y, S, s = self.scan(x, state.get('S'), state.get('s'))
-        keep_state(state, 'S', S)
-        keep_state(state, 's', s)
+        """t new tokens after the state S, s, updated in place."""
+        y, S, s = self.scan(x, state['S'], state['s'])
+        state['S'].copy_(S)
+        state['s'].copy_(s)
         return y
 
     def scan(self, x, S, s):
@@ -185,21 +203,26 @@ class LinearAttention(nn.Module):
 
 class HybridMixing(nn.Module):
     """Transformer-mixer hybrids (Badger 2024): attention and a masked token mixing (mixer.py's, given) in
-    one branch, x float [B, T, d] -> [B, T, d]. serial (the paper's best): Mix(Attn(z)); parallel:
-    Attn(z) + Mix(z). Its step is its two parts' steps, each on its own state ('attn', 'mix'); its FLOPs
-    theirs."""
+    one branch, x float [B, T, d] -> [B, T, d]. serial (the paper's best): Mix(Attn(z)), the mixing
+    started at M = I (its identity_start), so that a fresh hybrid is the transformer (a prefix-mean start
+    averages attention's selectivity away: docs/claims.md); parallel: Attn(z) + Mix(z). Its state and
+    step are its two parts' ('attn', 'mix'); its FLOPs theirs."""
     def __init__(self, attn, mix, parallel=False):
         super().__init__()
-        self.attn, self.mix, self.parallel = attn, mix, parallel
+        self.attn, self.mix, self.parallel = attn, mix if parallel else mix.identity_start(), parallel
 
     def forward(self, x):
         a = self.attn(x)
         return a + self.mix(x) if self.parallel else self.mix(a)
 
+    def init_state(self, batch_size, device=None, dtype=None):
+        """{'attn': the attention's state, 'mix': the mixing's} (their init_state)."""
+        return {'attn': self.attn.init_state(batch_size, device, dtype),
+                'mix': self.mix.init_state(batch_size, device, dtype)}
+
     def step(self, x, state, pos):
-        a = self.attn.step(x, state.setdefault('attn', {}), pos)
-        mix = lambda z: self.mix.step(z, state.setdefault('mix', {}), pos)      # noqa: E731
-        return a + mix(x) if self.parallel else mix(a)
+        a = self.attn.step(x, state['attn'], pos)
+        return a + self.mix.step(x, state['mix'], pos) if self.parallel else self.mix.step(a, state['mix'], pos)
 
     def flops(self, T):
         return self.attn.flops(T) + self.mix.flops(T)

@@ -18,8 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from attention import (Attention, HybridMixing, LinearAttention, SwiGLU, chunk_starts, keep_state, positions,
-                       write_cache)
+from attention import (Attention, HybridMixing, LinearAttention, SwiGLU, causal_mask, chunk_starts, new_state, span,
+                       write)
 
 KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
 MIXINGS = ('dense', 'toeplitz', 'recurrent')
@@ -107,16 +107,16 @@ def variant_config(name, **base):
 
 
 # ----------------------------------------------------------------------------- token mixings
-# A token mixing maps x float [B, T, d] to float [B, T, d] with three faces, side by side in its class:
-# forward(x), the parallel pass over positions 0..T-1; step(x, state, pos), t new tokens at positions pos..
-# (pos a 0-dim long tensor: one compiled graph for every position) on buffers it allocates at n_ctx in
-# `state`, a decoding step or a prompt's prefill, equal to forward (tested); flops(T), forward FLOPs a
-# token of its own products (machine.flops_per_token adds the nn.Linear layers').
+# A token mixing maps x float [B, T, d] to float [B, T, d], its faces side by side in its class: forward(x),
+# the parallel pass over positions 0..T-1; init_state(batch_size), the buffers its decoding step reads and
+# writes (each one's shape in its docstring), allocated once; step(x, state, pos), t new tokens at
+# positions pos.. on them (a prompt's prefill, or one token), equal to forward (tested); flops(T), the
+# forward FLOPs a token of its own products (machine.flops_per_token adds the Linear layers').
 
 def mix_tokens(M, z):
-    """M z per head: M float [H, T, S], z float [B, H, S, e] -> [B, H, T, e]. An einsum, not M @ z: matmul
-    broadcasts M to a [B, H, T, S] copy, saves it for backward and sums a [B, H, T, S] gradient of it."""
-    return torch.einsum('hts,bhse->bhte', M, z)
+    """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
+    broadcasts M to a [B, H, R, C] copy, saves it for backward and sums a [B, H, R, C] gradient of it."""
+    return torch.einsum('hrc,bhce->bhre', M, z)
 
 
 def prefix_mean(mask):
@@ -125,44 +125,53 @@ def prefix_mean(mask):
     return m / m.sum(-1, keepdim=True).clamp(min=1)
 
 
+def rows_of(A, rows, C):
+    """The rows `rows` of a position-indexed A [..., n, n'] over its first C columns -> [..., R, C]; rows a
+    slice (the parallel pass, an eager step) or long [t] (a compiled step: attention.span). A slice goes
+    through narrow: W[..., :T, :T] at T = n gives a one-head W a gradient of other strides, which DDP warns of."""
+    if isinstance(rows, slice):
+        return A.narrow(-2, rows.start, rows.stop - rows.start).narrow(-1, 0, C)
+    return A[..., rows, :C]
+
+
 class HeadMixing(nn.Module):
-    """Base of the masked token mixings, which mix each head's features over positions. n_head = 1: no
-    projections (the flat mixer reads the normalised residual stream itself); n_head > 1: Linear(d, d) ->
-    heads of e = d / n_head features -> a mixing a head -> concat -> Linear(d, d). A subclass gives its
-    matrix M, matrix(T, rows) float [H, R, T], and bias c [H, n_ctx, 1]; rows of the output are M z + c
-    (mix_rows): the parallel pass all T, a step the new rows against its cache of z at n_ctx (masked)."""
+    """What the masked token mixings share: their heads. n_head = 1 mixes x itself (the papers' flat mixer,
+    no projections); n_head > 1 projects x by Linear(d, d), mixes each head of e = d / n_head features by its
+    own matrix, concatenates and projects by Linear(d, d): split(x float [B, T, d]) -> z [B, H, T, e],
+    merge(y [B, H, T, e]) -> [B, T, d]. BIASES: the position-indexed biases (no weight decay: decays())."""
+    BIASES = ('c',)
+
     def __init__(self, n_ctx, d_model, n_head):
         super().__init__()
         self.n_ctx, self.d_model, self.n_head = n_ctx, d_model, n_head
         self.proj_in = nn.Linear(d_model, d_model) if n_head > 1 else None
         self.proj_out = nn.Linear(d_model, d_model) if n_head > 1 else None
 
-    def heads(self, x, mix):
-        """x float [B, T, d] -> proj_in -> heads [B, H, T, e] -> mix -> concat -> proj_out -> [B, T, d]."""
+    def split(self, x):
         z = self.proj_in(x) if self.proj_in is not None else x
-        y = rearrange(mix(rearrange(z, 'b t (h e) -> b h t e', h=self.n_head)), 'b h t e -> b t (h e)')
+        return rearrange(z, 'b t (h e) -> b h t e', h=self.n_head)
+
+    def merge(self, y):
+        y = rearrange(y, 'b h t e -> b t (h e)')
         return self.proj_out(y) if self.proj_out is not None else y
 
-    def forward(self, x):
-        return self.heads(x, self.mix)
+    def cache(self, batch_size, length, device=None, dtype=None):
+        """A decoding buffer of zeros, float [batch_size, H, length, e] (attention.new_state)."""
+        return new_state(self, batch_size, self.n_head, length, self.d_model // self.n_head, device=device, dtype=dtype)
 
-    def step(self, x, state, pos):
-        return self.heads(x, lambda z: self.mix_step(z, state, pos))
+    def decays(self):
+        """{parameter: whether weight decay applies} of the mixing's own parameters (its projections are the
+        model's Linear layers): matrices and kernels yes, biases (BIASES) and 1-D decay rates no (optim reads it)."""
+        return {p: p.dim() >= 2 and n not in self.BIASES for n, p in self.named_parameters(recurse=False)}
 
-    def mix(self, z):
-        """The parallel pass of the heads z float [B, H, T, e] -> [B, H, T, e]."""
-        return self.mix_rows(z)
+    def matrices(self, T):
+        """What experiments/look.py draws and tabulates of it over T positions: {name: float [H, R, C]}, row r
+        at position r // (R / T), column c at c // (C / T) (an expanded mixing's hidden rows)."""
+        return {'M': self.matrix(T)}
 
-    def mix_rows(self, z, rows=None):
-        """Outputs at positions `rows` (long [R]; None: every row, the parallel pass; never a slice, whose bounds
-        torch.compile would fix, recompiling each length) from inputs z [B, H, S, e] at positions 0..S-1."""
-        M = self.matrix(z.shape[2], rows)
-        return mix_tokens(M, z) + (self.c[:, :M.shape[-2]] if rows is None else self.c[:, rows])
-
-    def mix_step(self, z, state, pos):
-        """t new heads' inputs z [B, H, t, e] at pos.. -> their outputs, z written to the cache."""
-        rows = positions(pos, z.shape[2])
-        return self.mix_rows(write_cache(state, 'z', z, rows, self.n_ctx), rows)
+    def curves(self, T):
+        """What look.py draws of it against the lag k = 0..T-1: {name: float [H, T]} (none here)."""
+        return {}
 
 
 class MaskedMixing(HeadMixing):
@@ -173,18 +182,40 @@ class MaskedMixing(HeadMixing):
     T x T block, as a longer input would. Init: each row of M the mean of the past, times out_scale; c 0."""
     def __init__(self, n_ctx, d_model, n_head=1, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
-        self.register_buffer('mask', torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril(), persistent=False)
+        self.register_buffer('mask', causal_mask(n_ctx), persistent=False)                  # tril(1)
         self.W = nn.Parameter((prefix_mean(self.mask) * out_scale).repeat(n_head, 1, 1))
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T, rows=None):
-        """Rows `rows` (long [R]; default all T) of M over inputs at positions 0..T-1: float [H, R, T]."""
-        if rows is None:    # narrow: W[..., :T, :T] is W itself at T = n_ctx, its gradient then strided (DDP warns)
-            return self.W.narrow(-2, 0, T).narrow(-1, 0, T) * self.mask[:T, :T]
-        return self.W[..., rows, :T] * self.mask[rows, :T]
+        """The rows `rows` (rows_of's; default all T) of M = W * tril(1) over the inputs 0..T-1: float [H, R, T]
+        (KernelMixing: [H, k, R, T])."""
+        rows = slice(0, T) if rows is None else rows
+        return rows_of(self.W, rows, T) * rows_of(self.mask, rows, T)
+
+    def forward(self, x):
+        z = self.split(x)                                                           # [B, H, T, e]
+        T = z.shape[2]
+        return self.merge(self.product(self.matrix(T), z) + self.c[:, :T])         # M z + c
+
+    def init_state(self, batch_size, device=None, dtype=None):
+        """{'z': float [B, H, n_ctx, e]}: the inputs z_j of the positions seen (the mixer's KV cache)."""
+        return {'z': self.cache(batch_size, self.n_ctx, device, dtype)}
+
+    def step(self, x, state, pos):
+        rows, end = span(pos, x.shape[1], self.n_ctx)                  # writes `rows`, reads positions < end
+        z = write(state['z'], rows, self.split(x))[:, :, :end]
+        return self.merge(self.product(self.matrix(end, rows), z) + self.c[:, rows])   # the new rows of M z + c
+
+    product = staticmethod(mix_tokens)                                 # KernelMixing's reads its taps
 
     def flops(self, T):
         return 2 * T * self.d_model                       # the whole T x T product, zeros included
+
+    def identity_start(self):
+        """M = I, each token passed through (HybridMixing's serial start) -> self."""
+        with torch.no_grad():
+            self.W.copy_(torch.eye(self.n_ctx).expand_as(self.W))
+        return self
 
     def _load_from_state_dict(self, state, prefix, *args):   # an older checkpoint's W1 [H, k, x n_ctx, n_ctx]
         for old, new in (('W1', 'W'), ('c1', 'c')):          # and c1: renamed and reshaped, the same numbers
@@ -197,21 +228,24 @@ class KernelMixing(MaskedMixing):
     """The "fully convolutional" mixer (Badger 2024): k masked matrices M_u = W[:, u] * tril(1), tap u
     reading the features shifted by u - (k - 1) // 2 (a convolution over the feature axis whose channels
     are the tokens): y_i = sum_u sum_{j <= i} M_u[i, j] shift_u(z_j) + c_i. W float [H, k, n_ctx, n_ctx]
-    (so matrix() is [H, k, R, T]); each tap starts at the prefix mean / k."""
+    (so matrix() is [H, k, R, T]); each tap starts at the prefix mean / k. The rest is MaskedMixing's."""
     def __init__(self, n_ctx, d_model, n_head=1, kernel=3, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head, out_scale)
         self.kernel = kernel
         self.W = nn.Parameter((self.W.detach() / kernel)[:, None].repeat(1, kernel, 1, 1))
 
-    def mix_rows(self, z, rows=None):
-        left, S = (self.kernel - 1) // 2, z.shape[2]
+    def product(self, M, z):
+        """sum_u M_u shift_u(z): M float [H, k, R, C], z [B, H, C, e] -> [B, H, R, e]."""
+        left = (self.kernel - 1) // 2
         zp = F.pad(z, (left, self.kernel - 1 - left))                             # the feature axis padded
-        taps = torch.stack([zp[..., u:u + z.shape[-1]] for u in range(self.kernel)], dim=2)   # [B, H, k, S, e]
-        return torch.einsum('hkts,bhkse->bhte', self.matrix(S, rows), taps) + (self.c[:, :S] if rows is None
-                                                                               else self.c[:, rows])
+        taps = torch.stack([zp[..., u:u + z.shape[-1]] for u in range(self.kernel)], dim=2)   # [B, H, k, C, e]
+        return torch.einsum('hkrc,bhkce->bhre', M, taps)
 
     def flops(self, T):
         return 2 * T * self.d_model * self.kernel
+
+    def matrices(self, T):
+        return {f'tap {u}': M for u, M in enumerate(self.matrix(T).unbind(1))}
 
 
 class ExpandedMixing(MaskedMixing):
@@ -221,43 +255,52 @@ class ExpandedMixing(MaskedMixing):
     hidden rows of positions <= i: y_i = sum_r M2[i, r] g_r + c2_i, M2 = W2 * mask2. W float [H, x n_ctx,
     n_ctx], W2 [H, n_ctx, x n_ctx] (x the expansion). Init: M copies z_{r // x} to row r, M2 is the prefix
     mean over the hidden rows times out_scale: one averaging, as the flat mixer's (docs/claims.md)."""
+    BIASES = ('c', 'c2')
+
     def __init__(self, n_ctx, d_model, n_head=1, expansion=2, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
         self.expansion = expansion
         at = torch.arange(n_ctx * expansion) // expansion                    # the position of each hidden row
-        self.register_buffer('mask', torch.arange(n_ctx)[None, :] <= at[:, None], persistent=False)
+        self.register_buffer('mask', causal_mask(n_ctx)[at], persistent=False)        # row r reads j <= r // x
         self.W = nn.Parameter((at[:, None] == torch.arange(n_ctx)[None, :]).float().repeat(n_head, 1, 1))
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx * expansion, 1))
-        self.register_buffer('mask2', at[None, :] <= torch.arange(n_ctx)[:, None], persistent=False)
+        self.register_buffer('mask2', causal_mask(n_ctx)[:, at], persistent=False)    # y_i reads r // x <= i
         self.W2 = nn.Parameter(prefix_mean(self.mask2).repeat(n_head, 1, 1) * out_scale)
         self.c2 = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T, rows=None):
-        """Hidden rows `rows` (long [R]; default all x T of positions 0..T-1) of the first matrix M: [H, R, T]."""
-        if rows is None:                                   # narrow: as MaskedMixing.matrix
-            return self.W.narrow(-2, 0, self.expansion * T).narrow(-1, 0, T) * self.mask[:self.expansion * T, :T]
-        return super().matrix(T, rows)
+        """The hidden rows `rows` (default all x T of the positions 0..T-1) of the first matrix M: [H, R, T]."""
+        return super().matrix(T, slice(0, self.expansion * T) if rows is None else rows)
 
     def matrix2(self, T, rows=None):
-        """Rows `rows` (long [R]; default all T) of the second matrix M2 over the hidden rows of 0..T-1:
-        float [H, R, x T]."""
-        if rows is None:
-            return self.W2.narrow(-2, 0, T).narrow(-1, 0, self.expansion * T) * self.mask2[:T, :self.expansion * T]
-        return self.W2[:, rows, :self.expansion * T] * self.mask2[rows, :self.expansion * T]
+        """The rows `rows` (default all T) of M2 over the hidden rows of the positions 0..T-1: [H, R, x T]."""
+        rows, C = slice(0, T) if rows is None else rows, self.expansion * T
+        return rows_of(self.W2, rows, C) * rows_of(self.mask2, rows, C)
 
-    def mix(self, z):
-        g = F.gelu(self.mix_rows(z))                                             # [B, H, x T, e]
-        return mix_tokens(self.matrix2(z.shape[2]), g) + self.c2[:, :z.shape[2]]
+    def forward(self, x):
+        z = self.split(x)                                                           # [B, H, T, e]
+        T = z.shape[2]
+        g = F.gelu(mix_tokens(self.matrix(T), z) + self.c[:, :self.expansion * T])  # [B, H, x T, e]
+        return self.merge(mix_tokens(self.matrix2(T), g) + self.c2[:, :T])
 
-    def mix_step(self, z, state, pos):
-        rows, x = positions(pos, z.shape[2]), self.expansion
-        hidden = positions(x * pos, x * z.shape[2])                          # the new positions' hidden rows
-        g = F.gelu(self.mix_rows(write_cache(state, 'z', z, rows, self.n_ctx), hidden))
-        gs = write_cache(state, 'g', g, hidden, x * self.n_ctx)
-        return mix_tokens(self.matrix2(self.n_ctx, rows), gs) + self.c2[:, rows]
+    def init_state(self, batch_size, device=None, dtype=None):
+        """{'z': float [B, H, n_ctx, e], the inputs of the positions seen; 'g': [B, H, x n_ctx, e], their
+        hidden rows GELU(M z + c)}."""
+        return {'z': self.cache(batch_size, self.n_ctx, device, dtype),
+                'g': self.cache(batch_size, self.expansion * self.n_ctx, device, dtype)}
+
+    def step(self, x, state, pos):
+        rows, end = span(pos, x.shape[1], self.n_ctx)
+        hidden, _ = span(self.expansion * pos, self.expansion * x.shape[1], self.expansion * self.n_ctx)   # their hidden rows
+        z = write(state['z'], rows, self.split(x))[:, :, :end]
+        g = write(state['g'], hidden, F.gelu(mix_tokens(self.matrix(end, hidden), z) + self.c[:, hidden]))
+        return self.merge(mix_tokens(self.matrix2(end, rows), g[:, :, :self.expansion * end]) + self.c2[:, rows])
 
     def flops(self, T):
         return 4 * T * self.d_model * self.expansion
+
+    def matrices(self, T):
+        return {'M1': self.matrix(T), 'M2': self.matrix2(T)}
 
 
 class ToeplitzMixing(HeadMixing):
@@ -265,7 +308,8 @@ class ToeplitzMixing(HeadMixing):
     weights a head (a causal convolution along the sequence). Two equal paths (tested): the T x T matrix,
     and for T >= fft_threshold an FFT (pad to 2T, rfft, multiply, irfft, keep T). Init 'decay': w[k] =
     out_scale (1 - b) b^k, b = 15/16 (a moving average over ~16 tokens); 'normal': w ~ N(0, 2 / n_ctx)
-    (Kaiming, Badger & Roland 2026's Toeplitz mixer, arXiv 2605.06683); bias c 0. Decoding caches z."""
+    (Kaiming, Badger & Roland 2026's Toeplitz mixer, arXiv 2605.06683); bias c 0. Its decoding is the
+    masked mixing's: the cache of z, the new rows of M."""
     def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0, init='decay'):
         super().__init__(n_ctx, d_model, n_head)
         self.fft_threshold = fft_threshold
@@ -276,27 +320,43 @@ class ToeplitzMixing(HeadMixing):
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T, rows=None):
-        """Rows `rows` (long [R]; default all T) of M[i, j] = w[i - j] (0 for j > i), T inputs: [H, R, T]."""
-        cols = torch.arange(T, device=self.w.device)
-        lag = (cols if rows is None else rows)[:, None] - cols[None, :]
+        """The rows `rows` (default all T) of M[i, j] = w[i - j] (0 for j > i) over the inputs 0..T-1: [H, R, T]."""
+        pos = torch.arange(T, device=self.w.device)
+        lag = pos[slice(None) if rows is None else rows][:, None] - pos
         return self.w[:, lag.clamp(min=0)] * (lag >= 0)
 
-    def mix(self, z, use_fft=None):
+    def forward(self, x, use_fft=None):
+        z = self.split(x)                                                           # [B, H, T, e]
         T = z.shape[2]
-        if not (T >= self.fft_threshold if use_fft is None else use_fft):
-            return self.mix_rows(z)
-        # The transformed axis last and contiguous, cuFFT's layout: with the length at dim 2, inductor's traced
-        # strides were not the ones CUDA returns (it failed 'stride 1==8 at dim=2' on an H200).
-        n = 2 * T
+        fft = T >= self.fft_threshold if use_fft is None else use_fft
+        return self.merge((self.fft(z) if fft else mix_tokens(self.matrix(T), z)) + self.c[:, :T])
+
+    def fft(self, z):
+        """M z of z float [B, H, T, e] by FFT -> [B, H, T, e]. The transformed axis last and contiguous,
+        cuFFT's layout: with the length at dim 2, inductor's traced strides were not the ones CUDA returns
+        (it failed 'stride 1==8 at dim=2' on an H200)."""
+        T, n = z.shape[2], 2 * z.shape[2]
         zf = torch.fft.rfft(rearrange(z.float(), 'b h t e -> b h e t').contiguous(), n=n)   # [B, H, e, n/2+1]
         wf = torch.fft.rfft(self.w[:, :T].float(), n=n)                                      # [H, n/2+1]
         y = torch.fft.irfft(zf * wf[:, None], n=n)[..., :T]                                  # [B, H, e, T]
-        return rearrange(y, 'b h e t -> b h t e').to(z.dtype) + self.c[:, :T]
+        return rearrange(y, 'b h e t -> b h t e').to(z.dtype)
+
+    init_state, step, product = MaskedMixing.init_state, MaskedMixing.step, staticmethod(mix_tokens)
 
     def flops(self, T):
         if T >= self.fft_threshold:                   # rfft(z) + irfft of length 2T + the product
             return int(self.d_model * (10 * math.log2(2 * T) + 6))
         return 2 * T * self.d_model
+
+    def identity_start(self):
+        """w = (1, 0, 0, ...): M = I (HybridMixing's serial start) -> self."""
+        with torch.no_grad():
+            self.w.zero_()
+            self.w[:, 0] = 1.0
+        return self
+
+    def curves(self, T):
+        return {'kernel w[k]': self.w[:, :T]}
 
 
 class RecurrentMixing(HeadMixing):
@@ -304,9 +364,9 @@ class RecurrentMixing(HeadMixing):
     a = sigmoid(decay_logit) in (0, 1), per position v and c:
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
       row form     M[i, j] = v[j] a^(i-j):  h_t = a h_{t-1} + v_t z_t,  y_t = h_t + c_t
-    'mixed': even heads column, odd heads row. The parallel pass runs in chunks (a^(i-j) for i >= j only:
-    no overflow), the state h carried between them; a step is a chunk of its t tokens, on the state
-    [B, H, e] a layer (constant size). Init: time constants 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
+    'mixed': even heads column, odd heads row. Both passes are scan(), in chunks of chunk_size (a^(i-j)
+    for i >= j only: no overflow), the state h carried between them; decoding keeps h (constant size).
+    Init: time constants 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
     def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
         self.chunk_size = chunk_size
@@ -315,7 +375,7 @@ class RecurrentMixing(HeadMixing):
         self.decay_logit = nn.Parameter(torch.logit(a))
         self.v = nn.Parameter(out_scale * (1 - a)[:, None].repeat(1, n_ctx))     # [H, n_ctx]
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
-        column = [form == 'column' or (form == 'mixed' and h % 2 == 0) for h in range(n_head)]
+        column = [form == 'column' or (form == 'mixed' and head % 2 == 0) for head in range(n_head)]
         self.register_buffer('column', torch.tensor(column)[:, None, None], persistent=False)  # [H, 1, 1]
 
     def log_decay(self):
@@ -329,31 +389,39 @@ class RecurrentMixing(HeadMixing):
         return torch.exp(lag.clamp(min=0) * self.log_decay()[:, None, None]) * (lag >= 0)
 
     def matrix(self, T, rows=None):
-        """Rows `rows` (long [R]; default all T) of the effective matrix (tests, figures): float32 [H, R, T]."""
-        v, P = self.v[:, :T].float(), self.powers(T)
-        M = torch.where(self.column, v[:, :, None] * P, P * v[:, None, :])
+        """The rows `rows` (default all T) of the effective M over the inputs 0..T-1 (tests, figures): float32
+        [H, R, T], read off the scan of the T unit vectors (the column / row rule is chunk()'s alone)."""
+        M = self.scan(torch.eye(T, device=self.v.device).expand(1, self.n_head, T, T), None, 0)[0][0] - self.c[:, :T]
         return M if rows is None else M[:, rows]
 
-    def mix(self, z):
-        h, ys = None, []
+    def forward(self, x):
+        return self.merge(self.scan(self.split(x), None, 0)[0])
+
+    def init_state(self, batch_size, device=None, dtype=None):
+        """{'h': float [B, H, e]}: each head's state after the positions seen (constant size)."""
+        return {'h': new_state(self, batch_size, self.n_head, self.d_model // self.n_head, device=device, dtype=dtype)}
+
+    def step(self, x, state, pos):
+        y, h = self.scan(self.split(x), state['h'], pos)
+        state['h'].copy_(h)
+        return self.merge(y)
+
+    def scan(self, z, h, pos):
+        """z float [B, H, T, e] at the positions pos.. (an int, or a 0-dim long tensor: attention.span) after
+        the state h [B, H, e] (None: zeros), in chunks of chunk_size -> (y [B, H, T, e], the state after)."""
+        ys = []
         for s in chunk_starts(z.shape[2], self.chunk_size):
-            y, h = self.chunk(z[:, :, s:s + self.chunk_size], h, s)
+            y, h = self.chunk(z[:, :, s:s + self.chunk_size], h, pos + s)
             ys.append(y)
-        return torch.cat(ys, dim=2)
+        return torch.cat(ys, dim=2), h
 
-    def mix_step(self, z, state, pos):
-        y, h = self.chunk(z, state.get('h'), positions(pos, z.shape[2]))
-        keep_state(state, 'h', h)
-        return y
-
-    def chunk(self, z, h0, at):
-        """One chunk z [B, H, C, e] at positions at.. (an int start) or `at` (long [C]), the state before it
-        h0 [B, H, e] or None (zeros) -> (y [B, H, C, e], the state after the chunk [B, H, e])."""
-        C = z.shape[2]
-        rows = slice(at, at + C) if isinstance(at, int) else at
-        v = self.v[:, rows, None]                                          # [H, C, 1]
+    def chunk(self, z, h0, pos):
+        """One chunk z [B, H, C, e] at the positions pos.. after the state h0 [B, H, e] or None -> (y
+        [B, H, C, e], the state after the chunk [B, H, e])."""
+        C, (rows, _) = z.shape[2], span(pos, z.shape[2], self.n_ctx)
+        v = self.v[:, rows, None]                                                   # [H, C, 1]
         u = torch.where(self.column, z, v * z)
-        hs = mix_tokens(self.powers(C).to(z.dtype), u)                            # [B, H, C, e]
+        hs = mix_tokens(self.powers(C).to(z.dtype), u)                              # [B, H, C, e]
         if h0 is not None:
             carry = torch.exp(torch.arange(1, C + 1, device=z.device) * self.log_decay()[:, None])  # a^(t+1): [H, C]
             hs = hs + carry[:, :, None].to(z.dtype) * h0[:, :, None]
@@ -363,17 +431,8 @@ class RecurrentMixing(HeadMixing):
     def flops(self, T):
         return 2 * min(T, self.chunk_size) * self.d_model
 
-
-def identity_start(mix):
-    """A serial hybrid's masked mixing set to M = I (its bias starts at 0), so that a fresh hybrid is the
-    transformer (a prefix-mean start averages attention's selectivity away: docs/claims.md) -> mix."""
-    with torch.no_grad():
-        if isinstance(mix, ToeplitzMixing):
-            mix.w.zero_()
-            mix.w[:, 0] = 1.0                      # lag 0 only
-        else:
-            mix.W.copy_(torch.eye(mix.n_ctx).expand_as(mix.W))
-    return mix
+    def curves(self, T):
+        return {'decay a^k (state)': self.powers(T)[:, :, 0]}
 
 
 # Init scale of a mixer's token mixing when nothing projects its output (n_head = 1): near the
@@ -419,8 +478,8 @@ def make_norm(cfg):
 class Block(nn.Module):
     """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)) (the
     other way round with block_order='ff_mix'), Mix the kind's sequence mixing, FF the GELU MLP
-    (mixers, GPT) or SwiGLU. forward(x float [B, T, d]) -> the same; step(x, state, pos): the same through
-    the mixing's step (t new tokens at positions pos.., the layer's decoding state)."""
+    (mixers, GPT) or SwiGLU. forward(x float [B, T, d]) -> the same; init_state and step: the mixing's
+    (t new tokens at positions pos.. on the layer's decoding state)."""
     def __init__(self, cfg):
         super().__init__()
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
@@ -432,8 +491,7 @@ class Block(nn.Module):
         elif cfg.kind == 'hybrid':
             parallel = cfg.hybrid == 'parallel'
             attn = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, naive=cfg.attention == 'naive')
-            mix = make_token_mixing(cfg, n_head=cfg.n_head if parallel else 1)
-            self.mixing = HybridMixing(attn, mix if parallel else identity_start(mix), parallel)
+            self.mixing = HybridMixing(attn, make_token_mixing(cfg, n_head=cfg.n_head if parallel else 1), parallel)
         else:
             self.mixing = LinearAttention(cfg.d_model, cfg.n_head, cfg.chunk_size)
         self.ff = (MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation) if cfg.kind in ('mixer', 'gpt')
@@ -443,6 +501,9 @@ class Block(nn.Module):
 
     def forward(self, x):
         return self.residual(x, self.mixing)
+
+    def init_state(self, batch_size, device=None, dtype=None):
+        return self.mixing.init_state(batch_size, device, dtype)
 
     def step(self, x, state, pos):
         return self.residual(x, lambda z: self.mixing.step(z, state, pos))
@@ -496,6 +557,10 @@ class _Model(nn.Module):
             return None
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
 
+    def mixing_decays(self):
+        """{id(parameter): whether weight decay applies} of every token mixing's own parameters (HeadMixing.decays)."""
+        return {id(p): d for m in self.modules() if isinstance(m, HeadMixing) for p, d in m.decays().items()}
+
     def num_params(self):
         """Number of parameters (tied embeddings counted once)."""
         return sum(p.numel() for p in self.parameters())
@@ -504,8 +569,8 @@ class _Model(nn.Module):
 class LanguageModel(_Model):
     """Causal language model of any kind: forward(idx long [B, T], targets long [B, T] or None) ->
     (logits float [B, T, vocab], mean next-token cross entropy in nats or None). T <= n_ctx, else
-    ValueError (max_len None: linear attention without posenc has no limit). step() is one decoding
-    step, on the buffers each mixing allocates (sample.Decoder drives it)."""
+    ValueError (max_len None: linear attention without posenc has no limit). init_state() and step():
+    decoding, on each layer's buffers (sample.Decoder drives them)."""
     def __init__(self, cfg):
         super().__init__()
         self._build_io(cfg)
@@ -535,13 +600,18 @@ class LanguageModel(_Model):
         logits = self.lm_head(self.norm_f(self.hidden(idx)))
         return logits, self.loss(logits, targets)
 
+    def init_state(self, batch_size, device=None, dtype=None):
+        """The decoding state of batch_size sequences: one dict a block, its mixing's init_state (device and
+        dtype default to the parameters')."""
+        return [block.init_state(batch_size, device, dtype) for block in self.blocks]
+
     def step(self, idx, pos, layers):
-        """t new tokens idx long [B, t] at positions pos..pos+t-1 (pos a 0-dim long tensor) through every
-        block's step, `layers` one state dict a block (filled as the mixings allocate) -> logits float
-        [B, vocab] after the last of them: forward()'s at that position."""
+        """t new tokens idx long [B, t] at positions pos..pos+t-1 (pos an int, or a 0-dim long tensor for
+        one compiled graph: attention.span) through every block's step on `layers` (init_state's) ->
+        logits float [B, vocab] after the last of them: forward()'s at that position."""
         x = self.embed_proj(self.wte(idx))
         if self.wpe is not None:
-            x = x + self.wpe[positions(pos, idx.shape[1])]
+            x = x + self.wpe[span(pos, idx.shape[1], self.cfg.n_ctx)[0]]
         for block, state in zip(self.blocks, layers):
             x = block.step(x, state, pos)
         return self.lm_head(self.norm_f(x[:, -1]))

@@ -19,24 +19,23 @@ def muon_params(model):
     """The parameters that optimizer='muon' gives to torch.optim.Muon: the 2-D weights of
     the nn.Linear layers inside the blocks (mixer.Block: attention, MLP and head
     projections); never embeddings, the (tied) LM head, norms, biases or the
-    token-mixing matrices of a mixer.HeadMixing. Returns a set of parameter ids."""
+    token mixings' own matrices. Returns a set of parameter ids."""
     return {id(m.weight) for b in model.modules() if isinstance(b, mixer.Block)
             for m in b.modules() if isinstance(m, torch.nn.Linear) and m.weight.dim() == 2}
 
 
 def param_groups(model, cfg, only=None):
-    """AdamW groups: weight decay only on matrices (not biases, norms or the mixing bias
-    c; the mixing matrices at mixing_weight_decay when set), and the token-mixing
-    parameters (those of a mixer.HeadMixing, projections excluded) at `mixing_lr_mult`
-    times the learning rate. Each group carries 'lr_mult'.
+    """AdamW groups of a mixer.py model: weight decay on matrices only (not biases, norms or what
+    a token mixing says takes none: model.mixing_decays(); the token mixings' matrices at
+    mixing_weight_decay when set), and the token mixings' own parameters at `mixing_lr_mult` times
+    the learning rate. Each group carries 'lr_mult'.
     `only`: a set of parameter ids to group (default: every parameter)."""
-    mixing = {id(p) for m in model.modules() if isinstance(m, mixer.HeadMixing)
-              for n, p in m.named_parameters() if not n.startswith('proj_')}
+    mixing = model.mixing_decays()
     groups = {}
-    for n, p in model.named_parameters():
+    for p in model.parameters():
         if only is not None and id(p) not in only:
             continue
-        decay = p.dim() >= 2 and not n.endswith(('.c', '.c2'))
+        decay = mixing.get(id(p), p.dim() >= 2)
         wd = cfg['weight_decay'] if decay else 0.0
         if id(p) in mixing and decay and cfg['mixing_weight_decay'] is not None:
             wd = cfg['mixing_weight_decay']

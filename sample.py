@@ -5,16 +5,17 @@ that drives each token mixing's step (gpt-fast's generate.py, for every model ki
     python sample.py --ckpt out/ckpt.pt --start FILE:prompt.txt --temperature 0.8 --top_k 40 --compile
 
     out = generate(model, idx, 100, temperature=0.8, top_k=40)       # idx long [B, T] -> long [B, T + 100]
-    dec = Decoder(model, compile=True)
+    dec = Decoder(model, batch_size=B, compile=True)    # every layer's buffers, allocated once
     logits = dec.prefill(idx)        # the prompt in one parallel pass -> logits float [B, vocab] after it
     logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
 
 Generation is incremental: the prompt is read once, then each new token is one step of every layer's
-token mixing (mixer.py: each mixing's step) on buffers it allocated at n_ctx: the dense and Toeplitz
-mixers' inputs z_j and the transformer's K and V (their caches, the unwritten positions masked), the
-recurrent mixer's and linear attention's constant-size state. The position is a 0-dim long tensor on the
-device, so one graph serves every position: --compile runs the same step through torch.compile, compiled
-on the first new token (seconds to a minute). Every LanguageModel kind; the Autoencoder has no decoding.
+token mixing (mixer.py: each mixing's step) on the buffers its init_state allocated: the dense and
+Toeplitz mixers' inputs z_j and the transformer's K and V (their caches, at n_ctx), the recurrent mixer's
+and linear attention's constant-size state. Eager, a step at position p reads positions 0..p; --compile
+runs the step through torch.compile with the position a 0-dim tensor on the device, one graph over n_ctx
+for every position, compiled on the first new token (seconds to a minute). Every LanguageModel kind;
+the Autoencoder has no decoding.
 """
 
 import argparse
@@ -71,31 +72,39 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=Fa
     position-indexed model slides its window: the buffers restart from the last n_ctx / 2 tokens.
     temperature 0 is greedy; top_k keeps the k most likely tokens. Raises ValueError for a prompt
     longer than n_ctx (a position-indexed model)."""
-    dec = decoder or Decoder(model, compile=compile)
+    dec = decoder or Decoder(model, idx.shape[0], compile=compile)
     return sample_loop(idx, max_new_tokens, temperature, top_k, dec.max_len, dec.prefill, dec.step)
 
 
 # ----------------------------------------------------------------------------- the decoder
 
 class Decoder:
-    """Incremental decoding of one LanguageModel (in eval mode): the model's step (mixer.LanguageModel.step)
-    on one state dict a layer, whose buffers each token mixing allocates at n_ctx on its first step.
+    """Incremental decoding of batch_size sequences by one LanguageModel (in eval mode): every layer's
+    state, allocated once here by the model's init_state (each buffer's shape is in its mixing's
+    init_state), and the model's step on it. The buffers are in the model's dtype, or autocast's when
+    the decoder is made under autocast.
 
-    prefill(idx long [B, T]) starts fresh sequences: the prompt in one parallel, eager step -> logits
-    float [B, vocab] after it. step(idx long [B, 1]) -> logits after that token; the position advances.
-    With compile=True the step runs through torch.compile(dynamic=False): the first step allocates the
-    buffers eagerly (if no prefill did), every later one reuses one graph (`compiles` counts the
-    compilations; `backend` names torch.compile's: 'inductor', or 'eager' for a trace-only check). On CUDA
-    the compiled step is captured as a CUDA graph (mode 'reduce-overhead': one launch a token), which needs
-    the buffers at fixed addresses: they are marked static once allocated and written only in place. The
-    position lives on the device and advances in place: no host-to-device copy a token. Raises ValueError
-    past n_ctx for position-indexed kinds (model.max_len)."""
+    prefill(idx long [b, T]) starts fresh sequences: the prompt in one parallel step -> logits float
+    [b, vocab] after it. step(idx long [B, 1]) -> logits after that token; the position advances.
+    Eager, a step at position p reads the positions 0..p it has seen (attention.span). With compile=True
+    the step runs through torch.compile(dynamic=False) with the position a 0-dim tensor on the device,
+    advanced in place (no host-to-device copy a token): one graph over n_ctx serves every position
+    (`compiles` counts the compilations; `backend` names torch.compile's: 'inductor', or 'eager' for a
+    trace-only check). On CUDA the compiled step is captured as a CUDA graph (mode 'reduce-overhead':
+    one launch a token), which replays fixed addresses: the buffers and the input token, allocated here
+    and written in place. Raises ValueError past n_ctx for position-indexed kinds (model.max_len)."""
 
-    def __init__(self, model, compile=False, backend='inductor', cuda_graphs=None):
-        self.model, self.max_len, self.compiles = model, model.max_len, 0
-        self.layers = [dict() for _ in model.blocks]
-        self.pos, self._pos = 0, None
-        self.cuda_graphs = next(model.parameters()).is_cuda if cuda_graphs is None else cuda_graphs
+    def __init__(self, model, batch_size=1, compile=False, backend='inductor', cuda_graphs=None):
+        p = next(model.parameters())
+        autocast = p.device.type in ('cpu', 'cuda') and torch.is_autocast_enabled(p.device.type)
+        self.layers = model.init_state(batch_size, dtype=torch.get_autocast_dtype(p.device.type) if autocast else None)
+        self.model, self.max_len, self.batch, self.compiles, self.pos = model, model.max_len, batch_size, 0, 0
+        self._pos = torch.zeros((), dtype=torch.long, device=p.device)        # the position, for the graph
+        self._token = torch.zeros(batch_size, 1, dtype=torch.long, device=p.device)
+        self.cuda_graphs = p.is_cuda if cuda_graphs is None else cuda_graphs
+        if compile:
+            for buf in self.buffers():
+                torch._dynamo.mark_static_address(buf)
 
         def counted(gm, example_inputs):
             self.compiles += 1
@@ -103,54 +112,40 @@ class Decoder:
                 from torch._inductor.compile_fx import compile_fx   # here: seconds of import, only if used
                 return compile_fx(gm, example_inputs, config_patches={'triton.cudagraphs': self.cuda_graphs})
             return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
-        self._fn = torch.compile(model.step, backend=counted, dynamic=False) if compile else model.step
+        self._compiled = torch.compile(model.step, backend=counted, dynamic=False) if compile else None
 
     def reset(self):
         """Back to position 0: every buffer zeroed in place (no reallocation, so no recompile)."""
         for buf in self.buffers():
             buf.zero_()
-        if self._pos is not None:
-            self._pos.zero_()
+        self._pos.zero_()
         self.pos = 0
 
     def buffers(self):
-        """Every cache and state tensor of every layer (once a step has allocated them)."""
+        """Every cache and state tensor of every layer."""
         return [b for layer in self.layers for b in _tensors(layer)]
 
-    def _allocated(self, idx):
-        """After the first step (of idx long [B, t]) allocated the buffers: mark them static (the fixed
-        addresses a CUDA graph replays) and make the position."""
-        for buf in self.buffers():
-            torch._dynamo.mark_static_address(buf)
-        self.batch, self._token = idx.shape[0], None
-        self._pos = torch.zeros((), dtype=torch.long, device=idx.device)
-
-    def _check_batch(self, idx, rows=slice(None)):
-        """ValueError unless idx long [b, t] holds as many sequences as the rows of the buffers it is for."""
-        n = len(range(self.batch)[rows])
+    def _check_batch(self, idx, seqs=slice(None)):
+        """ValueError unless idx long [b, t] holds as many sequences as the buffers' `seqs` (a slice)."""
+        n = len(range(self.batch)[seqs])
         if idx.shape[0] != n:
             raise ValueError(f'{idx.shape[0]} sequences for a decoder of {n} (its buffers hold a batch of '
                              f'{self.batch}): use a new Decoder for another batch size')
 
     @torch.no_grad()
-    def prefill(self, idx, rows=slice(None)):
+    def prefill(self, idx, seqs=slice(None)):
         """Start fresh sequences: the prompt idx long [b, T] at positions 0..T-1 in one parallel, eager step,
-        written into the sequences `rows` of the buffers (all by default; a slice of an allocate()d batch
-        prefills it a slice at a time, each at the same T) -> logits float [b, vocab] after its last token.
-        The position becomes T. Raises ValueError for T past n_ctx (a position-indexed model)."""
+        written into the sequences `seqs` of the buffers (all by default; a slice prefills a batch a slice
+        at a time, each at the same T) -> logits float [b, vocab] after its last token. The position
+        becomes T. Raises ValueError for T past n_ctx (a position-indexed model)."""
         T = idx.shape[1]
         if self.max_len is not None and T > self.max_len:
             raise ValueError(f'prompt of {T} tokens is longer than n_ctx={self.max_len}')
-        pos = torch.zeros((), dtype=torch.long, device=idx.device)
-        if not self.layers[0]:                       # the first use allocates the buffers, at this batch
-            logits = self.model.step(idx, pos, self.layers)
-            self._allocated(idx)
-        else:
-            self._check_batch(idx, rows)                                        # the rows' buffers zeroed (their states), then written
-            views = [_rows(layer, rows) for layer in self.layers]
-            for buf in (b for v in views for b in _tensors(v)):
-                buf.zero_()
-            logits = self.model.step(idx, pos, views)
+        self._check_batch(idx, seqs)
+        views = [_rows(layer, seqs) for layer in self.layers]           # those sequences' buffers, zeroed
+        for buf in (b for v in views for b in _tensors(v)):
+            buf.zero_()
+        logits = self.model.step(idx, 0, views)
         self.pos = T
         self._pos.fill_(T)
         return logits
@@ -160,23 +155,14 @@ class Decoder:
         """idx long [B, 1] at the current position -> logits float [B, vocab]."""
         if self.max_len is not None and self.pos >= self.max_len:
             raise ValueError(f'position {self.pos} is past n_ctx={self.max_len}')
-        if not self.layers[0]:                       # nothing allocated yet: the first token is a prefill
-            return self.prefill(idx)
         self._check_batch(idx)
-        if self._token is None:                      # one [B, 1] input tensor, so that strides never vary
-            self._token = idx.new_empty(idx.shape[0], 1)
-        logits = self._fn(self._token.copy_(idx), self._pos, self.layers)
+        if self._compiled is None:
+            logits = self.model.step(idx, self.pos, self.layers)
+        else:                                            # one [B, 1] input tensor: the same strides each token
+            logits = self._compiled(self._token.copy_(idx), self._pos, self.layers)
         self.pos += 1
-        self._pos.add_(1)                            # on the device, in place: no copy from the host
+        self._pos.add_(1)                                # on the device, in place: no copy from the host
         return logits
-
-    def allocate(self, batch_size):
-        """Allocate every buffer for batch_size sequences (a prefill of token 0, then reset()), at the
-        model's device and dtype (the meta device too: shapes without memory) -> self."""
-        p = next(self.model.parameters())
-        self.prefill(torch.zeros(batch_size, 1, dtype=torch.long, device=p.device))
-        self.reset()
-        return self
 
 
 def _tensors(d):
@@ -185,9 +171,9 @@ def _tensors(d):
         yield from _tensors(v) if isinstance(v, dict) else [v]
 
 
-def _rows(d, rows):
-    """A nested state dict of views of the sequences `rows` (a slice) of each buffer."""
-    return {k: _rows(v, rows) if isinstance(v, dict) else v[rows] for k, v in d.items()}
+def _rows(d, seqs):
+    """A nested state dict of views of the sequences `seqs` (a slice) of each buffer."""
+    return {k: _rows(v, seqs) if isinstance(v, dict) else v[seqs] for k, v in d.items()}
 
 
 # ----------------------------------------------------------------------------- the command

@@ -263,11 +263,11 @@ def bench_memory(args):
 
 # ----------------------------------------------------------------------------- 5. computation paths
 
-def time_mix(layer, z, args, **kw):
-    """Median ms of one forward + backward of layer.mix(z, **kw) (z float [B, H, T, e])."""
+def time_mix(mix, z, args):
+    """Median ms of one forward + backward of mix(z) (z float [B, H, T, e]: a token mixing's heads)."""
     def step():
         with machine.autocast(args.device, args.dtype):
-            layer.mix(z, **kw).sum().backward()
+            mix(z).sum().backward()
     return 1e3 * statistics.median(time_calls(step, args.steps, args.warmup, args.device))
 
 
@@ -290,10 +290,11 @@ def bench_paths(args):
     for T in args.path_lengths:
         z = torch.randn(args.batch_size, 4, T, args.d_model // 4, device=args.device, requires_grad=True)
         toeplitz = mixer.ToeplitzMixing(T, args.d_model, n_head=4).to(args.device)
-        ms = [time_mix(toeplitz, z, args, use_fft=False), time_mix(toeplitz, z, args, use_fft=True)]
+        ms = [time_mix(lambda z: mixer.mix_tokens(toeplitz.matrix(T), z), z, args), time_mix(toeplitz.fft, z, args)]
         for chunk in (T, *PATH_CHUNKS):
+            recurrent = mixer.RecurrentMixing(T, args.d_model, 4, chunk_size=chunk).to(args.device)
             ms.append(None if chunk > T or (chunk == T and len(ms) > 2) else
-                      time_mix(mixer.RecurrentMixing(T, args.d_model, 4, chunk_size=chunk).to(args.device), z, args))
+                      time_mix(lambda z: recurrent.scan(z, None, 0)[0], z, args))
         print(md_row([T] + ['-' if m is None else f'{m:.2f}' for m in ms]), flush=True)
     print()
 

@@ -140,41 +140,51 @@ def decode_ms(step, prompt, n_new, wait=lambda: None):
     return statistics.median(times)
 
 
+def eager_ms(model, start, args, wait):
+    """Median ms/token of an eager sample.Decoder over --decode_tokens greedy steps at the positions
+    start.. (a random prompt prefilled before them): each step reads the positions it has seen, so a
+    late start costs more for the cache kinds."""
+    dec = sample.Decoder(model)
+    prompt = torch.randint(args.vocab_size, (1, start), device=args.device)
+    dec.prefill(prompt[:, :-1])
+    return decode_ms(dec.step, prompt[:, -1:], args.decode_tokens, wait)
+
+
 def bench_decode(args):
-    """Print the decode-step table: sample.Decoder's step eager and compiled, against the weight-read
-    limit, per variant and size (d_model x n_layer). Each row is printed (and flushed) as soon as it
-    is measured: a run cut short keeps its rows."""
+    """Print the decode-step table: sample.Decoder's step eager (at an early and a late position) and
+    compiled, against the weight-read limit, per variant and size (d_model x n_layer). Each row is
+    printed (and flushed) as soon as it is measured: a run cut short keeps its rows."""
     bandwidth = copy_bandwidth(args.device)
+    early, late = args.decode_n_ctx // 4, args.decode_n_ctx - args.decode_tokens
     print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; median ms/token over '
-          f'{args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt. Weight-read limit = '
+          f'{args.decode_tokens} tokens after a {early}-token prompt. Weight-read limit = '
           f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
           f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: sample.Decoder '
-          f'(every mixing\'s step on its buffers at n_ctx, one graph for every position), not compiled; '
-          f'compiled: the same step torch.compile\'d (inductor); compile s: the first compiled step; compiles: '
-          f'graphs compiled for all the tokens._\n')
+          f'not compiled, each step reading the positions it has seen: from position {early}, and "late" from '
+          f'{late}; compiled: the same step torch.compile\'d (inductor), one graph over n_ctx for every position; '
+          f'compile s: the first compiled step; compiles: graphs compiled for all the tokens._\n')
     print(md_table(['variant', 'd_model x n_layer', 'params', 'weights', 'read limit ms', 'eager ms',
-                    'compiled ms', 'compiled / limit', 'compile s', 'compiles'], []), flush=True)
+                    'eager ms, late', 'compiled ms', 'compiled / limit', 'compile s', 'compiles'], []), flush=True)
     wait = lambda: machine.sync(args.device)          # noqa: E731
     for d_model, n_layer in args.decode_sizes:
         for name in args.decode_variants:
             say(f'decode: {name}, d_model {d_model}, n_layer {n_layer}')
             torch._dynamo.reset()
             model = build(name, args, d_model=d_model, n_layer=n_layer, n_ctx=args.decode_n_ctx).eval()
-            prompt = torch.randint(args.vocab_size, (1, args.decode_n_ctx // 4), device=args.device)
+            prompt = torch.randint(args.vocab_size, (1, early), device=args.device)
             wbytes = nbytes(model.parameters())
             limit = 1e3 * wbytes / bandwidth
             with machine.autocast(args.device, args.dtype):
-                eager = decode_ms(sample.Decoder(model).step, prompt, args.decode_tokens, wait)
+                eager = [eager_ms(model, start, args, wait) for start in (early, late)]
                 dec = sample.Decoder(model, compile=True)
-                dec.step(prompt[:, :1])                    # the first token allocates
                 t0 = time.perf_counter()
-                dec.step(prompt[:, 1:2])                   # the second compiles
+                dec.step(prompt[:, :1])                    # the first step compiles
                 compile_s = time.perf_counter() - t0
                 dec.reset()
                 compiled = decode_ms(dec.step, prompt, args.decode_tokens, wait)
             print(md_row([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
-                          f'{limit:.3f}', f'{eager:.3f}', f'{compiled:.3f}', f'{compiled / limit:.1f}x',
-                          f'{compile_s:.0f}', dec.compiles]), flush=True)
+                          f'{limit:.3f}', *(f'{ms:.3f}' for ms in eager), f'{compiled:.3f}',
+                          f'{compiled / limit:.1f}x', f'{compile_s:.0f}', dec.compiles]), flush=True)
     print()
 
 
@@ -187,13 +197,12 @@ def serve_dtype(args):
 
 def serve_bytes(name, n_ctx, args):
     """(model bytes: parameters and buffers, cache or state bytes a sequence) of kind `name` at
-    context n_ctx and --serve_size in the serving dtype, read off a model and a sample.Decoder
-    allocated on the meta device: the real tensors' shapes and dtypes, no memory (nothing is
-    allocated before a cell is known to fit)."""
+    context n_ctx and --serve_size in the serving dtype, read off a model and its init_state on the
+    meta device: the real tensors' shapes and dtypes, no memory (nothing is allocated before a cell is
+    known to fit)."""
     d_model, n_layer = args.serve_size
     model = build(name, args, 'meta', d_model=d_model, n_layer=n_layer, n_ctx=n_ctx).to(serve_dtype(args))
-    dec = sample.Decoder(model).allocate(1)
-    return nbytes([*model.parameters(), *model.buffers()]), nbytes(dec.buffers())
+    return nbytes([*model.parameters(), *model.buffers()]), nbytes(sample.Decoder(model).buffers())
 
 
 def step_bytes(args):
@@ -237,7 +246,7 @@ def serve_cell(model, batch, n_ctx, args):
         torch._dynamo.reset()
     prompt_len = n_ctx - args.serve_tokens - SERVE_WARM
     tokens = torch.randint(args.vocab_size, (batch, prompt_len + SERVE_WARM), device=args.device)
-    dec = sample.Decoder(model, compile=args.serve_compile).allocate(batch)
+    dec = sample.Decoder(model, batch, compile=args.serve_compile)
     rows = min(batch, max(1, PREFILL_TOKENS // prompt_len))
     machine.sync(args.device)
     t0 = time.perf_counter()

@@ -11,7 +11,8 @@ first --positions positions:
   masked mixers (flat, expanded, multihead, kernel, posenc, linear): the effective matrix M = W * tril(1)
       (mixer.MaskedMixing.matrix), one panel a head (and a tap of the kernel mixer); the expanded mixer's
       two, M1 (2 hidden rows a position) and M2 (ExpandedMixing.matrix2), GELU between them;
-  Toeplitz: the learned kernel w[k] against the lag k = i - j, one curve a head (M[i, j] = w[i - j]);
+  Toeplitz: the learned kernel w[k] against the lag k = i - j, one curve a head, and its matrix
+      M[i, j] = w[i - j], a head each;
   recurrent: the decay a^k its state keeps of a token k steps back, one curve a head, and the matrix the
       mixing reduces to, M[i, j] = v[i] a^(i-j) (column form) or v[j] a^(i-j) (row form), a head each;
   transformer, gpt, hybrid: the softmax attention weights (attention.Attention.weights) averaged over
@@ -33,7 +34,8 @@ matrix M over T positions (for M1 and M2, a hidden row's position is r // 2):
                     entries' variance that their lag alone explains (1: Toeplitz, a function of i - j)
 rows with sum_j |M[i, j]| = 0 left out. A uniform causal average (the masked mixers' init: each row the
 mean of the past) has mean lag (T - 1) / 4 and diagonal share (1/T) sum_i 1 / (i + 1); the table's last
-line gives them for T. Toeplitz rows are its effective matrix w[i - j]. Reads the checkpoint alone
+line gives them for T. Each mixing says what it shows (its matrices() and curves(), attention its
+weights()): look.py names no mixing class. Reads the checkpoint alone
 (checkpoint.load_checkpoint), and for attention val.bin and meta.json of the data folder. A bad path,
 a file that is not a checkpoint, an old checkpoint format or bad data: one line, exit 2.
 """
@@ -42,6 +44,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -51,7 +54,6 @@ import torch
 
 import checkpoint
 import mixer
-from attention import Attention, LinearAttention
 from cli import ArgumentParser, check_writable, failing, number, run_command
 
 fail = failing('look.py')            # 'PROG: error: msg' on stderr, exit 2
@@ -91,46 +93,26 @@ def head_name(h, n_head):
     return f'head {h}' if n_head > 1 else ''
 
 
-def masked_panels(mixing, T):
-    """A token mixing's view over T positions -> (the panels drawn, the matrices of the table).
-    MaskedMixing: M = W * tril [H, T, T] a head (KernelMixing: a panel a tap, [H, k, T, T]; ExpandedMixing:
-    M over its x hidden rows a position, [H, x T, T], then M2 [H, T, x T]); ToeplitzMixing: the kernel
-    w[:, :T] as curves, the table from its matrix w[i - j]; RecurrentMixing: a^k as curves, and its matrix
-    [H, T, T] a head. TypeError for another module."""
-    H = mixing.n_head
-    if isinstance(mixing, mixer.MaskedMixing):
-        x, k, panels = getattr(mixing, 'expansion', 1), getattr(mixing, 'kernel', 1), []
-        M = mixing.matrix(T)
-        M = M if k > 1 else M[:, None]                        # [H, k, R, T]
-        hidden = torch.arange(x * T) // x                     # the position of each hidden row
-        for h in range(H):
-            for u in range(k):
-                name = ' '.join(filter(None, [head_name(h, H), f'tap {u}' if k > 1 else '', 'M1' if x > 1 else '']))
-                panels.append(matrix_panel(name or 'M', M[h, u], rows=hidden))
-            if x > 1:
-                panels.append(matrix_panel(' '.join(filter(None, [head_name(h, H), 'M2'])), mixing.matrix2(T)[h],
-                                           cols=hidden))
-        return panels, panels
-    if isinstance(mixing, mixer.ToeplitzMixing):
-        w = mixing.w[:, :T].detach().float()
-        curves = Panel('kernel w[k]', curves=[(f'head {h}', w[h]) for h in range(H)], ylabel='w[k]')
-        M = mixing.matrix(T)
-        return [curves], [matrix_panel(head_name(h, H) or 'M', M[h]) for h in range(H)]
-    if isinstance(mixing, mixer.RecurrentMixing):
-        a = mixing.log_decay().detach().exp()
-        decay = mixing.powers(T)[:, :, 0].detach()            # a^(i - 0): a^k for k = 0..T-1, [H, T]
-        curves = Panel('decay a^k (state)', curves=[(f'head {h}: a={a[h]:.3f}', decay[h]) for h in range(H)],
-                       ylabel='a^k')
-        M = mixing.matrix(T)
-        forms = ['column' if c else 'row' for c in mixing.column.flatten().tolist()]
-        mats = [matrix_panel(f'{head_name(h, H)} ({forms[h]})'.strip(), M[h]) for h in range(H)]
-        return [curves] + mats, mats
-    raise TypeError(f'no view of {type(mixing).__name__}')
+def mixing_panels(mixing, T):
+    """A masked token mixing's view over T positions -> (the panels drawn, the matrices of the table): the
+    curves it has against the lag (mixing.curves: a Toeplitz kernel w[k], a recurrent decay a^k), then its
+    matrices (mixing.matrices: M = W * tril, a kernel mixer's taps, an expanded mixer's M1 over its hidden
+    rows and M2, the Toeplitz and recurrent matrices), a panel a head."""
+    H, mats = mixing.n_head, []
+    curves = [Panel(name, curves=[(f'head {h}', c[h].detach().float()) for h in range(H)], ylabel=name)
+              for name, c in mixing.curves(T).items()]
+    matrices = mixing.matrices(T)
+    for h in range(H):
+        for name, M in matrices.items():
+            rows, cols = (torch.arange(n) // (n // T) for n in M.shape[1:])    # a hidden row's position: r // x
+            mats.append(matrix_panel(' '.join(filter(None, [head_name(h, H), name])), M[h], rows, cols))
+    return curves + mats, mats
 
 
 def attention_panels(module, mean):
-    """Panels of attention weights averaged over windows, mean float [H, T, T], a head each."""
-    kind = 'linear attention' if isinstance(module, LinearAttention) else 'attention'
+    """Panels of attention weights averaged over windows, mean float [H, T, T], a head each, named by the
+    module's class ('attention', 'linear attention')."""
+    kind = re.sub(r'(?<=[a-z])(?=[A-Z])', ' ', type(module).__name__).lower()
     return [matrix_panel(f'{kind} {head_name(h, len(mean)) or ""}'.strip(), mean[h]) for h in range(len(mean))]
 
 
@@ -143,8 +125,8 @@ def stacks(model):
 
 
 def needs_data(model):
-    """True when a layer's mixing depends on the input (attention): its weights need text."""
-    return any(isinstance(m, (Attention, LinearAttention)) for m in model.modules())
+    """True when a layer's mixing depends on the input (attention, whose weights() read it): it needs text."""
+    return any(hasattr(m, 'weights') for m in model.modules())
 
 
 @torch.no_grad()
@@ -156,7 +138,7 @@ def mean_attention(model, idx):
     def hook(module, args):
         sums[module] = sums.get(module, 0) + module.weights(args[0]).float().sum(0)
     for m in model.modules():
-        if isinstance(m, (Attention, LinearAttention)):
+        if hasattr(m, 'weights'):
             hooks.append(m.register_forward_pre_hook(hook))
     try:
         model(idx)
@@ -168,23 +150,24 @@ def mean_attention(model, idx):
 
 def collect(model, T, idx=None):
     """The layers' panels over the first T positions -> list of Layer. idx long [B, T]: the windows
-    attention is averaged over (needed when needs_data(model))."""
+    attention is averaged over (needed when needs_data(model)). A layer shows each part of its mixing
+    that has weights() (attention) or matrices() (a masked mixing): a hybrid's both, its mixing's
+    panels named 'mixing ...'."""
     att = mean_attention(model, idx) if needs_data(model) else {}
     layers = []
     for label, blocks in stacks(model):
         for i, block in enumerate(blocks):
-            layer, m = Layer(f'{label} {i}'), block.mixing
-            if isinstance(m, mixer.HybridMixing):
-                layer.panels = attention_panels(m.attn, att[m.attn])
-                drawn, table = masked_panels(m.mix, T)
-                for p in {id(p): p for p in drawn + table}.values():
-                    p.name = f'mixing {p.name}'.strip()
-                layer.table = layer.panels + table
-                layer.panels = layer.panels + drawn
-            elif isinstance(m, (Attention, LinearAttention)):
-                layer.panels = layer.table = attention_panels(m, att[m])
-            else:
-                layer.panels, layer.table = masked_panels(m, T)
+            layer = Layer(f'{label} {i}')
+            for m in block.mixing.modules():
+                if m in att:
+                    drawn = table = attention_panels(m, att[m])
+                elif hasattr(m, 'matrices'):
+                    drawn, table = mixing_panels(m, T)
+                    for p in {id(p): p for p in drawn + table}.values():
+                        p.name = p.name if m is block.mixing else f'mixing {p.name}'
+                else:
+                    continue
+                layer.panels, layer.table = layer.panels + drawn, layer.table + table
             layers.append(layer)
     return layers
 

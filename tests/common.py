@@ -53,13 +53,15 @@ def tiny_model(name, seed=0, **kw):
     return model
 
 
-def step_pieces(model, idx, cuts):
+def step_pieces(model, idx, cuts, tensor_pos=False):
     """model.step over idx long [B, T] in pieces of `cuts` tokens (each a step of that many tokens after
-    the ones before, on one set of buffers) -> the logits after each piece: float [B, len(cuts), vocab]."""
-    layers, pos, outs = [dict() for _ in model.blocks], 0, []
+    the ones before, on one set of buffers from model.init_state) -> the logits after each piece: float
+    [B, len(cuts), vocab]. The position an int (an eager step), or with tensor_pos a 0-dim tensor (the
+    compiled step's: every buffer read at n_ctx, masked)."""
+    layers, pos, outs = model.init_state(idx.shape[0]), 0, []
     with torch.no_grad():
         for n in cuts:
-            outs.append(model.step(idx[:, pos:pos + n], torch.tensor(pos), layers))
+            outs.append(model.step(idx[:, pos:pos + n], torch.tensor(pos) if tensor_pos else pos, layers))
             pos += n
     return torch.stack(outs, 1)
 

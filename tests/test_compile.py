@@ -177,7 +177,7 @@ class TestBF16(unittest.TestCase):
             with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 full = model(idx)[0].float()
                 pieces = step_pieces(model, idx, (5,) + (1,) * 19).float()
-                dec = sample.Decoder(model)
+                dec = sample.Decoder(model, idx.shape[0])
                 steps = torch.stack([dec.prefill(idx[:, :3])] + [dec.step(idx[:, t:t + 1]) for t in range(3, 24)],
                                     1).float()
             tol = 4 * BF16_ULP * full.abs().max().item()
@@ -226,7 +226,7 @@ class TestDecoder(unittest.TestCase):
             idx = torch.randint(0, 64, (2, TINY['n_ctx']))
             full, outs = model(idx)[0], {}
             for compiled in (False, True):
-                dec = sample.Decoder(model, compile=compiled, backend='eager')
+                dec = sample.Decoder(model, idx.shape[0], compile=compiled, backend='eager')
                 logits = torch.stack([dec.prefill(idx[:, :4])] + [dec.step(idx[:, t:t + 1]) for t in range(4, 24)], 1)
                 outs[compiled] = sample.generate(model, idx[:, :5], 60, temperature=0, decoder=dec)
                 with self.subTest(variant=name, compiled=compiled):

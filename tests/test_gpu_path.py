@@ -187,14 +187,16 @@ class TestDDPWrapping(unittest.TestCase):
 class TestDecoder(unittest.TestCase):
 
     def test_no_host_to_device_copy_a_token_and_static_buffers(self):
-        """After the first token, a step builds no tensor from a Python number (torch.tensor: a
-        blocking copy on CUDA), and every buffer has been marked static for CUDA graphs."""
+        """A compiled decoder marks every buffer static for CUDA graphs when it allocates them, before
+        any step; after the first token, a step builds no tensor from a Python number (torch.tensor: a
+        blocking copy on CUDA)."""
         for name in ('flat', 'recurrent', 'transformer', 'linear_attention', 'hybrid'):
+            torch._dynamo.reset()
             model = tiny_model(name)
             marked = []
-            dec = sample.Decoder(model)
             with mock.patch('torch._dynamo.mark_static_address', side_effect=lambda t, **k: marked.append(t)):
-                dec.step(torch.zeros(1, 1, dtype=torch.long))
+                dec = sample.Decoder(model, compile=True, backend='eager')
+            dec.step(torch.zeros(1, 1, dtype=torch.long))
             with self.subTest(variant=name):
                 self.assertTrue(dec.buffers())
                 self.assertEqual({id(b) for b in dec.buffers()}, {id(t) for t in marked})
@@ -211,7 +213,7 @@ class TestDecoder(unittest.TestCase):
         idx = torch.randint(0, 64, (3, 14))
         for name in ('flat', 'expanded', 'toeplitz', 'recurrent', 'transformer', 'linear_attention', 'hybrid'):
             model = tiny_model(name)
-            dec = sample.Decoder(model).allocate(3)
+            dec = sample.Decoder(model, 3)
             with torch.no_grad():
                 full = model(idx)[0]
                 dec.prefill(torch.randint(0, 64, (3, 12)))                 # an earlier sequence's state
@@ -264,7 +266,7 @@ class TestToeplitzFFT(unittest.TestCase):
         layout whose strides torch.compile traces as CUDA returns them (over dim 2 of [B, H, T, e],
         inductor on an H200 failed 'stride 1==8 at dim=2' in aten._fft_r2c)."""
         layer = mixer.ToeplitzMixing(24, 32, n_head=4, fft_threshold=16)
-        z = torch.randn(2, 4, 24, 8)
+        x = torch.randn(2, 24, 32)
         calls, real = [], {f: getattr(torch.fft, f) for f in ('rfft', 'irfft')}
 
         def spy(name):
@@ -273,10 +275,10 @@ class TestToeplitzFFT(unittest.TestCase):
                 return real[name](x, n=n, dim=dim, **kw)
             return fft
         with mock.patch('torch.fft.rfft', spy('rfft')), mock.patch('torch.fft.irfft', spy('irfft')):
-            y = layer.mix(z, use_fft=True)
+            y = layer(x, use_fft=True)
         self.assertEqual(sorted(c[0] for c in calls), ['irfft', 'rfft', 'rfft'])
         self.assertTrue(all(last and contiguous for _, last, contiguous in calls), calls)
-        torch.testing.assert_close(y, layer.mix(z, use_fft=False), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(y, layer(x, use_fft=False), atol=1e-5, rtol=1e-5)
 
 
 class TestReportedSpeed(unittest.TestCase):

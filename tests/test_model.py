@@ -101,7 +101,7 @@ class TestAuthorToeplitz(unittest.TestCase):
         idx2[:, 9] = (idx2[:, 9] + 1) % 64
         torch.testing.assert_close(model(idx2)[0][:, :9], full[:, :9], atol=1e-5, rtol=0)   # T >= fft_threshold
         self.assertGreater((model(idx2)[0][:, 9:] - full[:, 9:]).abs().max().item(), 1e-4)
-        dec = sample.Decoder(model)
+        dec = sample.Decoder(model, idx.shape[0])
         steps = torch.stack([dec.prefill(idx[:, :5])] + [dec.step(idx[:, t:t + 1]) for t in range(5, 24)], 1)
         torch.testing.assert_close(steps, full[:, 4:], atol=1e-4, rtol=0)
         torch.testing.assert_close(step_pieces(model, idx, (3, 1, 9, 11)), full[:, [2, 3, 12, 23]], atol=1e-4, rtol=0)
@@ -134,7 +134,7 @@ class TestIncremental(unittest.TestCase):
         it in mixer.py / attention.py): a kind without them fails here, by name."""
         for name in mixer.VARIANTS:
             for block in tiny_model(name).blocks:
-                for face in ('forward', 'step', 'flops'):
+                for face in ('forward', 'init_state', 'step', 'flops'):
                     with self.subTest(variant=name, face=face):
                         owner = next((c for c in type(block.mixing).__mro__ if face in vars(c)), None)
                         self.assertTrue(owner is not None and owner.__module__ in ('mixer', 'attention'),
@@ -149,8 +149,10 @@ class TestIncremental(unittest.TestCase):
             full, _ = model(idx)
             for cuts in ((1,) * 24, (5, 1, 1, 10, 7), (24,)):
                 ends = [sum(cuts[:i + 1]) - 1 for i in range(len(cuts))]
-                with self.subTest(variant=name, cuts=cuts):
-                    torch.testing.assert_close(step_pieces(model, idx, cuts), full[:, ends], atol=1e-4, rtol=0)
+                for tensor_pos in (False, True):
+                    with self.subTest(variant=name, cuts=cuts, tensor_pos=tensor_pos):
+                        torch.testing.assert_close(step_pieces(model, idx, cuts, tensor_pos), full[:, ends],
+                                                   atol=1e-4, rtol=0)
 
     def test_generate_matches_greedy_full_forward(self):
         for name in mixer.VARIANTS:
@@ -209,8 +211,8 @@ class TestVariants(unittest.TestCase):
             layer.w.normal_()
             layer.c.normal_()
         for T in (1, 17, 64):
-            z = torch.randn(3, 2, T, 4)
-            torch.testing.assert_close(layer.mix(z, use_fft=True), layer.mix(z, use_fft=False), atol=1e-4, rtol=0)
+            x = torch.randn(3, T, 8)
+            torch.testing.assert_close(layer(x, use_fft=True), layer(x, use_fft=False), atol=1e-4, rtol=0)
         M = layer.matrix(64)
         for i, j in ((0, 0), (5, 2), (63, 0), (40, 39)):
             self.assertEqual(M[1, i, j].item(), layer.w[1, i - j].item())
@@ -257,12 +259,22 @@ class TestVariants(unittest.TestCase):
                 p.normal_()
         return layer
 
+    def assert_forward_and_steps(self, layer, x, want, cut):
+        """layer(x) is `want` (float [B, T, d]), and so are two steps on its init_state, cut at `cut`, at int
+        positions (eager) and at 0-dim tensor positions (compiled)."""
+        torch.testing.assert_close(layer(x), want, atol=1e-5, rtol=1e-5)
+        for as_pos in (int, torch.tensor):
+            state = layer.init_state(x.shape[0])
+            pieces = torch.cat([layer.step(x[:, :cut], state, as_pos(0)), layer.step(x[:, cut:], state, as_pos(cut))], 1)
+            torch.testing.assert_close(pieces, want, atol=1e-5, rtol=1e-5)
+
     def test_kernel_mixing_equals_a_loop_over_taps(self):
         """k taps: y[i, f] = c[i] + sum_u sum_{j<=i} W[u, i, j] z[j, f + u - (k-1)//2]
         (z zero outside the features), written as loops; also when decoded in pieces."""
         for k in (2, 3, 4):
             layer = self.random_masked(mixer.KernelMixing, kernel=k)
-            z = torch.randn(2, 2, 7, 5)
+            x = torch.randn(2, 7, 10)
+            z = layer.split(x)                                               # the heads [2, 2, 7, 5]
             ref = torch.zeros(2, 2, 7, 5)
             for h in range(2):
                 for i in range(7):
@@ -274,18 +286,15 @@ class TestVariants(unittest.TestCase):
                                 for j in range(i + 1):
                                     ref[:, h, i, f] += layer.W[h, u, i, j] * z[:, h, j, g]
             with self.subTest(k=k):
-                torch.testing.assert_close(layer.mix(z), ref, atol=1e-5, rtol=1e-5)
-                state = {}
-                pieces = torch.cat([layer.mix_step(z[:, :, :3], state, torch.tensor(0)),
-                                    layer.mix_step(z[:, :, 3:], state, torch.tensor(3))], 2)
-                torch.testing.assert_close(pieces, ref, atol=1e-5, rtol=1e-5)
+                self.assert_forward_and_steps(layer, x, layer.merge(ref), 3)
 
     def test_expanded_mixing_equals_a_loop_over_hidden_rows(self):
         """Expansion e: hidden row r (position r // e) is g_r = GELU(c[r] + sum_{j <= r//e}
         W[r, j] z_j), and y_i = c2[i] + sum_{r: r//e <= i} W2[i, r] g_r, as loops; also in steps."""
         for e in (2, 3):
             layer = self.random_masked(mixer.ExpandedMixing, expansion=e)
-            z = torch.randn(2, 2, 7, 5)
+            x = torch.randn(2, 7, 10)
+            z = layer.split(x)                                               # the heads [2, 2, 7, 5]
             ref = torch.zeros(2, 2, 7, 5)
             for h in range(2):
                 hidden = []
@@ -296,11 +305,7 @@ class TestVariants(unittest.TestCase):
                     ref[:, h, i] = layer.c2[h, i, 0] + sum(layer.W2[h, i, r] * hidden[r]
                                                            for r in range(7 * e) if r // e <= i)
             with self.subTest(e=e):
-                torch.testing.assert_close(layer.mix(z), ref, atol=1e-5, rtol=1e-5)
-                state = {}
-                pieces = torch.cat([layer.mix_step(z[:, :, :4], state, torch.tensor(0)),
-                                    layer.mix_step(z[:, :, 4:], state, torch.tensor(4))], 2)
-                torch.testing.assert_close(pieces, ref, atol=1e-5, rtol=1e-5)
+                self.assert_forward_and_steps(layer, x, layer.merge(ref), 4)
 
     def test_linear_mixer_is_linear_in_the_embeddings(self):
         model = tiny_model('linear')
@@ -327,9 +332,9 @@ class TestVariants(unittest.TestCase):
             hybrid = mixer.build_model(mixer.variant_config('hybrid', **{**TINY, 'mixing': mixing,
                                                                           'fft_threshold': 10 ** 6})).eval()
             mix = hybrid.blocks[0].mixing.mix
-            z = torch.randn(2, 1, 24, 32)
+            x = torch.randn(2, 24, 32)
             with self.subTest(mixing=mixing):
-                self.assertTrue(torch.equal(mix.mix(z), z))
+                self.assertTrue(torch.equal(mix(x), x))
             transformer = mixer.build_model(mixer.variant_config('transformer', **TINY)).eval()
             state = {k.replace('mixing.attn.', 'mixing.'): v for k, v in hybrid.state_dict().items()
                      if '.mixing.mix.' not in k}
@@ -364,7 +369,7 @@ class TestRecurrent(unittest.TestCase):
                 layer = self.layer(form, decays)
                 for T in (1, 15, 16, 40):
                     z = torch.randn(2, 3, T, 4)
-                    y_par = layer.mix(z)
+                    y_par = layer.scan(z, None, 0)[0]
                     # reference recurrence, token by token, written from the definition
                     a = torch.tensor(decays)[:, None]
                     h = torch.zeros(2, 3, 4)
@@ -419,7 +424,7 @@ class TestRecurrent(unittest.TestCase):
         z = torch.randn(1, 4, 8192, 3)
         for dtype in (torch.float32, torch.bfloat16):
             with torch.autocast('cpu', dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                y = layer.mix(z.to(dtype))
+                y = layer.scan(z.to(dtype), None, 0)[0]
             self.assertTrue(torch.isfinite(y).all(), dtype)
         self.assertTrue(torch.isfinite(layer.powers(8192)).all())
 

@@ -11,8 +11,10 @@ text); without it these tests skip (and fail under CI=true, see test_mixer.py).
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import platform
+import re
 import shutil
 import socket
 import tempfile
@@ -267,21 +269,23 @@ class TestTrainPy(Base):
                 self.assertEqual(len(err.strip().splitlines()), 1, err)
 
     def test_mixing_lr_mult_scales_only_the_token_mixing(self):
-        """param_groups puts each parameter in one group; only the mixings' W and c
-        (not the multi-head projections) get mixing_lr_mult, and c is not decayed.
+        """param_groups puts each parameter in one group; only the mixings' own parameters (W, W2, w, v,
+        the decay rates, the biases c, c2; not the multi-head projections, nor attention's) get
+        mixing_lr_mult, and the biases and decay rates are not decayed, for each kind of mixing.
         With mixing_lr_mult = 0, train.py leaves the mixing matrices untouched."""
-        model = mixer.build_model(mixer.variant_config('multihead', vocab_size=64, n_ctx=8, d_model=16, n_layer=2))
-        for mixing_wd in (None, 2.0):          # None: the mixing matrices at weight_decay too
+        for variant, mixing_wd in itertools.product(('multihead', 'expanded', 'toeplitz', 'recurrent', 'hybrid'),
+                                                    (None, 2.0)):      # None: the mixing matrices at weight_decay too
+            model = mixer.build_model(mixer.variant_config(variant, vocab_size=64, n_ctx=8, d_model=16, n_layer=2))
             groups = optim.param_groups(model, {'mixing_lr_mult': 0.5, 'weight_decay': 0.1,
                                                 'mixing_weight_decay': mixing_wd})
             ids = [id(p) for g in groups for p in g['params']]
             self.assertEqual(sorted(ids), sorted(id(p) for p in model.parameters()))
             group_of = {id(p): g for g in groups for p in g['params']}
             for name, p in model.named_parameters():
-                with self.subTest(name=name, mixing_weight_decay=mixing_wd):
-                    is_mixing = name.endswith(('mixing.W', 'mixing.c'))
+                with self.subTest(variant=variant, name=name, mixing_weight_decay=mixing_wd):
+                    is_mixing = re.search(r'mixing\.(mix\.)?(W|W2|c|c2|w|v|decay_logit)$', name) is not None
                     self.assertEqual(group_of[id(p)]['lr_mult'], 0.5 if is_mixing else 1.0)
-                    decayed = p.dim() >= 2 and not name.endswith('mixing.c')
+                    decayed = p.dim() >= 2 and not name.endswith(('mixing.c', 'mix.c', 'mixing.c2'))
                     wd = mixing_wd if mixing_wd is not None and is_mixing else 0.1
                     self.assertEqual(group_of[id(p)]['weight_decay'], wd if decayed else 0.0)
         out = tempfile.mkdtemp(prefix='mixer_lrmult_')
