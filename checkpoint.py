@@ -22,6 +22,8 @@ Writes are atomic (a temporary file, then os.replace): a crash never leaves half
 checkpoint, and a failed write (a full disk) removes its temporary file and keeps the
 previous checkpoint. log.jsonl gets one complete line a record (one write, or none);
 a line torn by a crash is dropped, with a warning, wherever a log is read or resumed.
+Every reader also takes a folder exported by experiments/convert.py (read_exported), unpickling nothing;
+a checkpoint imported by it has no 'optimizer': resume starts a fresh one.
 """
 
 import errno
@@ -166,7 +168,10 @@ def read_checkpoint(path, device='cpu'):
     """The raw checkpoint dict at `path`, tensors on `device`, with its model state dict
     stripped of wrapper prefixes. Raises CheckpointError (one line) on a missing or
     unreadable file or one without the format's model keys; for a folder, one saying so
-    (and naming FOLDER/ckpt.pt when the folder holds one: a run folder given for its checkpoint)."""
+    (and naming FOLDER/ckpt.pt when the folder holds one: a run folder given for its checkpoint),
+    unless it is an exported folder (read_exported)."""
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, 'model.safetensors')):
+        return read_exported(path, device)
     if os.path.isdir(path):
         inside = os.path.join(path, 'ckpt.pt')
         raise CheckpointError(f'checkpoint {path!r} is a folder, not a checkpoint file; '
@@ -180,6 +185,26 @@ def read_checkpoint(path, device='cpu'):
         ckpt['model_config']
     except Exception as e:  # torch raises many types for a damaged file
         raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({_reason(e)})') from None
+    return ckpt
+
+
+def read_exported(path, device='cpu'):
+    """The checkpoint dict of a folder experiments/convert.py exported, read without unpickling anything:
+    config.json (the checkpoint's entries but its tensors and optimiser state), model.safetensors (the state
+    dict; a tied tensor stored once, its other names in the file's metadata, as safetensors.torch.save_model
+    writes them) and tokenizer.tiktoken. Raises CheckpointError (one line) on a missing or damaged file."""
+    try:
+        from safetensors import safe_open  # here: the rest of the project runs without it
+        with open(os.path.join(path, 'config.json'), encoding='utf-8') as f:
+            ckpt = json.load(f)
+        with open(os.path.join(path, 'tokenizer.tiktoken'), encoding='ascii', newline='') as f:
+            ckpt['tokenizer'] = {**ckpt['tokenizer'], 'file': os.path.abspath(f.name), 'text': f.read()}
+        with safe_open(os.path.join(path, 'model.safetensors'), 'pt', device=str(device)) as f:
+            state, aliases = {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}
+        ckpt['model'] = {**{k: state[v] for k, v in aliases.items() if v in state}, **state}
+        ckpt['model_config']
+    except Exception as e:  # safetensors missing; json, safetensors and the OS raise many types for a damaged folder
+        raise CheckpointError(f'exported folder {path!r} cannot be read ({_reason(e)})') from None
     return ckpt
 
 
@@ -282,6 +307,10 @@ def restore(ckpt, model, optimizers, batch_gen, env):
     Raises CheckpointError when the optimiser state does not fit (other parameter groups)."""
     model.load_state_dict(ckpt['model'])
     for key, opt in optimizers:
+        if key not in ckpt:                   # imported by experiments/convert.py: no optimiser state
+            if env.master:
+                print(f'note: the checkpoint holds no {key} state (an imported model): a fresh one starts')
+            continue
         fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
         try:
             opt.load_state_dict(ckpt[key])

@@ -174,7 +174,7 @@ def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=F
         f' d={cfg.d_model} L={cfg.n_layer} n_ctx={cfg.n_ctx}' + (' autoencoder' if cfg.task != 'lm' else '')
     layer = None if args.layer is None else range(cfg.n_layer)[args.layer]
     weights = {'untrained': json.dumps(asdict(cfg), sort_keys=True), 'seed': seed} if untrained \
-        else file_sha256(path)
+        else file_sha256(path if os.path.isfile(path) else os.path.join(path, 'model.safetensors'))   # or exported
     key_src = json.dumps({'v': CACHE_VERSION, 'ckpt': weights, 'pairs': pairs_key,
                           'layer': layer, 'prefix_eot': args.prefix_eot, 'pool': pool})
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]

@@ -1,0 +1,469 @@
+"""The paper's masked mixers in, safetensors out: convert between this project's checkpoints and other formats.
+
+    python -m experiments.convert --reference RUN/checkpoint-4000 --tokenizer tokenizer.json --out out/imported/ckpt.pt
+    python -m experiments.convert --ckpt out/tinystories_cpu/ckpt.pt --out exported/      # then --ckpt exported/
+
+Import (--reference): a LanguageMixer trained with the paper's own code (Badger 2024, "Masked Mixers for
+Language Generation and Retrieval", arXiv 2409.01482; blbadger/maskedmixers, mixer_lm/
+mixer_trainer_tinystories.py), as the Hugging Face Trainer saves it: model.safetensors, pytorch_model.bin
+(read with torch.load(weights_only=True)) or a folder holding one. Its state dict, V tokens, width d,
+context n_ctx, N blocks:
+
+    wte.weight [V, d]                                   -> wte.weight (rows renumbered, see below)
+    mixerblocks.N.seq_layernorm.{weight,bias} [d]       -> blocks.N.norm1 (the norm before the mixing)
+    mixerblocks.N.conv.weight [n_ctx, n_ctx, 1]         -> blocks.N.mixing.W [1, n_ctx, n_ctx]
+    mixerblocks.N.conv.bias [n_ctx]                     -> blocks.N.mixing.c [1, n_ctx, 1]
+    mixerblocks.N.patch_layernorm.{weight,bias} [d]     -> blocks.N.norm2 (the norm before the MLP)
+    mixerblocks.N.patch_ff.0.{weight,bias} [4d, d]      -> blocks.N.ff.fc
+    mixerblocks.N.patch_ff.2.{weight,bias} [d, 4d]      -> blocks.N.ff.proj_out
+    lm_head.weight [V, d]                               -> lm_head.weight (the same rows renumbered)
+
+is this project's flat kind with n_head=1, final_norm=False (the paper's model has no final norm and no
+positions) and tie_embeddings as the file says (wte and lm_head one tensor, or equal). The paper's
+Conv1d(n_ctx, n_ctx, 1) mixes positions with the lower triangle of its weight (its forward applies tril on
+every call, so a saved upper triangle may be nonzero); mixer.MaskedMixing masks the same way, so the
+weight is taken as saved and the logits are the paper model's. That model reads exactly n_ctx tokens (its
+channels are positions); this one any T <= n_ctx, whose logits are the first T of a padded input's. The
+expanded layout (expand_conv=True), any other unknown or missing key and a wrong shape are refused.
+
+The tokenizer.json (Hugging Face `tokenizers`) must be a byte-level BPE that splits text as GPT-2 does (the
+ByteLevel pre-tokenizer without a prefix space, no normalizer) with <|endoftext|> its one special token (its
+post-processor and decoder are not read: the paper's code encodes with add_special_tokens=False).
+Its merges become tiktoken ranks: this project's ids are the 256 bytes (id = byte value), the merges in
+order, then <|endoftext|> (data/tokenizer.py); its ids, another numbering of the same tokens, renumber the
+model's wte and lm_head rows, so both tokenizers split every text into the same tokens and the model sees
+the same inputs. One that cannot be converted is refused, saying why, and the conversion is checked by
+encoding texts with both (spaces, newlines, digits, unicode). The checkpoint holds no optimiser state:
+train.py --init_from=resume continues it with a fresh AdamW from step 0 (on data prepared with its tokenizer),
+at the paper's peak learning rate 5e-4.
+
+Export (--ckpt): any checkpoint (every kind) -> DIR/config.json (model_config, the run's settings, step,
+the tokenizer's SHA-256), DIR/model.safetensors (the state dict; tied weights stored once, their other name
+in the file's metadata, as safetensors.torch.save_model writes shared tensors) and DIR/tokenizer.tiktoken.
+Every command that takes --ckpt reads such a folder (checkpoint.read_exported), unpickling nothing.
+
+Outputs are written whole or not at all (a temporary name, then a rename); an existing --out is replaced
+only with --overwrite (a folder only if it holds nothing but an export's files). Bad input: one line, exit 2;
+a failed write: one line, exit 1; Ctrl-C: one line, exit 130.
+"""
+
+import argparse
+import base64
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import shutil
+import sys
+from dataclasses import asdict
+
+import torch
+
+import checkpoint
+import mixer
+from cli import ArgumentParser, check_folder_writable, check_writable, failing, run_command
+from data.tokenizer import EOT, tokenizer_from_text
+
+fail = failing('convert.py')
+EXPORT_FILES = ('config.json', 'model.safetensors', 'tokenizer.tiktoken')    # an exported folder
+REFERENCE_FILES = ('model.safetensors', 'pytorch_model.bin')                 # the Trainer's, in its order
+PAPER_LR = 5e-4                 # mixer_trainer_tinystories.py's learning_rate, for a resumed import
+# The paper's block keys, mixerblocks.N.KEY -> (ours, blocks.N.NAME; its shape there: d = d_model, n = n_ctx,
+# h = the feed-forward's width)
+PAPER_BLOCK = {
+    'seq_layernorm.weight': ('norm1.weight', 'd'), 'seq_layernorm.bias': ('norm1.bias', 'd'),
+    'conv.weight': ('mixing.W', 'n n 1'), 'conv.bias': ('mixing.c', 'n'),
+    'patch_layernorm.weight': ('norm2.weight', 'd'), 'patch_layernorm.bias': ('norm2.bias', 'd'),
+    'patch_ff.0.weight': ('ff.fc.weight', 'h d'), 'patch_ff.0.bias': ('ff.fc.bias', 'h'),
+    'patch_ff.2.weight': ('ff.proj_out.weight', 'd h'), 'patch_ff.2.bias': ('ff.proj_out.bias', 'd'),
+}
+# Texts both tokenizers must split alike (the import checks them; tests add real stories)
+PROBES = ('Once upon a time, there was a little girl named Lily. She loved to play outside!',
+          '  two  spaces,\ttabs\t\tand\n\nnew lines \n  \n', 'digits 0 12 345 6789 3.14 1,000,000 2024-09-03',
+          "It's, I'm, you're, we've, they'll, he'd, DON'T", 'caf\u00e9 na\u00efve \u00fcber \u65e5\u672c\u8a9e '
+          '\U0001F642 \u00df \u0416\u0436 \u00a0nbsp', 'end<|endoftext|>start <|endoftext|>\n', '   ', '')
+
+
+class ConvertError(ValueError):
+    """An input that cannot be converted (the message is one line, naming what and why)."""
+
+
+def why(e):
+    """An exception as one short line: 'TypeName: the first line of its message'."""
+    return f'{type(e).__name__}: {(str(e).splitlines() or [""])[0][:120]}'
+
+
+# ----------------------------------------------------------------------------- the tokenizer
+
+def byte_alphabet():
+    """GPT-2's byte-level alphabet, the characters a byte-level tokenizer.json writes bytes as -> {byte
+    (int): char}, in byte order: the printable Latin-1 bytes stand for themselves, the other 68, in byte
+    order, for chr(256), chr(257), ..."""
+    hidden = iter(range(256, 512))
+    return {b: chr(b) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255 else chr(next(hidden))
+            for b in range(256)}
+
+
+def bpe_split(piece, ranks):
+    """tiktoken's merge rule on bytes `piece`: merge the adjacent pair whose concatenation has the lowest
+    rank in `ranks` ({bytes: int}; leftmost first) until none has one -> list of bytes."""
+    parts = [piece[i:i + 1] for i in range(len(piece))]
+    while len(parts) > 1:
+        found = [(ranks[a + b], i) for i, (a, b) in enumerate(zip(parts, parts[1:])) if a + b in ranks]
+        if not found:
+            break
+        _, i = min(found)
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return parts
+
+
+def check_split(spec):
+    """Raise ConvertError (one line) unless the tokenizer.json dict `spec` splits text as this project's
+    tokenizer can: a BPE model without dropout, affixes or byte fallback, the ByteLevel pre-tokenizer with
+    GPT-2's regex and no prefix space, no normalizer."""
+    model, pre = spec.get('model') or {}, spec.get('pre_tokenizer') or {}
+    if model.get('type') != 'BPE':
+        raise ConvertError(f"tokenizer.json's model is {model.get('type')!r}, not a BPE; only a byte-level "
+                           'BPE converts to a rank file')
+    for key, off in (('dropout', (None, 0, 0.0)), ('continuing_subword_prefix', (None, '')),
+                     ('end_of_word_suffix', (None, '')), ('byte_fallback', (None, False))):
+        if model.get(key) not in off:
+            raise ConvertError(f"tokenizer.json's BPE has {key}={model[key]!r}; a rank file has no such option")
+    if pre.get('type') != 'ByteLevel' or pre.get('add_prefix_space') or not pre.get('use_regex', True):
+        raise ConvertError(f"tokenizer.json's pre-tokenizer is {json.dumps(pre) if pre else None}, not ByteLevel "
+                           "(add_prefix_space=false, use_regex=true): not byte-level or not GPT-2's split")
+    if spec.get('normalizer') is not None:
+        raise ConvertError(f"tokenizer.json has a normalizer ({spec['normalizer'].get('type')}); this project's "
+                           'tokenizer encodes the text as it is')
+
+
+def tokenizer_ids(spec):
+    """The ids of a tokenizer.json dict: {token: id} of its vocabulary and added tokens. Raises ConvertError
+    (one line) for an added token other than <|endoftext|> or none, or ids that are not 0..N-1, each once."""
+    ids, eot = dict(spec['model'].get('vocab') or {}), False
+    for tok in spec.get('added_tokens') or []:
+        if tok.get('content') != EOT:
+            raise ConvertError(f"tokenizer.json's added token {tok.get('content')!r} (id {tok.get('id')}) has no "
+                               f"place in this project's tokenizer, whose one special token is {EOT}")
+        if ids.setdefault(EOT, tok.get('id')) != tok.get('id'):
+            raise ConvertError(f'tokenizer.json gives {EOT} two ids, {ids[EOT]} and {tok.get("id")}')
+        eot = True
+    if not eot:
+        raise ConvertError(f"tokenizer.json has no {EOT} special token; this project's tokenizer needs it")
+    if sorted(ids.values()) != list(range(len(ids))):
+        raise ConvertError(f"tokenizer.json's {len(ids)} ids are not 0..{len(ids) - 1}, each once")
+    return ids
+
+
+def convert_tokenizer(spec):
+    """A byte-level BPE tokenizer.json (its parsed dict) -> (the rank file's text, str; hf_ids, long [V]:
+    the tokenizer.json id of each of this project's ids 0..V-1). Ranks: the 256 bytes (rank = byte value),
+    each merge in order (256..), <|endoftext|> V - 1. tiktoken merges the pair whose concatenation has the
+    lowest rank, so a merge converts only if the ranks before it split its token into exactly its two
+    halves. Raises ConvertError (one line, naming the token or merge) otherwise, for a split check_split
+    refuses, a byte missing from the vocabulary, or a vocabulary token no merge makes."""
+    check_split(spec)
+    ids, alphabet = tokenizer_ids(spec), byte_alphabet()
+    char_byte = {c: b for b, c in alphabet.items()}
+    ranks, hf_ids = {}, []
+    for b, c in alphabet.items():              # in byte order
+        if c not in ids:
+            raise ConvertError(f'tokenizer.json lacks the byte 0x{b:02x} ({c!r}; trained without '
+                               'ByteLevel.alphabet()): a text holding it would have no token')
+        ranks[bytes([b])] = b
+        hf_ids.append(ids[c])
+    for k, merge in enumerate(spec['model'].get('merges') or []):
+        try:
+            a, b = merge.split(' ') if isinstance(merge, str) else merge
+            ta, tb = (bytes(char_byte[c] for c in s) for s in (a, b))
+        except (ValueError, TypeError, KeyError):
+            raise ConvertError(f'tokenizer.json merge {k} {merge!r} is not a pair of byte-level tokens') from None
+        where = f'tokenizer.json merge {k} ({a} {b})'
+        if ta + tb in ranks:
+            raise ConvertError(f'{where} makes {a + b!r} a second time: a rank file ranks a token once')
+        split = bpe_split(ta + tb, ranks)
+        if split != [ta, tb]:
+            raise ConvertError(f'{where} is not expressible as a rank: the ranks before it split {a + b!r} into '
+                               f'{[t.decode("utf-8", "replace") for t in split]}')
+        if a + b not in ids:
+            raise ConvertError(f'{where} makes {a + b!r}, which its vocabulary lacks')
+        ranks[ta + tb] = len(ranks)
+        hf_ids.append(ids[a + b])
+    hf_ids.append(ids[EOT])
+    made = set(hf_ids)
+    for tok, i in ids.items():
+        if i not in made:
+            raise ConvertError(f"tokenizer.json's token {tok!r} (id {i}) is made by no merge and is no byte")
+    text = ''.join(f'{base64.b64encode(t).decode()} {r}\n' for t, r in ranks.items())
+    return text, torch.tensor(hf_ids)
+
+
+def check_same_tokens(path, enc, hf_ids, texts=PROBES):
+    """Raise ConvertError (one line) unless the converted tokenizer `enc` (tiktoken.Encoding) and the
+    tokenizer.json at `path` (read by `tokenizers`) split each of `texts` into the same tokens:
+    hf_ids[enc's ids] (hf_ids long [V] from convert_tokenizer) == its ids (add_special_tokens=False).
+    Without `tokenizers` installed: a note on stderr, no check."""
+    try:
+        from tokenizers import Tokenizer        # here: only this check needs it
+    except ImportError:
+        print('convert.py: note: the tokenizers package is not installed: the conversion is not checked '
+              'against it (pip install tokenizers)', file=sys.stderr)
+        return
+    try:
+        hf = Tokenizer.from_file(path)
+    except Exception as e:                      # tokenizers raises its own exception types
+        raise ConvertError(f'tokenizers cannot read {path} ({why(e)})') from None
+    for text in texts:
+        ours = hf_ids[enc.encode(text, allowed_special='all')].tolist()
+        theirs = hf.encode(text, add_special_tokens=False).ids
+        if ours != theirs:
+            raise ConvertError(f'the converted tokenizer splits {text[:40]!r} otherwise than {path} (ids '
+                               f'{ours[:8]} against {theirs[:8]}): not convertible')
+
+
+def read_tokenizer(path):
+    """A tokenizer.json file -> (tiktoken.Encoding, its rank file's text, hf_ids long [V]); checked on
+    PROBES. Raises ConvertError (one line): a missing or unreadable file, one convert_tokenizer refuses."""
+    if not os.path.isfile(path):
+        raise ConvertError(f'--tokenizer {path} ' + ('is a folder; give its tokenizer.json' if os.path.isdir(path)
+                                                     else 'not found'))
+    try:
+        with open(path, encoding='utf-8') as f:
+            spec = json.load(f)
+        if not isinstance(spec, dict) or not isinstance(spec.get('model'), dict):
+            raise ValueError('not a tokenizers JSON (no "model")')
+    except (OSError, ValueError) as e:
+        raise ConvertError(f'cannot read the tokenizer {path} ({why(e)})') from None
+    text, hf_ids = convert_tokenizer(spec)
+    enc = tokenizer_from_text(text, f'tokenizer converted from {path}')
+    check_same_tokens(path, enc, hf_ids)
+    return enc, text, hf_ids
+
+
+# ----------------------------------------------------------------------------- the weights
+
+def read_reference(path):
+    """The state dict of a paper's model at `path` (model.safetensors, pytorch_model.bin, or a folder
+    holding one) -> ({key: tensor}, {key: key of the tensor it shares, from a safetensors file's
+    metadata}). Raises ConvertError (one line) on a missing, truncated or unreadable file."""
+    if os.path.isdir(path):
+        found = [f for f in REFERENCE_FILES if os.path.isfile(os.path.join(path, f))]
+        if not found:
+            raise ConvertError(f'--reference {path} is a folder without {" or ".join(REFERENCE_FILES)} (a sharded '
+                               'or other model is not read)')
+        path = os.path.join(path, found[0])
+    elif not os.path.isfile(path):
+        raise ConvertError(f'--reference {path} not found')
+    try:
+        if path.endswith('.safetensors'):
+            from safetensors import safe_open   # here: the rest of the project runs without it
+            with safe_open(path, 'pt', device='cpu') as f:
+                return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}
+        state = torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as e:                      # safetensors and torch raise many types for a damaged file
+        raise ConvertError(f'--reference {path} is damaged or not a model file ({why(e)})') from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConvertError(f'--reference {path} holds no state dict (a dict of tensors)')
+    return checkpoint.strip_prefixes(state), {}
+
+
+def check_keys(state):
+    """Raise ConvertError (one line, naming the key) unless `state` holds exactly the paper's keys for
+    blocks 0..N-1 (N: the highest block index + 1) -> N."""
+    blocks = {0}
+    for key in state:
+        m = re.fullmatch(r'mixerblocks\.(\d+)\.(.+)', key)
+        if key in ('wte.weight', 'lm_head.weight') or m and m.group(2) in PAPER_BLOCK:
+            blocks |= {int(m.group(1))} if m else set()
+            continue
+        expanded = m and m.group(2).startswith('conv.')
+        raise ConvertError(f'unknown key {key}' + (' (the expanded layout, expand_conv=True, which this project '
+                           "imports not: its flat kind's mixing is one matrix)" if expanded else
+                           " (not the paper's flat LanguageMixer)"))
+    n_layer = max(blocks) + 1
+    for key in ['wte.weight', 'lm_head.weight'] + [f'mixerblocks.{i}.{k}' for i in range(n_layer) for k in PAPER_BLOCK]:
+        if key not in state:
+            raise ConvertError(f'missing key {key}')
+    return n_layer
+
+
+def paper_config(state):
+    """mixer.ModelConfig of the state dict `state` of Badger 2024's LanguageMixer (its keys checked:
+    check_keys), every shape checked against the sizes read from wte.weight [V, d], mixerblocks.0.conv.bias
+    [n_ctx] and mixerblocks.0.patch_ff.0.weight [h, d]; tied when wte and lm_head are one tensor or equal.
+    Raises ConvertError (one line, naming the key)."""
+    n_layer = check_keys(state)
+    first = [('wte.weight', 2), ('mixerblocks.0.conv.bias', 1), ('mixerblocks.0.patch_ff.0.weight', 2)]
+    for key, dim in first:
+        if state[key].dim() != dim:
+            raise ConvertError(f'{key} has shape {list(state[key].shape)}: a {dim}-D tensor expected')
+    (V, d), n, h = state['wte.weight'].shape, state[first[1][0]].shape[0], state[first[2][0]].shape[0]
+    sizes = dict(d=d, n=n, h=h)
+    want = {'wte.weight': (V, d), 'lm_head.weight': (V, d)}
+    want.update({f'mixerblocks.{i}.{k}': tuple(sizes[c] if c in sizes else int(c) for c in shape.split())
+                 for i in range(n_layer) for k, (_, shape) in PAPER_BLOCK.items()})
+    for key, shape in want.items():
+        if tuple(state[key].shape) != shape or not state[key].is_floating_point():
+            raise ConvertError(f'{key} is {state[key].dtype} {list(state[key].shape)}; expected a float tensor of '
+                               f'shape {list(shape)} (vocab {V}, d_model {d}, n_ctx {n}, feed-forward {h})')
+    if h % d:
+        raise ConvertError(f'mixerblocks.0.patch_ff.0.weight: the feed-forward width {h} is no multiple of d_model {d}')
+    wte, head = state['wte.weight'], state['lm_head.weight']
+    tied = wte is head or torch.equal(wte, head)
+    return mixer.ModelConfig(vocab_size=V, n_ctx=n, d_model=d, n_layer=n_layer, n_head=1, ff_mult=h // d,
+                             final_norm=False, tie_embeddings=tied)
+
+
+def paper_to_model(state, aliases, hf_ids):
+    """The state dict of Badger 2024's LanguageMixer (read_reference's pair: tensors, aliases) ->
+    mixer.LanguageModel (float32, eval mode) computing its logits, with the token rows of wte and lm_head
+    renumbered: our row r is the paper's row hf_ids[r] (long [V]). Raises ConvertError (one line) as
+    paper_config does, or when the model's V rows are not the tokenizer's V tokens."""
+    state = {**{k: state[v] for k, v in aliases.items() if v in state}, **state}
+    cfg = paper_config(state)
+    if cfg.vocab_size != len(hf_ids):
+        raise ConvertError(f'the model has {cfg.vocab_size} token rows (wte.weight) and the tokenizer {len(hf_ids)} '
+                           'tokens: they are not one vocabulary')
+    model = mixer.build_model(cfg).eval()
+    ours = {'wte.weight': state['wte.weight'][hf_ids], 'lm_head.weight': state['lm_head.weight'][hf_ids]}
+    for i in range(cfg.n_layer):
+        for key, (name, _) in PAPER_BLOCK.items():
+            ours[f'blocks.{i}.{name}'] = state[f'mixerblocks.{i}.{key}']
+    target = model.state_dict()
+    model.load_state_dict({k: v.float().reshape(target[k].shape) for k, v in ours.items()})
+    return model
+
+
+# ----------------------------------------------------------------------------- the two directions
+
+def import_reference(args):
+    """--reference, --tokenizer -> --out: a checkpoint in checkpoint.py's format (no optimiser state, step
+    0, train.py's settings with the imported architecture and the paper's learning rate), written whole.
+    Raises ConvertError (one line) for bad input; OSError for a failed write."""
+    enc, text, hf_ids = read_tokenizer(args.tokenizer)
+    model = paper_to_model(*read_reference(args.reference), hf_ids)
+    import train                                # its settings: what a resume of the import starts from
+    arch = {k: v for k, v in asdict(model.cfg).items() if k in train.DEFAULTS and k not in train.TUNING_KEYS}
+    config = {**train.DEFAULTS, **arch, 'variant': 'flat', 'learning_rate': PAPER_LR, 'min_lr': PAPER_LR / 10,
+              'imported_from': os.path.abspath(args.reference)}
+    state = {'model': model.state_dict(), 'model_config': asdict(model.cfg), 'config': config, 'step': 0,
+             'best_val_loss': float('inf'), 'rng': [],
+             'tokenizer': {'file': os.path.abspath(args.tokenizer), 'text': text,
+                           'sha256': hashlib.sha256(text.encode('ascii')).hexdigest()}}
+    write_whole(args.out, lambda tmp: torch.save(state, tmp))
+    cfg = model.cfg
+    print(f'convert.py: {args.out}: the paper\'s flat masked mixer, {cfg.n_layer} layers, d_model {cfg.d_model}, '
+          f'n_ctx {cfg.n_ctx}, {enc.n_vocab} tokens, {"tied" if cfg.tie_embeddings else "untied"} embeddings, '
+          f'{model.num_params() / 1e6:.2f}M parameters')
+    print('to train it further: place it as OUT_DIR/ckpt.pt, prepare data with its tokenizer (this command\'s '
+          '--ckpt writes it to a folder) and run train.py --init_from=resume --out_dir=OUT_DIR --data_dir=DATA '
+          '(a fresh optimiser, from step 0)')
+
+
+def export_checkpoint(args):
+    """--ckpt -> --out DIR: config.json, model.safetensors, tokenizer.tiktoken (the module's docstring),
+    written into a temporary folder renamed to DIR. Raises ConvertError for an unreadable checkpoint;
+    OSError for a failed write."""
+    from safetensors.torch import save_model    # here: the rest of the project runs without it
+    try:
+        model, _, ckpt = checkpoint.load_checkpoint(args.ckpt)
+        tok = ckpt['tokenizer']
+        if 'text' not in tok:                   # an older checkpoint: its tokenizer file, checked by the load
+            with open(tok['file'], encoding='ascii', newline='') as f:
+                tok = {**tok, 'text': f.read()}
+    except (checkpoint.CheckpointError, OSError) as e:
+        raise ConvertError(str(e)) from None
+    best = ckpt.get('best_val_loss')
+    config = {'model_config': asdict(model.cfg), 'config': ckpt.get('config', {}), 'step': ckpt.get('step', 0),
+              'best_val_loss': best if isinstance(best, float) and math.isfinite(best) else None,
+              'tokenizer': {'sha256': tok['sha256']}}
+
+    def write(folder):
+        os.makedirs(folder)
+        with open(os.path.join(folder, 'config.json'), 'w', encoding='utf-8') as f:
+            json.dump(config, f, indent=2)
+        save_model(model.cpu(), os.path.join(folder, 'model.safetensors'))
+        with open(os.path.join(folder, 'tokenizer.tiktoken'), 'w', encoding='ascii', newline='') as f:
+            f.write(tok['text'])
+    write_whole(args.out, write)
+    print(f'convert.py: {args.out}: {", ".join(EXPORT_FILES)} ({ckpt.get("config", {}).get("variant", model.cfg.kind)}'
+          f', step {config["step"]}); load it with --ckpt {args.out}')
+
+
+def write_whole(path, write):
+    """write(tmp) makes a file or folder at tmp, a temporary name beside `path` (.NAME.tmpPID); then it
+    replaces `path` (an old folder is moved aside first and removed after). A failure or Ctrl-C removes
+    tmp and leaves `path` as it was; an OSError goes through."""
+    path = os.path.abspath(path)
+    tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.tmp{os.getpid()}')
+    old = tmp + '.old'
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write(tmp)
+        if os.path.isdir(path):
+            os.rename(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if os.path.isdir(old):
+                os.rename(old, path)
+            raise
+    finally:
+        for p in (tmp, old):
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            elif os.path.exists(p):
+                os.remove(p)
+
+
+def check_out(args):
+    """Raise ValueError (one line) unless --out can be written: not an existing path without --overwrite;
+    for an export, an existing --out only a folder of an export's files; its folder writable."""
+    out = args.out
+    if args.reference is not None:
+        return check_writable(out, args.overwrite, '--out checkpoint')
+    if not out:
+        raise ValueError("--out is an empty path; give the export's folder")
+    if os.path.lexists(out) and not args.overwrite:
+        raise ValueError(f'{out} exists; remove it, choose another path, or pass --overwrite')
+    if os.path.lexists(out) and (not os.path.isdir(out) or set(os.listdir(out)) - set(EXPORT_FILES)):
+        raise ValueError(f'--out {out} is not a folder this command exported (it holds other files): '
+                         '--overwrite replaces only such a folder; choose another --out')
+    check_folder_writable(os.path.dirname(os.path.abspath(out)), "export's parent folder")
+
+
+def convert(argv):
+    """main's work: parse and check the flags, then import or export."""
+    p = ArgumentParser('convert.py', __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.description = __doc__                                 # --help: the whole docstring, as written
+    p.add_argument('--reference', help="import: the paper's model.safetensors, pytorch_model.bin or a folder with one")
+    p.add_argument('--tokenizer', help='import: its tokenizer.json (a byte-level BPE of the tokenizers library)')
+    p.add_argument('--ckpt', help='export: a checkpoint of this project (or an exported folder)')
+    p.add_argument('--out', required=True, help='import: the checkpoint file to write; export: the folder to write')
+    p.add_argument('--overwrite', action='store_true', help='replace an existing --out')
+    args = p.parse_args(argv)
+    if (args.reference is None) == (args.ckpt is None):
+        p.error('give --reference (import, with --tokenizer) or --ckpt (export), one of them')
+    if (args.tokenizer is None) != (args.reference is None):
+        p.error('--tokenizer goes with --reference: the tokenizer.json of the imported model')
+    p.check(check_out, args)
+    try:
+        (import_reference if args.reference is not None else export_checkpoint)(args)
+    except ConvertError as e:
+        fail(str(e))
+    except OSError as e:
+        print(f'convert.py: error: could not write {args.out} ({checkpoint.write_error(e, args.out)}); nothing '
+              'was written', file=sys.stderr)
+        return 1
+
+
+def main(argv=None):
+    """Command line entry point (argv: list of str; None: sys.argv): exits 0, --out written; 2, bad input (one
+    line); 1, a failed write (one line, nothing written); 130, Ctrl-C (one line, nothing written)."""
+    sys.exit(run_command('convert.py', convert, argv))
+
+
+if __name__ == '__main__':
+    main()
