@@ -8,6 +8,7 @@ embedding, and every variant learns real TinyStories text.
 import math
 import os
 import unittest
+from unittest import mock
 
 import numpy as np
 import torch
@@ -153,6 +154,35 @@ class TestIncremental(unittest.TestCase):
                     with self.subTest(variant=name, cuts=cuts, tensor_pos=tensor_pos):
                         torch.testing.assert_close(step_pieces(model, idx, cuts, tensor_pos), full[:, ends],
                                                    atol=1e-4, rtol=0)
+
+    def test_an_eager_step_costs_what_it_reads(self):
+        """At n_ctx 2048, d_model 256, one token at position 1,900 against one at 64: an eager step (an int
+        position) of the flat mixing does at least 10x the FLOPs (FlopCounterMode), the Toeplitz and
+        attention steps, projections included, at least 2.5x (attention's kernel counted from the key
+        length SDPA receives, 4 S d); the compiled step's (a 0-dim tensor position) reads all n_ctx at
+        both positions, one graph for all (equal counts)."""
+        from torch.utils.flop_counter import FlopCounterMode
+        torch.manual_seed(0)
+        keys, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+        def spy(q, k, v, **kw):
+            keys.append(k.shape[2])
+            return sdpa(q, k, v, **kw)
+        mixings = {'flat': (mixer.MaskedMixing(2048, 256), 10), 'toeplitz': (mixer.ToeplitzMixing(2048, 256, 4), 2.5),
+                   'attention': (mixer.Attention(2048, 256, 4), 2.5)}
+        for name, (mixing, ratio) in mixings.items():
+            for as_pos in (int, torch.tensor):
+                work, state = [], mixing.init_state(1)
+                for pos in (64, 1900):
+                    with torch.no_grad(), FlopCounterMode(display=False) as counter, \
+                            mock.patch('torch.nn.functional.scaled_dot_product_attention', spy):
+                        mixing.step(torch.randn(1, 1, 256), state, as_pos(pos))
+                    work.append(counter.get_total_flops() + (4 * keys.pop() * 256 if keys else 0))
+                with self.subTest(mixing=name, position=as_pos.__name__):
+                    if as_pos is int:
+                        self.assertGreaterEqual(work[1] / work[0], ratio)
+                    else:
+                        self.assertEqual(work[1], work[0])
 
     def test_generate_matches_greedy_full_forward(self):
         for name in mixer.VARIANTS:
