@@ -100,7 +100,7 @@ class Attention(nn.Module):
     @staticmethod
     def softmax(q, k, mask):
         """The attention weights softmax(q k^T / sqrt(e)) over the keys `mask` allows: q float [B, H, T, e],
-        k [B, H, S, e], mask bool [T, S] -> float [B, H, T, S], rows summing to 1 (what the naive path
+        k [B, H, n, e], mask bool [T, n] -> float [B, H, T, n], rows summing to 1 (what the naive path
         multiplies V by)."""
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         return scores.masked_fill(~mask, float('-inf')).softmax(-1)

@@ -2,8 +2,7 @@
 
 A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a
 learned token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and
-Retrieval", arXiv 2409.01482). One config and one interface for every kind; read top to bottom: config,
-token mixings (each with its parallel pass, its decoding step and its FLOPs), blocks, models. The
+Retrieval", arXiv 2409.01482). Read top to bottom: config, token mixings, blocks, models. The
 baselines' attention: attention.py; generation: sample.py.
 
     model = build_model(variant_config('toeplitz', d_model=256, n_layer=4, n_ctx=256))
@@ -108,10 +107,9 @@ def variant_config(name, **base):
 
 # ----------------------------------------------------------------------------- token mixings
 # A token mixing maps x float [B, T, d] to float [B, T, d], its faces side by side in its class: forward(x),
-# the parallel pass over positions 0..T-1; init_state(batch_size), the buffers its decoding step reads and
-# writes (each one's shape in its docstring), allocated once; step(x, state, pos), t new tokens at
-# positions pos.. on them (a prompt's prefill, or one token), equal to forward (tested); flops(T), the
-# forward FLOPs a token of its own products (machine.flops_per_token adds the Linear layers').
+# the parallel pass; init_state(batch_size), the buffers its decoding step reads and writes (their shapes
+# in its docstring); step(x, state, pos), t new tokens at positions pos.. on them, equal to forward
+# (tested); flops(T), forward FLOPs a token of its own products (machine.flops_per_token adds the Linears').
 
 def mix_tokens(M, z):
     """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
@@ -126,9 +124,8 @@ def prefix_mean(mask):
 
 
 def rows_of(A, rows, C):
-    """The rows `rows` of a position-indexed A [..., n, n'] over its first C columns -> [..., R, C]; rows a
-    slice (the parallel pass, an eager step) or long [t] (a compiled step: attention.span). A slice goes
-    through narrow: W[..., :T, :T] at T = n gives a one-head W a gradient of other strides, which DDP warns of."""
+    """The rows `rows` (a slice, or long [t]: attention.span) of A [..., n, n'] over its first C columns ->
+    [..., R, C]. narrow, as W[..., :T, :T] at T = n gives a one-head W a gradient DDP warns of (strides)."""
     if isinstance(rows, slice):
         return A.narrow(-2, rows.start, rows.stop - rows.start).narrow(-1, 0, C)
     return A[..., rows, :C]
@@ -156,30 +153,29 @@ class HeadMixing(nn.Module):
         return self.proj_out(y) if self.proj_out is not None else y
 
     def cache(self, batch_size, length, device=None, dtype=None):
-        """A decoding buffer of zeros, float [batch_size, H, length, e] (attention.new_state)."""
+        """A decoding buffer of zeros, float [batch_size, H, length, e]."""
         return new_state(self, batch_size, self.n_head, length, self.d_model // self.n_head, device=device, dtype=dtype)
 
     def decays(self):
-        """{parameter: whether weight decay applies} of the mixing's own parameters (its projections are the
-        model's Linear layers): matrices and kernels yes, biases (BIASES) and 1-D decay rates no (optim reads it)."""
+        """{parameter: weight decay or not} of its own parameters (not the projections): no for the biases
+        (BIASES) and 1-D decay rates (optim reads it)."""
         return {p: p.dim() >= 2 and n not in self.BIASES for n, p in self.named_parameters(recurse=False)}
 
     def matrices(self, T):
-        """What experiments/look.py draws and tabulates of it over T positions: {name: float [H, R, C]}, row r
-        at position r // (R / T), column c at c // (C / T) (an expanded mixing's hidden rows)."""
+        """What experiments/look.py draws over T positions: {name: float [H, R, C]}, row r at position
+        r // (R / T) (an expanded mixing's hidden rows), and curves(T), {name: [H, T]} against the lag."""
         return {'M': self.matrix(T)}
 
     def curves(self, T):
-        """What look.py draws of it against the lag k = 0..T-1: {name: float [H, T]} (none here)."""
         return {}
 
 
 class MaskedMixing(HeadMixing):
     """The flat masked mixing (Badger 2024, "Masked Mixers for Language Generation and Retrieval", arXiv
     2409.01482), each head:  y_i = sum_{j <= i} M[i, j] z_j + c_i,  M = W * tril(1).
-    W float [H, n_ctx, n_ctx], c [H, n_ctx, 1]. M is formed inside the autograd graph on every call, so
-    the upper triangle of W gets zero gradient and stays as it is; a length-T input uses the leading
-    T x T block, as a longer input would. Init: each row of M the mean of the past, times out_scale; c 0."""
+    W float [H, n_ctx, n_ctx], c [H, n_ctx, 1]. M is formed inside the autograd graph on every call (W's
+    upper triangle gets zero gradient); a length-T input uses the leading T x T block, as a longer input
+    would. Init: each row of M the mean of the past, times out_scale; c 0."""
     def __init__(self, n_ctx, d_model, n_head=1, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
         self.register_buffer('mask', causal_mask(n_ctx), persistent=False)                  # tril(1)
@@ -187,8 +183,7 @@ class MaskedMixing(HeadMixing):
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T, rows=None):
-        """The rows `rows` (rows_of's; default all T) of M = W * tril(1) over the inputs 0..T-1: float [H, R, T]
-        (KernelMixing: [H, k, R, T])."""
+        """The rows `rows` (default all T) of M = W * tril(1) over inputs 0..T-1: float [H, R, T] ([H, k, R, T])."""
         rows = slice(0, T) if rows is None else rows
         return rows_of(self.W, rows, T) * rows_of(self.mask, rows, T)
 
@@ -218,7 +213,7 @@ class MaskedMixing(HeadMixing):
         return self
 
     def _load_from_state_dict(self, state, prefix, *args):   # an older checkpoint's W1 [H, k, x n_ctx, n_ctx]
-        for old, new in (('W1', 'W'), ('c1', 'c')):          # and c1: renamed and reshaped, the same numbers
+        for old, new in (('W1', 'W'), ('c1', 'c')):          # and c1: renamed, reshaped
             if prefix + old in state and prefix + new not in state:
                 state[prefix + new] = state.pop(prefix + old).reshape(getattr(self, new).shape)
         super()._load_from_state_dict(state, prefix, *args)
@@ -228,7 +223,7 @@ class KernelMixing(MaskedMixing):
     """The "fully convolutional" mixer (Badger 2024): k masked matrices M_u = W[:, u] * tril(1), tap u
     reading the features shifted by u - (k - 1) // 2 (a convolution over the feature axis whose channels
     are the tokens): y_i = sum_u sum_{j <= i} M_u[i, j] shift_u(z_j) + c_i. W float [H, k, n_ctx, n_ctx]
-    (so matrix() is [H, k, R, T]); each tap starts at the prefix mean / k. The rest is MaskedMixing's."""
+    (matrix() [H, k, R, T]); each tap starts at the prefix mean / k. The rest is MaskedMixing's."""
     def __init__(self, n_ctx, d_model, n_head=1, kernel=3, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head, out_scale)
         self.kernel = kernel
@@ -268,12 +263,11 @@ class ExpandedMixing(MaskedMixing):
         self.W2 = nn.Parameter(prefix_mean(self.mask2).repeat(n_head, 1, 1) * out_scale)
         self.c2 = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
-    def matrix(self, T, rows=None):
-        """The hidden rows `rows` (default all x T of the positions 0..T-1) of the first matrix M: [H, R, T]."""
+    def matrix(self, T, rows=None):          # the hidden rows `rows` (default all x T) of M: [H, R, T]
         return super().matrix(T, slice(0, self.expansion * T) if rows is None else rows)
 
     def matrix2(self, T, rows=None):
-        """The rows `rows` (default all T) of M2 over the hidden rows of the positions 0..T-1: [H, R, x T]."""
+        """The rows `rows` (default all T) of M2 over the hidden rows of positions 0..T-1: [H, R, x T]."""
         rows, C = slice(0, T) if rows is None else rows, self.expansion * T
         return rows_of(self.W2, rows, C) * rows_of(self.mask2, rows, C)
 
@@ -308,8 +302,7 @@ class ToeplitzMixing(HeadMixing):
     weights a head (a causal convolution along the sequence). Two equal paths (tested): the T x T matrix,
     and for T >= fft_threshold an FFT (pad to 2T, rfft, multiply, irfft, keep T). Init 'decay': w[k] =
     out_scale (1 - b) b^k, b = 15/16 (a moving average over ~16 tokens); 'normal': w ~ N(0, 2 / n_ctx)
-    (Kaiming, Badger & Roland 2026's Toeplitz mixer, arXiv 2605.06683); bias c 0. Its decoding is the
-    masked mixing's: the cache of z, the new rows of M."""
+    (Kaiming, Badger & Roland 2026, arXiv 2605.06683); c 0. It decodes as MaskedMixing: a cache of z."""
     def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0, init='decay'):
         super().__init__(n_ctx, d_model, n_head)
         self.fft_threshold = fft_threshold
@@ -320,7 +313,7 @@ class ToeplitzMixing(HeadMixing):
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T, rows=None):
-        """The rows `rows` (default all T) of M[i, j] = w[i - j] (0 for j > i) over the inputs 0..T-1: [H, R, T]."""
+        """The rows `rows` (default all T) of M[i, j] = w[i - j] (0 for j > i) over inputs 0..T-1: [H, R, T]."""
         pos = torch.arange(T, device=self.w.device)
         lag = pos[slice(None) if rows is None else rows][:, None] - pos
         return self.w[:, lag.clamp(min=0)] * (lag >= 0)
@@ -332,9 +325,8 @@ class ToeplitzMixing(HeadMixing):
         return self.merge((self.fft(z) if fft else mix_tokens(self.matrix(T), z)) + self.c[:, :T])
 
     def fft(self, z):
-        """M z of z float [B, H, T, e] by FFT -> [B, H, T, e]. The transformed axis last and contiguous,
-        cuFFT's layout: with the length at dim 2, inductor's traced strides were not the ones CUDA returns
-        (it failed 'stride 1==8 at dim=2' on an H200)."""
+        """M z of z float [B, H, T, e] by FFT -> [B, H, T, e]. The length axis last and contiguous: at dim 2,
+        inductor's traced strides were not CUDA's (it failed 'stride 1==8 at dim=2' on an H200)."""
         T, n = z.shape[2], 2 * z.shape[2]
         zf = torch.fft.rfft(rearrange(z.float(), 'b h t e -> b h e t').contiguous(), n=n)   # [B, H, e, n/2+1]
         wf = torch.fft.rfft(self.w[:, :T].float(), n=n)                                      # [H, n/2+1]
@@ -348,8 +340,7 @@ class ToeplitzMixing(HeadMixing):
             return int(self.d_model * (10 * math.log2(2 * T) + 6))
         return 2 * T * self.d_model
 
-    def identity_start(self):
-        """w = (1, 0, 0, ...): M = I (HybridMixing's serial start) -> self."""
+    def identity_start(self):               # w = (1, 0, 0, ...): M = I
         with torch.no_grad():
             self.w.zero_()
             self.w[:, 0] = 1.0
@@ -364,9 +355,8 @@ class RecurrentMixing(HeadMixing):
     a = sigmoid(decay_logit) in (0, 1), per position v and c:
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
       row form     M[i, j] = v[j] a^(i-j):  h_t = a h_{t-1} + v_t z_t,  y_t = h_t + c_t
-    'mixed': even heads column, odd heads row. Both passes are scan(), in chunks of chunk_size (a^(i-j)
-    for i >= j only: no overflow), the state h carried between them; decoding keeps h (constant size).
-    Init: time constants 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
+    'mixed': even heads column, odd heads row. forward and step are scan(): chunks of chunk_size (a^(i-j)
+    for i >= j only: no overflow), h carried between them. Init: 1 / (1 - a) from 4 to n_ctx, v = 1 - a."""
     def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
         self.chunk_size = chunk_size
@@ -389,8 +379,8 @@ class RecurrentMixing(HeadMixing):
         return torch.exp(lag.clamp(min=0) * self.log_decay()[:, None, None]) * (lag >= 0)
 
     def matrix(self, T, rows=None):
-        """The rows `rows` (default all T) of the effective M over the inputs 0..T-1 (tests, figures): float32
-        [H, R, T], read off the scan of the T unit vectors (the column / row rule is chunk()'s alone)."""
+        """The rows `rows` (default all T) of the effective M over inputs 0..T-1: float32 [H, R, T], read off
+        the scan of the T unit vectors (the column / row rule is chunk()'s alone)."""
         M = self.scan(torch.eye(T, device=self.v.device).expand(1, self.n_head, T, T), None, 0)[0][0] - self.c[:, :T]
         return M if rows is None else M[:, rows]
 
@@ -407,8 +397,7 @@ class RecurrentMixing(HeadMixing):
         return self.merge(y)
 
     def scan(self, z, h, pos):
-        """z float [B, H, T, e] at the positions pos.. (an int, or a 0-dim long tensor: attention.span) after
-        the state h [B, H, e] (None: zeros), in chunks of chunk_size -> (y [B, H, T, e], the state after)."""
+        """z float [B, H, T, e] at positions pos.. after the state h [B, H, e] (None: 0) -> (y, h after)."""
         ys = []
         for s in chunk_starts(z.shape[2], self.chunk_size):
             y, h = self.chunk(z[:, :, s:s + self.chunk_size], h, pos + s)
@@ -416,8 +405,7 @@ class RecurrentMixing(HeadMixing):
         return torch.cat(ys, dim=2), h
 
     def chunk(self, z, h0, pos):
-        """One chunk z [B, H, C, e] at the positions pos.. after the state h0 [B, H, e] or None -> (y
-        [B, H, C, e], the state after the chunk [B, H, e])."""
+        """scan() of one chunk z [B, H, C, e] -> (y [B, H, C, e], the state after it [B, H, e])."""
         C, (rows, _) = z.shape[2], span(pos, z.shape[2], self.n_ctx)
         v = self.v[:, rows, None]                                                   # [H, C, 1]
         u = torch.where(self.column, z, v * z)
@@ -468,8 +456,7 @@ class MLP(nn.Module):
 
 
 def make_norm(cfg):
-    """LayerNorm for mixers (as in the papers) and GPT, RMSNorm for the llama-style
-    kinds, identity when cfg.norm is False (the linear mixer)."""
+    """LayerNorm for mixers (as in the papers) and GPT, RMSNorm for llama-style kinds, identity without norm."""
     if not cfg.norm:
         return nn.Identity()
     return nn.LayerNorm(cfg.d_model) if cfg.kind in ('mixer', 'gpt') else nn.RMSNorm(cfg.d_model)
@@ -551,14 +538,13 @@ class _Model(nn.Module):
 
     @staticmethod
     def loss(logits, targets):
-        """Mean cross entropy (nats/token) of logits [B, T, vocab] against targets long
-        [B, T] (-1 ignored); None when targets is None."""
+        """Mean cross entropy (nats/token) of logits [B, T, vocab] against targets long [B, T] (-1 ignored)."""
         if targets is None:
             return None
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
 
     def mixing_decays(self):
-        """{id(parameter): whether weight decay applies} of every token mixing's own parameters (HeadMixing.decays)."""
+        """{id(parameter): weight decay or not} of every token mixing's own parameters (HeadMixing.decays)."""
         return {id(p): d for m in self.modules() if isinstance(m, HeadMixing) for p, d in m.decays().items()}
 
     def num_params(self):
@@ -584,8 +570,7 @@ class LanguageModel(_Model):
         return self.hidden_from_embeddings(self.wte(idx), layer)
 
     def hidden_from_embeddings(self, x, layer=None):
-        """hidden() of input vectors x float [B, T, d] in place of wte(idx) (input
-        representation accuracy optimises them: experiments/represent.py)."""
+        """hidden() of input vectors x float [B, T, d] in place of wte(idx) (experiments/represent.py)."""
         if self.max_len is not None and x.shape[1] > self.max_len:
             raise ValueError(f'sequence of {x.shape[1]} tokens is longer than n_ctx={self.max_len}')
         x = self.embed_proj(x)
@@ -601,8 +586,7 @@ class LanguageModel(_Model):
         return logits, self.loss(logits, targets)
 
     def init_state(self, batch_size, device=None, dtype=None):
-        """The decoding state of batch_size sequences: one dict a block, its mixing's init_state (device and
-        dtype default to the parameters')."""
+        """The decoding state of batch_size sequences: a dict a block (its mixing's init_state)."""
         return [block.init_state(batch_size, device, dtype) for block in self.blocks]
 
     def step(self, idx, pos, layers):
