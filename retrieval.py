@@ -69,6 +69,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mixer
+from checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
 from cli import (ArgumentParser, check_folder_writable, check_writable, device_error, distinct_files, failing,
@@ -143,21 +144,12 @@ def progress_printer(label):
     return progress
 
 
-def load_model(path, device):
-    """checkpoint.load_checkpoint, its CheckpointError reported as this program's UsageError."""
-    from checkpoint import CheckpointError, load_checkpoint
-    try:
-        return load_checkpoint(path, device)
-    except CheckpointError as e:
-        raise UsageError(str(e))
-
-
 def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=False):
-    """(query, target) embeddings float [P, d] of `pairs` by checkpoint `path` (or, with
-    untrained=True, by a freshly initialised model of its config, torch seed = the
-    checkpoint's training seed: the paper's control), pooled by `pool`, from the cache when there; also returns a
-    short description of the model. Raises UsageError for a bad checkpoint or --layer."""
-    model, enc, ckpt = load_model(path, args.device)
+    """(query, target) embeddings float [P, d] of `pairs` by checkpoint `path` (or, with untrained=True,
+    by a freshly initialised model of its config, torch seed = the checkpoint's training seed: the
+    paper's control), pooled by `pool`, from the cache when there, and a short description of the
+    model. Raises CheckpointError for a bad checkpoint, UsageError for a bad --layer or --pool."""
+    model, enc, ckpt = load_checkpoint(path, args.device)
     cfg = model.cfg
     seed = ckpt.get('config', {}).get('seed', args.seed)
     if untrained:
@@ -472,20 +464,13 @@ def check_args(args):
         raise UsageError(f'--pairs {args.pairs} is a folder, not a JSONL file')
     if args.pairs is None and args.text is None and os.path.isfile(args.data_dir):
         raise UsageError(f'--data_dir {args.data_dir} is a file, not a prepared data folder (or pass --text FILE)')
-    from checkpoint import CheckpointError, read_checkpoint
-    for path in args.ckpt:
-        if not os.path.isfile(path):
-            try:                            # not a file: read_checkpoint's one line says what it is instead
+    try:                                    # each check raises a one-line ValueError (CheckpointError is one)
+        for path in args.ckpt:
+            if not os.path.isfile(path):    # not a file: read_checkpoint's one line says what it is instead
                 read_checkpoint(path)
-            except CheckpointError as e:
-                raise UsageError(str(e))
-    try:
         distinct_files(args.ckpt, '--ckpt')
-    except ValueError as e:
-        raise UsageError(str(e))
-    if device_error(args.device):
-        raise UsageError(device_error(args.device))
-    try:
+        if device_error(args.device):
+            raise ValueError(device_error(args.device))
         if args.json is not None:
             check_writable(args.json, args.overwrite, '--json file')
         if not args.no_cache:
@@ -533,7 +518,7 @@ def evaluate(model, fit, q, t, sp):
 def run(args):
     """The experiment on parsed `args` (progress on stderr): for each checkpoint, control and
     pool, embeddings, a retrieval mixer and scores. Returns the results dict (--json's
-    content). Raises UsageError for bad options or input."""
+    content). Raises UsageError for bad options or input, CheckpointError for a bad checkpoint."""
     check_args(args)
     pairs, source = load_pairs(args)
     sp = plan_splits(args, pairs)
@@ -570,7 +555,7 @@ def run_and_report(args):
         torch.set_num_threads(args.threads)
     try:
         out = run(args)
-    except UsageError as e:
+    except (UsageError, CheckpointError) as e:
         fail(str(e))
     report(out, args)
     sys.stdout.flush()
