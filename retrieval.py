@@ -56,6 +56,7 @@ retrieval model, limit the comparison.
 import argparse
 import copy
 import hashlib
+import io
 import json
 import math
 import os
@@ -73,7 +74,7 @@ from checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
 from cli import (ArgumentParser, check_folder_writable, check_writable, device_error, distinct_files, failing,
-                 number, random_seed, run_command, save_results)
+                 number, random_seed, run_command, save_results, write_atomic)
 from data.tokenizer import file_sha256
 
 PROG = 'retrieval.py'
@@ -192,20 +193,15 @@ def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=F
 
 
 def save_cache(path, obj):
-    """torch.save obj to the cache file `path`, atomically (a temporary file, then os.replace:
-    never a half-written cache file). The cache only saves time: a failed write (a full
-    disk) is a one-line warning, and the run goes on without it."""
-    tmp = f'{path}.tmp{os.getpid()}'
+    """torch.save obj to the cache file `path` whole or not at all (cli.write_atomic). The cache
+    only saves time: a failed write (a full disk) is a one-line warning, and the run goes on without it."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as e:               # torch reports a short write as RuntimeError
+        write_atomic(path, buf.getvalue())
+    except OSError as e:
         print(f'{PROG}: warning: could not write the embedding cache {path} ({type(e).__name__}: '
               f'{str(e).splitlines()[0] if str(e) else ""}); going on without it', file=sys.stderr)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 # ----------------------------------------------------------------------------- retrieval model
