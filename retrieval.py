@@ -218,8 +218,7 @@ class EquivariantMixerBlock(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.a, self.c, self.e = (nn.Parameter(torch.ones(d)) for _ in range(3))
-        self.b, self.d = (nn.Parameter(torch.zeros(d)) for _ in range(2))
-        self.bias_q, self.bias_c = nn.Parameter(torch.zeros(d)), nn.Parameter(torch.zeros(d))
+        self.b, self.d, self.bias_q, self.bias_c = (nn.Parameter(torch.zeros(d)) for _ in range(4))
         self.ff = nn.Sequential(nn.Linear(d, ff_mult * d), nn.GELU(), nn.Linear(ff_mult * d, d))
         self.drop = nn.Dropout(dropout)
 
@@ -343,12 +342,11 @@ def cosine_scores(center=None):
 
 # ----------------------------------------------------------------------------- report
 
-def markdown_table(results, ns, chance=True):
-    """Markdown table: one row per (checkpoint, method), one column per N."""
+def markdown_table(results, ns):
+    """Markdown table: one row per (checkpoint, method), one column per N, chance (1/N) first."""
     lines = ['| checkpoint | method | ' + ' | '.join(f'N={n}' for n in ns) + ' |',
-             '|---|---|' + '---:|' * len(ns)]
-    if chance:
-        lines.append('| (chance) | 1/N | ' + ' | '.join(f'{1 / n:.3f}' for n in ns) + ' |')
+             '|---|---|' + '---:|' * len(ns),
+             '| (chance) | 1/N | ' + ' | '.join(f'{1 / n:.3f}' for n in ns) + ' |']
     for r in results:
         for method, accs in r['accuracy'].items():
             lines.append(f'| {r["name"]} | {method} | ' + ' | '.join(f'{accs[str(n)]:.3f}' for n in ns) + ' |')
@@ -563,8 +561,7 @@ def report(out, args):
     """Print the tables and notes of run()'s results `out` to stdout."""
     print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["val_pairs"]} validation '
           f'(early stopping) / {out["test_pairs"]} test pairs; retrieval mixer trained at N={out["train_n"]}; '
-          f'{out["eval_trials"]} fixed candidate draws '
-          f'per test query and N.\n')
+          f'{out["eval_trials"]} fixed candidate draws per test query and N.\n')
     print(markdown_table(out['results'], out['ns']))
     print(f'\nThe retrieval mixer\'s loss (nats) on its training pairs (1 draw each) and the test pairs. Its '
           f'validation and test losses at N={out["train_n"]} were measured every 50 steps; it keeps the parameters '
