@@ -79,12 +79,10 @@ def ict_pairs(stories, seed=1337, max_pairs=None, per_story=1, min_sentences=3, 
 
     Stories are visited in a seeded random order; each story with >= min_sentences
     sentences gives up to per_story pairs with distinct query sentences. Returns a
-    list of dicts {'query', 'target', 'cut', 'story'}: `cut` is the character offset
-    in the target where the sentence was removed, `story` the story's index in
-    `stories`. The query is chosen among sentences of >= min_words words (all
-    sentences if none has that many) that do not occur in the target. At most
-    max_pairs pairs (None: no limit); [] if no story has enough sentences. Raises
-    nothing itself."""
+    list of pair dicts ('story': the story's index in `stories`). The query is chosen
+    among sentences of >= min_words words (all sentences if none has that many) that
+    do not occur in the target. At most max_pairs pairs (None: no limit); [] if no
+    story has enough sentences. Raises nothing itself."""
     rng = np.random.default_rng(seed)
     out = []
     for si in rng.permutation(len(stories)).tolist():
