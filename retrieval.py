@@ -373,9 +373,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 
 
 def build_parser():
-    """The command line parser (cli.ArgumentParser: a bad flag or value is one line, exit 2); the module
-    docstring is its help."""
-    p = ArgumentParser(PROG, __doc__, formatter_class=_HelpFormatter)       # a bad flag or value: one line
+    """The command line parser (cli.ArgumentParser: a bad flag or value is one line, exit 2)."""
+    p = ArgumentParser(PROG, __doc__, formatter_class=_HelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written
     g = p.add_argument_group('models')
     g.add_argument('--ckpt', action='append', required=True, metavar='PATH',
