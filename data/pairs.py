@@ -43,7 +43,6 @@ class UsageError(Exception):
     retrieval.py reports as 'retrieval.py: error: ...' with exit code 2."""
 
 
-# End of a sentence: a run of . ! ? and any closing quotes or brackets, then whitespace or the end.
 SENTENCE_END = re.compile(r'[.!?]+[\"\'\u201d\u2019)\]]*(?=\s|$)')
 
 
