@@ -16,6 +16,7 @@ import ast
 import math
 import os
 import sys
+import traceback
 
 import checkpoint
 import mixer
@@ -62,15 +63,9 @@ def read_config_file(path):
     except SyntaxError as e:
         fail(f'config file {path}, line {e.lineno}: {e.msg}')
     except Exception as e:                          # the file's own code failed
-        line = next((t.tb_lineno for t in _frames(e.__traceback__) if t.tb_frame.f_code.co_filename == path), '?')
+        line = next((n for f, n in traceback.walk_tb(e.__traceback__) if f.f_code.co_filename == path), '?')
         fail(f'config file {path}, line {line}: {type(e).__name__}: {e}')
     return [(k, v) for k, v in ns.items() if not k.startswith('_')]
-
-
-def _frames(tb):
-    while tb is not None:
-        yield tb
-        tb = tb.tb_next
 
 
 def parse_overrides(argv, defaults, usage):

@@ -56,6 +56,7 @@ retrieval model, limit the comparison.
 import argparse
 import copy
 import hashlib
+import io
 import json
 import math
 import os
@@ -69,10 +70,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mixer
+from checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
 from cli import (ArgumentParser, check_folder_writable, check_writable, device_error, distinct_files, failing,
-                 number, random_seed, run_command, save_results)
+                 number, random_seed, run_command, save_results, write_atomic)
 from data.tokenizer import file_sha256
 
 PROG = 'retrieval.py'
@@ -143,21 +145,12 @@ def progress_printer(label):
     return progress
 
 
-def load_model(path, device):
-    """checkpoint.load_checkpoint, its CheckpointError reported as this program's UsageError."""
-    from checkpoint import CheckpointError, load_checkpoint
-    try:
-        return load_checkpoint(path, device)
-    except CheckpointError as e:
-        raise UsageError(str(e))
-
-
 def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=False):
-    """(query, target) embeddings float [P, d] of `pairs` by checkpoint `path` (or, with
-    untrained=True, by a freshly initialised model of its config, torch seed = the
-    checkpoint's training seed: the paper's control), pooled by `pool`, from the cache when there; also returns a
-    short description of the model. Raises UsageError for a bad checkpoint or --layer."""
-    model, enc, ckpt = load_model(path, args.device)
+    """(query, target) embeddings float [P, d] of `pairs` by checkpoint `path` (or, with untrained=True,
+    by a freshly initialised model of its config, torch seed = the checkpoint's training seed: the
+    paper's control), pooled by `pool`, from the cache when there, and a short description of the
+    model. Raises CheckpointError for a bad checkpoint, UsageError for a bad --layer or --pool."""
+    model, enc, ckpt = load_checkpoint(path, args.device)
     cfg = model.cfg
     seed = ckpt.get('config', {}).get('seed', args.seed)
     if untrained:
@@ -200,20 +193,15 @@ def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=F
 
 
 def save_cache(path, obj):
-    """torch.save obj to the cache file `path`, atomically (a temporary file, then os.replace:
-    never a half-written cache file). The cache only saves time: a failed write (a full
-    disk) is a one-line warning, and the run goes on without it."""
-    tmp = f'{path}.tmp{os.getpid()}'
+    """torch.save obj to the cache file `path` whole or not at all (cli.write_atomic). The cache
+    only saves time: a failed write (a full disk) is a one-line warning, and the run goes on without it."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as e:               # torch reports a short write as RuntimeError
+        write_atomic(path, buf.getvalue())
+    except OSError as e:
         print(f'{PROG}: warning: could not write the embedding cache {path} ({type(e).__name__}: '
               f'{str(e).splitlines()[0] if str(e) else ""}); going on without it', file=sys.stderr)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 # ----------------------------------------------------------------------------- retrieval model
@@ -230,8 +218,7 @@ class EquivariantMixerBlock(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.a, self.c, self.e = (nn.Parameter(torch.ones(d)) for _ in range(3))
-        self.b, self.d = (nn.Parameter(torch.zeros(d)) for _ in range(2))
-        self.bias_q, self.bias_c = nn.Parameter(torch.zeros(d)), nn.Parameter(torch.zeros(d))
+        self.b, self.d, self.bias_q, self.bias_c = (nn.Parameter(torch.zeros(d)) for _ in range(4))
         self.ff = nn.Sequential(nn.Linear(d, ff_mult * d), nn.GELU(), nn.Linear(ff_mult * d, d))
         self.drop = nn.Dropout(dropout)
 
@@ -355,12 +342,11 @@ def cosine_scores(center=None):
 
 # ----------------------------------------------------------------------------- report
 
-def markdown_table(results, ns, chance=True):
-    """Markdown table: one row per (checkpoint, method), one column per N."""
+def markdown_table(results, ns):
+    """Markdown table: one row per (checkpoint, method), one column per N, chance (1/N) first."""
     lines = ['| checkpoint | method | ' + ' | '.join(f'N={n}' for n in ns) + ' |',
-             '|---|---|' + '---:|' * len(ns)]
-    if chance:
-        lines.append('| (chance) | 1/N | ' + ' | '.join(f'{1 / n:.3f}' for n in ns) + ' |')
+             '|---|---|' + '---:|' * len(ns),
+             '| (chance) | 1/N | ' + ' | '.join(f'{1 / n:.3f}' for n in ns) + ' |']
     for r in results:
         for method, accs in r['accuracy'].items():
             lines.append(f'| {r["name"]} | {method} | ' + ' | '.join(f'{accs[str(n)]:.3f}' for n in ns) + ' |')
@@ -387,9 +373,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 
 
 def build_parser():
-    """The command line parser (cli.ArgumentParser: a bad flag or value is one line, exit 2); the module
-    docstring is its help."""
-    p = ArgumentParser(PROG, __doc__, formatter_class=_HelpFormatter)       # a bad flag or value: one line
+    """The command line parser (cli.ArgumentParser: a bad flag or value is one line, exit 2)."""
+    p = ArgumentParser(PROG, __doc__, formatter_class=_HelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written
     g = p.add_argument_group('models')
     g.add_argument('--ckpt', action='append', required=True, metavar='PATH',
@@ -472,20 +457,13 @@ def check_args(args):
         raise UsageError(f'--pairs {args.pairs} is a folder, not a JSONL file')
     if args.pairs is None and args.text is None and os.path.isfile(args.data_dir):
         raise UsageError(f'--data_dir {args.data_dir} is a file, not a prepared data folder (or pass --text FILE)')
-    from checkpoint import CheckpointError, read_checkpoint
-    for path in args.ckpt:
-        if not os.path.isfile(path):
-            try:                            # not a file: read_checkpoint's one line says what it is instead
+    try:                                    # each check raises a one-line ValueError (CheckpointError is one)
+        for path in args.ckpt:
+            if not os.path.isfile(path):    # not a file: read_checkpoint's one line says what it is instead
                 read_checkpoint(path)
-            except CheckpointError as e:
-                raise UsageError(str(e))
-    try:
         distinct_files(args.ckpt, '--ckpt')
-    except ValueError as e:
-        raise UsageError(str(e))
-    if device_error(args.device):
-        raise UsageError(device_error(args.device))
-    try:
+        if device_error(args.device):
+            raise ValueError(device_error(args.device))
         if args.json is not None:
             check_writable(args.json, args.overwrite, '--json file')
         if not args.no_cache:
@@ -533,7 +511,7 @@ def evaluate(model, fit, q, t, sp):
 def run(args):
     """The experiment on parsed `args` (progress on stderr): for each checkpoint, control and
     pool, embeddings, a retrieval mixer and scores. Returns the results dict (--json's
-    content). Raises UsageError for bad options or input."""
+    content). Raises UsageError for bad options or input, CheckpointError for a bad checkpoint."""
     check_args(args)
     pairs, source = load_pairs(args)
     sp = plan_splits(args, pairs)
@@ -570,7 +548,7 @@ def run_and_report(args):
         torch.set_num_threads(args.threads)
     try:
         out = run(args)
-    except UsageError as e:
+    except (UsageError, CheckpointError) as e:
         fail(str(e))
     report(out, args)
     sys.stdout.flush()
@@ -582,8 +560,7 @@ def report(out, args):
     """Print the tables and notes of run()'s results `out` to stdout."""
     print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["val_pairs"]} validation '
           f'(early stopping) / {out["test_pairs"]} test pairs; retrieval mixer trained at N={out["train_n"]}; '
-          f'{out["eval_trials"]} fixed candidate draws '
-          f'per test query and N.\n')
+          f'{out["eval_trials"]} fixed candidate draws per test query and N.\n')
     print(markdown_table(out['results'], out['ns']))
     print(f'\nThe retrieval mixer\'s loss (nats) on its training pairs (1 draw each) and the test pairs. Its '
           f'validation and test losses at N={out["train_n"]} were measured every 50 steps; it keeps the parameters '

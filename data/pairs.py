@@ -10,29 +10,11 @@ character offset in the target where the query was taken out (None for pairs
 read from a file).
 
 Inverse cloze task (Lee et al. 2019; ict_pairs): the query is one sentence
-taken out of a story, the target is the story with that sentence removed (the
-whitespace around the cut merged into one). The stories are those of a
-prepared data dir's {split}.bin, decoded with the data dir's tokenizer
-(byte-level BPE, so decoding gives the exact text; read_data_dir_stories), or
-those of a raw text file split on <|endoftext|> (read_text_stories).
-
-Sentences (split_sentences): a sentence ends at a run of . ! or ? (plus any
-closing quotes or brackets) followed by whitespace or the end of the story;
-abbreviations such as "Mr." therefore end a sentence too, and trailing text
-without such an ending is a last sentence.
-
-The query: stories are visited in a seeded random order and those with fewer
-than 3 sentences are skipped; the query is drawn (fixed seed) among the
-sentences of >= 4 words (any sentence if none) whose text does not occur
-again in the rest of the story, so the query never appears in its target.
-
-A pairs file (read_pairs_file) instead holds {"query": ..., "target": ...}
-objects, one per line (JSONL); each line is its own story.
-
-Tokens (encode_pairs): a text becomes <|endoftext|> + its tokens, at most n_ctx
-ids; a query, or a target without a cut, keeps its first tokens, an
-inverse-cloze target keeps a window centred (as far as the story allows) on
-the cut.
+(split_sentences) taken out of a story, the target is the story without it, so
+the query never appears in its target. The stories are those of a prepared data
+dir's {split}.bin (read_data_dir_stories) or of a raw text file split on
+<|endoftext|> (read_text_stories); a pairs file (read_pairs_file) instead holds
+{"query": ..., "target": ...} objects, one per line. encode_pairs makes the token ids.
 
 load_pairs makes the pairs that retrieval.py's options ask for; plan_splits splits
 them by story (train, test, and training stories held out for early stopping) and
@@ -61,7 +43,6 @@ class UsageError(Exception):
     retrieval.py reports as 'retrieval.py: error: ...' with exit code 2."""
 
 
-# End of a sentence: a run of . ! ? and any closing quotes or brackets, then whitespace or the end.
 SENTENCE_END = re.compile(r'[.!?]+[\"\'\u201d\u2019)\]]*(?=\s|$)')
 
 
@@ -70,18 +51,15 @@ def split_sentences(text):
     in order, whitespace excluded; [] for a blank text. Raises nothing.
 
     A sentence ends at a run of '.', '!' or '?' (with any closing quotes or
-    brackets) followed by whitespace or the end of the text; trailing text
-    without such an ending is a last sentence."""
+    brackets) followed by whitespace or the end of the text ("Mr." too); trailing
+    text without such an ending is a last sentence."""
     spans, start = [], 0
-    for m in SENTENCE_END.finditer(text):
-        s = start + len(text[start:m.end()]) - len(text[start:m.end()].lstrip())
-        if s < m.end():
-            spans.append((s, m.end()))
-        start = m.end()
-    rest = text[start:]
-    if rest.strip():
-        s = start + len(rest) - len(rest.lstrip())
-        spans.append((s, start + len(rest.rstrip())))
+    for end in [m.end() for m in SENTENCE_END.finditer(text)] + [len(text)]:   # the rest: a last sentence
+        piece = text[start:end]
+        s, e = end - len(piece.lstrip()), start + len(piece.rstrip())
+        if s < e:
+            spans.append((s, e))
+        start = end
     return spans
 
 
@@ -100,12 +78,10 @@ def ict_pairs(stories, seed=1337, max_pairs=None, per_story=1, min_sentences=3, 
 
     Stories are visited in a seeded random order; each story with >= min_sentences
     sentences gives up to per_story pairs with distinct query sentences. Returns a
-    list of dicts {'query', 'target', 'cut', 'story'}: `cut` is the character offset
-    in the target where the sentence was removed, `story` the story's index in
-    `stories`. The query is chosen among sentences of >= min_words words (all
-    sentences if none has that many) that do not occur in the target. At most
-    max_pairs pairs (None: no limit); [] if no story has enough sentences. Raises
-    nothing itself."""
+    list of pair dicts ('story': the story's index in `stories`). The query is chosen
+    among sentences of >= min_words words (all sentences if none has that many) that
+    do not occur in the target. At most max_pairs pairs (None: no limit); [] if no
+    story has enough sentences. Raises nothing itself."""
     rng = np.random.default_rng(seed)
     out = []
     for si in rng.permutation(len(stories)).tolist():
@@ -182,10 +158,10 @@ class TokenStories:
 
 def read_data_dir_stories(data_dir, split):
     """Stories of data_dir's {split}.bin (uint16 tokens, stories separated by the eot
-    id of meta.json), decoded with the data dir's tokenizer: a TokenStories. Raises
-    UsageError if meta.json or the .bin file is missing or damaged, the tokenizer
-    cannot be loaded or is not the one meta.json records (its SHA-256), or the file
-    holds token ids the tokenizer does not have."""
+    id of meta.json), decoded with the data dir's tokenizer (byte-level BPE: the exact
+    text): a TokenStories. Raises UsageError if meta.json or the .bin file is missing
+    or damaged, the tokenizer cannot be loaded or is not the one meta.json records
+    (its SHA-256), or the file holds token ids the tokenizer does not have."""
     meta_path = os.path.join(data_dir, 'meta.json')
     if not os.path.isfile(meta_path):
         raise UsageError(f'{meta_path} not found: run data/prepare.py, or pass --text or --pairs')

@@ -3,10 +3,7 @@ stories, and tiktoken's rank file, which data/prepare.py writes, checkpoints emb
 
     ranks = train_bpe(stories, 4096)           # {token bytes: rank}: the 256 bytes, then the merges
     save_tokenizer(ranks, 'tokenizer.tiktoken')
-    enc = load_tokenizer('tokenizer.tiktoken')  # a tiktoken.Encoding, <|endoftext|> = 4095
-
-Ranks 0..255 are the single bytes, merges get ranks 256.., and <|endoftext|> is the special token
-vocab_size - 1 (vocab_size - 257 merges).
+    enc = load_tokenizer('tokenizer.tiktoken')  # a tiktoken.Encoding, <|endoftext|> = 4095 (vocab_size - 1)
 """
 import base64
 import hashlib
