@@ -285,10 +285,11 @@ class ExpandedMixing(MaskedMixing):
 
     def step(self, x, state, pos):
         rows, end = span(pos, x.shape[1], self.n_ctx)
-        hidden, _ = span(self.expansion * pos, self.expansion * x.shape[1], self.expansion * self.n_ctx)   # their hidden rows
+        X = self.expansion
+        hidden, _ = span(X * pos, X * x.shape[1], X * self.n_ctx)                   # the new rows' hidden rows
         z = write(state['z'], rows, self.split(x))[:, :, :end]
         g = write(state['g'], hidden, F.gelu(mix_tokens(self.matrix(end, hidden), z) + self.c[:, hidden]))
-        return self.merge(mix_tokens(self.matrix2(end, rows), g[:, :, :self.expansion * end]) + self.c2[:, rows])
+        return self.merge(mix_tokens(self.matrix2(end, rows), g[:, :, :X * end]) + self.c2[:, rows])
 
     def flops(self, T):
         return 4 * T * self.d_model * self.expansion
@@ -356,7 +357,7 @@ class RecurrentMixing(HeadMixing):
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
       row form     M[i, j] = v[j] a^(i-j):  h_t = a h_{t-1} + v_t z_t,  y_t = h_t + c_t
     'mixed': even heads column, odd heads row. forward and step are scan(): chunks of chunk_size (a^(i-j)
-    for i >= j only: no overflow), h carried between them. Init: 1 / (1 - a) from 4 to n_ctx, v = 1 - a."""
+    for i >= j only: no overflow), h carried between. Init: 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
     def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
         self.chunk_size = chunk_size
