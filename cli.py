@@ -1,9 +1,11 @@
 """What every command of the project shares, a leaf that imports nothing of the project: the one-line
-error and its exit status (`fail`), the one Ctrl-C and closed-stdout handler (`run_command`), the
-flags' parser and types (`ArgumentParser`, `number`, `random_seed`, `listing`, `assignments`,
-`distinct_files`), the device check, and results written whole (`write_atomic`, `save_results`).
+error and its exit status (`fail`), a command's first instruction (`begin`) and the one Ctrl-C and
+closed-stdout handler (`run_command`), the flags' parser and types (`ArgumentParser`, `number`,
+`random_seed`, `listing`, `assignments`, `distinct_files`), the device check, and results written whole
+(`write_atomic`, `save_results`).
 
     fail('no such file', 'sample.py')          # 'sample.py: error: no such file' on stderr, exit 2
+    begin('sample.py', __name__)               # the first instruction, before torch: Ctrl-C one line from here
     sys.exit(run_command('sample.py', sample, argv))   # Ctrl-C: one line, exit 130
     p = ArgumentParser('mqar.py', __doc__); p.add_argument('--lrs', type=listing(number(float, 0, above=True)))
 """
@@ -34,6 +36,62 @@ def failing(prog):
 
 # ----------------------------------------------------------------------------- Ctrl-C and a closed stdout
 
+def begin(prog, name='__main__', keep=False):
+    """A command's first instruction, before it imports torch or the project; a no-op unless `name` (the
+    caller's __name__) is '__main__'. From here to the work (run_command) Ctrl-C is one line 'PROG:
+    interrupted (Ctrl-C)' and exit 130 at once (os._exit: nothing is written yet, and an import that
+    catches every exception cannot swallow it). stdout fails in one way: a reader that goes away (`| head`)
+    points it at os.devnull and, unless `keep` (the result is a file: a checkpoint, prepared data: the
+    work goes on and writes it), exits 1, quietly; any other failed write (`>/dev/full`) is one line 'PROG:
+    error: cannot write to stdout (why)' and exit 1."""
+    if name == '__main__' and threading.current_thread() is threading.main_thread():
+        _STARTED[:] = [prog]
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted)
+        sys.stdout = _Stdout(sys.stdout, prog, keep)
+
+
+_STARTED = []           # the command begin() started in this process
+
+
+def _interrupted(signum, frame):
+    """SIGINT handler from begin() until run_command's work and after it: one line, exit 130."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print(f'{_STARTED[0]}: interrupted (Ctrl-C)', file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+class _Stdout:
+    """sys.stdout of a command begin() started: the stream's own, but a failed write or flush is begin()'s."""
+
+    def __init__(self, stream, prog, keep):
+        self.stream, self.prog, self.keep = stream, prog, keep
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    def write(self, text):
+        return self._do(self.stream.write, text)
+
+    def flush(self):
+        return self._do(self.stream.flush)
+
+    def _do(self, fn, *args):
+        try:
+            return fn(*args)
+        except OSError as e:
+            null = os.open(os.devnull, os.O_WRONLY)        # what is left goes nowhere, at exit too
+            os.dup2(null, self.stream.fileno())
+            os.close(null)
+            if not isinstance(e, BrokenPipeError):
+                print(f'{self.prog}: error: cannot write to stdout ({e.strerror or e})', file=sys.stderr, flush=True)
+            elif self.keep:
+                return None
+            if sys.is_finalizing():                         # Python's last flush: an exception would be its traceback
+                os._exit(1)
+            sys.exit(1)
+
+
 def _interrupt_once(signum, frame):
     """SIGINT handler while a command runs: the first Ctrl-C raises KeyboardInterrupt, any later one
     is ignored while the command stops (`timeout -s INT` signals the process, then its group)."""
@@ -52,15 +110,18 @@ def run_command(prog, work, *args, kept=None, exits=False):
     so it leaves no half-written file. A closed stdout (BrokenPipeError: `| head` stopped reading):
     stdout is pointed at os.devnull (no second error when Python exits) and the status is 1, quietly.
     The caller exits with the status (or returns it, where its callers want a number: data/prepare.py);
-    Python's SIGINT handler is the caller's again afterwards, unless `exits` (the caller exits at once,
-    e.g. an experiment whose pool's finalizers run at exit) and the work was stopped by Ctrl-C: then
-    SIGINT stays ignored, so a second Ctrl-C during those finalizers is no traceback:
+    Python's SIGINT handler (or begin()'s) is the caller's again afterwards, unless `exits` (the caller
+    exits at once, e.g. an experiment whose pool's finalizers run at exit; so does every command begin()
+    started) and the work was stopped by Ctrl-C: then SIGINT stays ignored, so a second Ctrl-C during
+    those finalizers is no traceback:
 
         def main(argv=None):
             sys.exit(run_command('sample.py', sample, argv))
     """
     handler = signal.getsignal(signal.SIGINT)
-    own = handler is signal.default_int_handler and threading.current_thread() is threading.main_thread()
+    own = handler in (signal.default_int_handler, _interrupted)
+    own = own and threading.current_thread() is threading.main_thread()
+    exits = exits or handler is _interrupted
     if own:                                 # an ignored SIGINT (a background job) stays ignored
         signal.signal(signal.SIGINT, _interrupt_once)
     try:

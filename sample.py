@@ -20,6 +20,9 @@ on the first new token (seconds to a minute). Every LanguageModel kind; the Auto
 import argparse
 import sys
 
+import cli
+cli.begin('sample.py', __name__)       # the first instruction: Ctrl-C is one line from here, torch's import included
+
 import torch
 import torch.nn.functional as F
 

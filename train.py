@@ -25,6 +25,9 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 
+from cli import begin, fail, run_command
+begin('train.py', __name__, keep=True)     # first: Ctrl-C is one line from here; a closed stdout never stops the run
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -35,7 +38,6 @@ import configurator
 import machine
 import mixer
 import optim
-from cli import fail
 
 # ----------------------------------------------------------------------------- defaults
 # I/O
@@ -595,4 +597,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    sys.exit(run_command('train.py', main, sys.argv[1:]))

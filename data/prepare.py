@@ -20,21 +20,25 @@ left behind (of pids no longer alive), with a note. Ctrl-C exits 130 with --out 
 An --out that already holds prepared data is kept: a run with the same settings on the same
 (unchanged) text says so and does nothing; any other run exits 2 unless --overwrite is given.
 """
-import argparse
+import os
+import sys
+
+if __name__ == "__main__":     # run as data/prepare.py: the repository root on the path, for data.tokenizer and cli;
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
+    cli.begin("prepare.py", keep=True)
+import argparse  # noqa: E402
 import hashlib
 import json
-import os
 import re
 import shutil
-import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-if __name__ == "__main__":     # run as data/prepare.py: the repository root on the path, for data.tokenizer and cli
-    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cli import run_command
 from data.tokenizer import EOT, check_file, load_tokenizer, save_tokenizer, tokenizer_sha256, train_bpe  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
@@ -447,7 +451,6 @@ def main(argv=None):
     """Command line entry point (argv: list of str; None: sys.argv) -> the exit status: 0 on success,
     2 on bad input or a failed write (one-line error), 130 on Ctrl-C (one line: cli.run_command);
     --out's outputs are left as they were unless the run succeeds."""
-    from cli import run_command                     # the repository root's (on the path: below)
     return run_command("prepare.py", run, argv, kept="--out is as it was: run the same command again")
 
 

@@ -27,11 +27,17 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
+
+if __name__ == '__main__':       # run as a file too (python experiments/bench.py): the repository root on
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    import cli                   # and from here Ctrl-C is one line, torch's import included
+    cli.begin('bench.py')
 
 import torch
 

@@ -1,0 +1,161 @@
+"""The edges of every command (issue #64): python test_mixer.py test_faults_edges
+
+    TestStart      Ctrl-C at a command's first heavy import (cli.begin) and every module of experiments/ run as a
+                   file (python experiments/look.py)
+    TestStdout     a reader that goes away (`| head -1`) and a full disk (`>/dev/full`) under the commands: a
+                   quiet exit, or the work goes on and writes its files; one line naming a full disk
+    TestSampling   sample.py at any temperature >= 0, a checkpoint of non-finite weights, a flag given twice,
+                   a prompt that is not UTF-8
+    TestMessages   a device as torch spells it, a damaged prepared folder, a checkpoint without a key, sizes
+                   that cannot fit (train.py, bench.py's decode and generation tables)
+    TestPeak       the matmul peak MFU is measured against, on a machine whose other processes take its cores
+
+Every command runs in this process (tests.common.run_in_process), but the one test that runs each module of
+experiments/ as a file, which needs a Python whose path holds no project folder.
+"""
+
+import builtins
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+import torch
+
+from tests.common import ROOT, prepared_data, run_in_process, tiny_checkpoint
+from tests.faults import ENV, TINY, error_lines
+
+# every command and experiment a user runs, with what it prints as its name
+COMMANDS = {('train.py',): 'train.py', ('sample.py',): 'sample.py', ('retrieval.py',): 'retrieval.py',
+            ('data/prepare.py',): 'prepare.py',
+            **{('-m', f'experiments.{m}'): f'{m}.py' for m in ('look', 'bench', 'claims', 'icl', 'mqar', 'represent',
+                                                               'profiles', 'gpu_check')}}
+KEEP = ('train.py', 'prepare.py', 'look.py', 'claims.py', 'icl.py', 'mqar.py', 'gpu_check.py')   # results: files
+
+
+def folder(test, name):
+    """A fresh folder for a test's outputs, removed after it -> its path."""
+    path = tempfile.mkdtemp(prefix=f'mixer_{name}_')
+    test.addCleanup(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+class TestStart(unittest.TestCase):
+
+    def test_ctrl_c_at_the_first_heavy_import_is_one_line_and_130(self):
+        """SIGINT at the first import of a module that is not the standard library's (torch, numpy, the
+        project) of every command: one line 'PROG: interrupted (Ctrl-C)', exit 130 (os._exit, here turned
+        into SystemExit(130) so that this process lives on), no traceback."""
+        real = builtins.__import__
+        for argv, prog in COMMANDS.items():
+            fired = []
+
+            def interrupting(name, globals=None, locals=None, fromlist=(), level=0):
+                top = name.split('.')[0]
+                if not fired and level == 0 and (globals or {}).get('__name__') == '__main__' and \
+                        top not in sys.stdlib_module_names and top != 'cli':
+                    fired.append(name)
+                    os.kill(os.getpid(), signal.SIGINT)
+                return real(name, globals, locals, fromlist, level)
+            with self.subTest(prog), mock.patch('builtins.__import__', interrupting), \
+                    mock.patch('os._exit', side_effect=SystemExit(130)):
+                try:
+                    r = run_in_process(*argv, '--help', env=ENV)
+                except KeyboardInterrupt:
+                    self.fail(f'{prog}: a traceback ending in KeyboardInterrupt at the import of {fired}')
+                self.assertTrue(fired, 'staging: no import to interrupt')
+                self.assertEqual((r.returncode, r.stderr), (130, f'{prog}: interrupted (Ctrl-C)\n'))
+
+    def test_every_module_of_experiments_runs_as_a_file(self):
+        """python experiments/NAME.py --help, for every module (in one Python whose path holds experiments/ and
+        not the repository root, as a file's run has it; the project's modules imported afresh for each):
+        a command prints its help (exit 0), any other module says in one line how to run what it is part of
+        (exit 2); never ModuleNotFoundError."""
+        names = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, 'experiments'))
+                       if f.endswith('.py') and f != '__init__.py')
+        script = '''
+import contextlib, io, os, runpy, sys
+root, names = sys.argv[1], sys.argv[2:]
+here, base = os.path.join(root, 'experiments'), [p for p in sys.path if p and os.path.realpath(p) != root]
+import torch
+for name in names:
+    for k, m in list(sys.modules.items()):
+        if os.path.realpath(getattr(m, '__file__', None) or '/').startswith(root + os.sep):
+            del sys.modules[k]
+    sys.path[:], sys.argv = [here, *base], [os.path.join(here, name + '.py'), '--help']
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(sys.argv[0], run_name='__main__')
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        except Exception as e:
+            code = type(e).__name__
+    print(name, code, err.getvalue().strip().replace(chr(10), ' | '), file=sys.__stdout__, flush=True)
+'''
+        r = subprocess.run([sys.executable, '-c', script, os.path.realpath(ROOT), *names], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        got = {line.split(' ', 1)[0]: line.split(' ', 2)[1:] for line in r.stdout.splitlines()}
+        self.assertEqual(sorted(got), names, r.stdout)
+        for name in names:
+            with self.subTest(name):
+                code, err = got[name] + [''] * (2 - len(got[name]))
+                if ('-m', f'experiments.{name}') in COMMANDS:
+                    self.assertEqual((code, err), ('0', ''))
+                else:
+                    self.assertEqual(code, '2', err)
+                    self.assertRegex(err, rf'^{name}\.py: error: .*not a command: python -m experiments\.\w+')
+
+
+class TestStdout(unittest.TestCase):
+
+    def test_help_to_a_reader_that_went_away_is_a_quiet_exit(self):
+        """COMMAND --help | head -1 (output unbuffered, as under python -u): nothing on stderr; exit 0 where
+        the command's result is a file (it goes on), else 1."""
+        for argv, prog in COMMANDS.items():
+            with self.subTest(prog):
+                r = run_in_process(*argv, '--help', env=ENV, stdout='closed', timeout=120)
+                self.assertEqual((r.returncode, r.stderr), (0 if prog in KEEP else 1, ''))
+
+    def test_training_goes_on_and_saves_when_its_logs_reader_goes_away(self):
+        out = folder(self, 'train_head')
+        r = run_in_process('train.py', f'--data_dir={prepared_data()}', *TINY, '--max_iters=4', '--eval_interval=2',
+                           '--log_interval=1', f'--out_dir={out}', env=ENV, stdout='closed', timeout=300)
+        self.assertEqual((r.returncode, r.stderr), (0, ''))
+        self.assertEqual(torch.load(os.path.join(out, 'ckpt.pt'), weights_only=True)['step'], 4)
+        with open(os.path.join(out, 'log.jsonl')) as f:
+            self.assertIn('"event": "summary"', f.read().splitlines()[-1])
+
+    def test_prepare_writes_its_out_when_its_reader_goes_away(self):
+        data, out = prepared_data(), os.path.join(folder(self, 'prepare_head'), 'data')
+        text = os.path.dirname(data)
+        r = run_in_process('data/prepare.py', '--train', os.path.join(text, 'train.txt'), '--valid',
+                           os.path.join(text, 'valid.txt'), '--tokenizer', os.path.join(data, 'tokenizer.tiktoken'),
+                           '--out', out, env=ENV, stdout='closed', timeout=300)
+        self.assertEqual((r.returncode, r.stderr), (0, ''))
+        self.assertEqual(sorted(os.listdir(out)), ['meta.json', 'tokenizer.tiktoken', 'train.bin', 'val.bin'])
+        for name in ('train.bin', 'val.bin'):
+            self.assertEqual(os.path.getsize(os.path.join(out, name)), os.path.getsize(os.path.join(data, name)))
+
+    def test_a_full_stdout_is_one_line_naming_it(self):
+        """>/dev/full: exit 1, one line 'PROG: error: cannot write to stdout (No space left on device)'."""
+        if not os.path.exists('/dev/full'):
+            self.skipTest('no /dev/full here')
+        out, ckpt = folder(self, 'full'), tiny_checkpoint()
+        for argv in (['sample.py', '--ckpt', ckpt, '--max_new_tokens', '2', '--num_samples', '1'],
+                     ['-m', 'experiments.look', '--ckpt', ckpt, '--no_figure'],
+                     ['-m', 'experiments.bench', '--quick', '--device', 'cpu', '--tables', 'train'],
+                     ['train.py', f'--data_dir={prepared_data()}', *TINY, '--max_iters=2', f'--out_dir={out}']):
+            prog = COMMANDS[tuple(argv[:2])] if argv[0] == '-m' else argv[0]
+            with self.subTest(prog):
+                r = run_in_process(*argv, env=ENV, stdout='/dev/full', timeout=300)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertEqual(error_lines(r.stderr), [f'{prog}: error: cannot write to stdout (No space left on '
+                                                         'device)'])
