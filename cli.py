@@ -146,11 +146,18 @@ def run_command(prog, work, *args, kept=None, exits=False):
 class ArgumentParser(argparse.ArgumentParser):
     """The project's command lines (the experiments, their tools): argparse with the description the
     first line of `doc`, each flag's default in --help (unless formatter_class says otherwise), and a
-    bad flag or value one line 'PROG: error: msg' and exit 2 (fail: no usage block above it)."""
+    bad flag or value one line 'PROG: error: msg' and exit 2 (fail: no usage block above it), a flag of
+    one value given twice included (argparse keeps the last, the first dropped without a word)."""
 
     def __init__(self, prog, doc, **kw):
         kw.setdefault('formatter_class', argparse.ArgumentDefaultsHelpFormatter)
         super().__init__(prog=prog, description=doc.split('\n')[0], **kw)
+        self.register('action', None, _StoreOnce)          # a flag's default action, 'store'
+        self.register('action', 'store', _StoreOnce)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.given = set()
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
         fail(message, self.prog)
@@ -161,6 +168,16 @@ class ArgumentParser(argparse.ArgumentParser):
             return fn(*args)
         except ValueError as e:
             self.error(f'{prefix}{e}')
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's 'store' action, which refuses its flag a second time (ArgumentParser)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string and self.dest in parser.given:
+            parser.error(f'argument {"/".join(self.option_strings)}: given twice; give it once')
+        parser.given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
 
 
 def number(cast=int, low=1, above=False, high=None):

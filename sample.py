@@ -231,6 +231,8 @@ def sample(argv):
             text = open(text[5:], encoding='utf-8').read()
         except (OSError, UnicodeDecodeError) as e:
             fail(f'cannot read prompt file {text[5:]!r}: {e}')
+    elif any('\udc80' <= c <= '\udcff' for c in text):     # bytes not UTF-8, as Python's argv keeps them
+        fail('--start holds bytes that are not UTF-8: give UTF-8 text, or FILE:path of a UTF-8 file')
     ids = enc.encode(text, allowed_special={'<|endoftext|>'})
     if not ids:
         fail('the prompt is empty; pass --start "<|endoftext|>" to start a fresh story')

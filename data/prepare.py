@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from cli import run_command
+from cli import ArgumentParser, run_command
 from data.tokenizer import EOT, check_file, load_tokenizer, save_tokenizer, tokenizer_sha256, train_bpe  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
@@ -346,13 +346,13 @@ def held_outputs(out, settings):
 
 
 def parse_args(argv=None):
-    """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv);
-    argparse exits 2 on an unknown option or type. Raises ValueError for --vocab_size outside
-    [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that is a file,
+    """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv); an unknown
+    option, a bad type or a flag given twice: one line, exit 2 (cli.ArgumentParser). Raises ValueError for
+    --vocab_size outside [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that is a file,
     only one of --train and --valid, or a --tokenizer that is malformed, has over 65536 tokens or
     disagrees with --vocab_size; FileNotFoundError if it is not a file (check_file)."""
-    p = argparse.ArgumentParser(prog="prepare.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser("prepare.py", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument("--train", help="local training text (default: download TinyStories-train.txt)")
     p.add_argument("--valid", help="local validation text (default: download TinyStories-valid.txt)")
     p.add_argument("--out", default=os.path.join(DATA_DIR, "tinystories"), help="output dir")

@@ -159,3 +159,35 @@ class TestStdout(unittest.TestCase):
                 self.assertEqual(r.returncode, 1, r.stderr)
                 self.assertEqual(error_lines(r.stderr), [f'{prog}: error: cannot write to stdout (No space left on '
                                                          'device)'])
+
+
+class TestSampling(unittest.TestCase):
+
+    def assert_refused(self, r, *words):
+        """r exited 2 with one line on stderr holding each of `words`, no traceback."""
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(len(error_lines(r.stderr)), 1, r.stderr)
+        for w in words:
+            self.assertIn(w, r.stderr)
+
+    def test_a_flag_of_one_value_given_twice_is_refused(self):
+        """cli.ArgumentParser's one rule: sample.py --ckpt A --ckpt B sampled B alone; every command's flag
+        of one value given twice is one line naming it (retrieval.py's repeatable --ckpt keeps its own rule:
+        each checkpoint once)."""
+        ckpt = tiny_checkpoint()
+        for argv, flag in ((['sample.py', '--ckpt', ckpt, '--ckpt', ckpt], '--ckpt'),
+                           (['sample.py', '--ckpt', ckpt, '--temp', '1', '--temperature', '0'], '--temperature'),
+                           (['data/prepare.py', '--out', 'a', '--out', 'b'], '--out'),
+                           (['-m', 'experiments.look', '--ckpt', ckpt, '--positions', '2', '--positions', '3'],
+                            '--positions'),
+                           (['-m', 'experiments.bench', '--tables', 'train', '--tables', 'decode'], '--tables'),
+                           (['retrieval.py', '--ckpt', ckpt, '--ckpt', ckpt], '--ckpt')):
+            with self.subTest(argv=argv[:2]):
+                self.assert_refused(run_in_process(*argv, env=ENV), flag, 'give')
+
+    def test_a_prompt_that_is_not_utf8_is_refused(self):
+        """--start with the byte 0xe9 (Python's argv holds it as the surrogate U+DCE9): refused as FILE: with
+        the same byte is, not sampled after a U+FFFD."""
+        r = run_in_process('sample.py', '--ckpt', tiny_checkpoint(), '--start', 'caf\udce9', '--max_new_tokens', '2',
+                           env=ENV)
+        self.assert_refused(r, '--start', 'UTF-8')
