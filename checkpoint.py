@@ -204,13 +204,16 @@ def load_checkpoint(path, device='cpu'):
     The tokenizer is the rank-file text embedded in the checkpoint, checked against
     its SHA-256; a checkpoint written before tokenizers were embedded (only 'file'
     and 'sha256') loads the file it records instead. Raises CheckpointError on a
-    missing or corrupt checkpoint, or a missing, corrupt or different tokenizer."""
+    missing or corrupt checkpoint, a missing, corrupt or different tokenizer, or weights that are not all
+    finite (NaN or inf: nothing the model computes would be a number; checked once, here)."""
     ckpt = read_checkpoint(path, device)
     try:
         model = mixer.build_model(mixer.ModelConfig(**ckpt['model_config']))
         model.load_state_dict(ckpt['model'])
     except Exception as e:
         raise CheckpointError(f'checkpoint {path!r} does not fit its own model_config ({_reason(e)})') from None
+    for name in (k for k, p in model.named_parameters() if not p.isfinite().all()):
+        raise CheckpointError(f'checkpoint {path!r} holds weights that are not finite (NaN or inf in {name})')
     return model.to(device).eval(), checkpoint_tokenizer(ckpt, path), ckpt
 
 

@@ -37,14 +37,18 @@ fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 def sample_next(logits, temperature=1.0, top_k=None):
     """Draw one token per row from logits float [B, vocab] -> long [B, 1].
 
-    temperature 0 -> argmax; top_k -> sample among the k largest logits."""
+    temperature 0 -> argmax; top_k -> sample among the k largest logits. Any temperature >= 0 is safe: each
+    row's largest logit is subtracted before the division (its best tokens at 0, the rest below), and the
+    temperature is at least float32's smallest normal number (a smaller one was 0 in float32, 0 / 0 = NaN):
+    near 0, a draw among the best tokens, as the limit is."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    logits = logits / temperature
+    logits = logits.float() - logits.float().amax(-1, keepdim=True)
+    logits = logits / max(temperature, torch.finfo(torch.float32).tiny)
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float('-inf'))
-    return torch.multinomial(F.softmax(logits.float(), dim=-1), 1)
+    return torch.multinomial(F.softmax(logits, dim=-1), 1)
 
 
 def sample_loop(idx, max_new_tokens, temperature, top_k, max_len, start, step):

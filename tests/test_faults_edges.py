@@ -185,9 +185,40 @@ class TestSampling(unittest.TestCase):
             with self.subTest(argv=argv[:2]):
                 self.assert_refused(run_in_process(*argv, env=ENV), flag, 'give')
 
+    def test_any_temperature_from_0_up_samples_and_near_0_is_greedy(self):
+        """--temperature 1e-300, 5e-324 and 1e-45 (a traceback from torch.multinomial: inf / inf logits) sample,
+        with and without top-k, the text of --temperature 0 (the limit); 1e300 samples too."""
+        ckpt, texts = tiny_checkpoint(), {}
+        for t in ('0', '1e-300', '5e-324', '1e-45', '1e300'):
+            for top_k in ('0', '40'):
+                r = run_in_process('sample.py', '--ckpt', ckpt, '--max_new_tokens', '12', '--num_samples', '2',
+                                   '--temperature', t, '--top_k', top_k, env=ENV)
+                with self.subTest(temperature=t, top_k=top_k):
+                    self.assertEqual((r.returncode, r.stderr), (0, ''))
+                    texts[t, top_k] = r.stdout
+        for t in ('1e-300', '5e-324', '1e-45'):
+            self.assertEqual(texts[t, '0'], texts['0', '0'])
+            self.assertEqual(texts[t, '40'], texts['0', '0'])
+
+    def test_a_checkpoint_of_weights_that_are_not_finite_is_refused_greedy_too(self):
+        """A NaN in one weight: one line naming the checkpoint and the weight (greedy printed text made
+        from NaN logits, exit 0; sampling ended in torch.multinomial's traceback); the same for look."""
+        state = torch.load(tiny_checkpoint(), weights_only=True)
+        name = next(k for k in state['model'] if k.endswith('mixing.W'))
+        state['model'][name].view(-1)[0] = float('nan')        # W[0, 0]: the first token's own weight
+        path = os.path.join(folder(self, 'nan'), 'nan.pt')
+        torch.save(state, path)
+        for argv in (['sample.py', '--ckpt', path, '--temperature', '0'], ['sample.py', '--ckpt', path],
+                     ['-m', 'experiments.look', '--ckpt', path, '--no_figure']):
+            with self.subTest(argv=argv):
+                self.assert_refused(run_in_process(*argv, '--max_new_tokens', '3', env=ENV)
+                                    if argv[0] == 'sample.py' else run_in_process(*argv, env=ENV),
+                                    path, 'not finite', name)
+
     def test_a_prompt_that_is_not_utf8_is_refused(self):
         """--start with the byte 0xe9 (Python's argv holds it as the surrogate U+DCE9): refused as FILE: with
         the same byte is, not sampled after a U+FFFD."""
         r = run_in_process('sample.py', '--ckpt', tiny_checkpoint(), '--start', 'caf\udce9', '--max_new_tokens', '2',
                            env=ENV)
         self.assert_refused(r, '--start', 'UTF-8')
+
