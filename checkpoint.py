@@ -162,11 +162,12 @@ def lock_run(out_dir):
     return f
 
 
-def read_checkpoint(path, device='cpu'):
-    """The raw checkpoint dict at `path`, tensors on `device`, with its model state dict
-    stripped of wrapper prefixes. Raises CheckpointError (one line) on a missing or
-    unreadable file or one without the format's model keys; for a folder, one saying so
-    (and naming FOLDER/ckpt.pt when the folder holds one: a run folder given for its checkpoint)."""
+def read_checkpoint(path, device='cpu', keys=('config', 'step')):
+    """The raw checkpoint dict at `path`, tensors on `device` (any spelling torch takes: 'cpu:0' too),
+    with its model state dict stripped of wrapper prefixes. Raises CheckpointError (one line) on a
+    missing or unreadable file or one without the format's model keys, or naming the first of `keys`
+    it lacks; for a folder, one saying so (and naming FOLDER/ckpt.pt when the folder holds one: a run
+    folder given for its checkpoint)."""
     if os.path.isdir(path):
         inside = os.path.join(path, 'ckpt.pt')
         raise CheckpointError(f'checkpoint {path!r} is a folder, not a checkpoint file; '
@@ -174,12 +175,15 @@ def read_checkpoint(path, device='cpu'):
                                  'train.py writes OUT_DIR/ckpt.pt'))
     if not os.path.isfile(path):
         raise CheckpointError(f'checkpoint {path!r} not found')
+    where = 'cpu' if torch.device(device).type == 'cpu' else device      # torch.load knows no 'cpu:0'
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(path, map_location=where, weights_only=True)
         ckpt['model'] = strip_prefixes(ckpt['model'])
         ckpt['model_config']
     except Exception as e:  # torch raises many types for a damaged file
         raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({_reason(e)})') from None
+    for key in (k for k in keys if k not in ckpt):
+        raise CheckpointError(f'checkpoint {path!r} has no {key!r}: not a checkpoint of train.py (checkpoint.py)')
     return ckpt
 
 

@@ -249,7 +249,7 @@ def sample(argv):
     idx = torch.tensor([ids] * args.num_samples, device=args.device)
     out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None, compile=args.compile)
     for i, row in enumerate(out.tolist()):
-        print(f'--- sample {i + 1} ({ckpt["config"]["variant"]}, step {ckpt["step"]}, '
+        print(f'--- sample {i + 1} ({ckpt["config"].get("variant", model.cfg.kind)}, step {ckpt["step"]}, '
               f'{len(row) - len(ids)} new tokens)')
         print(enc.decode(row).replace('<|endoftext|>', '\n<|endoftext|>\n').strip())
 

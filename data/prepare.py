@@ -327,22 +327,26 @@ def prepare_settings(args, paths):
 
 
 def held_outputs(out, settings):
-    """What the folder `out` holds already: None (none of OUTPUTS), "same" (all four, whole, made with
-    `settings`: meta.json's "settings" equal, its token counts the .bin files' sizes, its sha256 the
-    tokenizer's) or "other" (any output otherwise, a damaged or foreign one included)."""
+    """What the folder `out` holds already: None (none of OUTPUTS); all four whole (meta.json's token counts
+    the .bin files' sizes, its sha256 the tokenizer's): "same" if made with `settings` (meta.json's
+    "settings"), else "other"; or else why it is damaged, naming the file (str): one missing, a meta.json
+    cut short or not prepare.py's, a .bin file of another size than meta.json counts, another tokenizer."""
     present = [name for name in OUTPUTS if os.path.exists(os.path.join(out, name))]
     if not present:
         return None
+    if len(present) < len(OUTPUTS):
+        return f"{next(n for n in OUTPUTS if n not in present)} is missing"
     try:
         with open(os.path.join(out, "meta.json")) as f:
             meta = json.load(f)
-        whole = (len(present) == len(OUTPUTS) and meta.get("settings") == settings
-                 and meta["tokenizer_sha256"] == tokenizer_sha256(os.path.join(out, "tokenizer.tiktoken"))
-                 and all(os.path.getsize(os.path.join(out, f"{s}.bin")) == 2 * meta[s]["tokens"]
-                         for s in ("train", "val")))
+        sha, sizes = meta["tokenizer_sha256"], {f"{s}.bin": 2 * int(meta[s]["tokens"]) for s in ("train", "val")}
     except (OSError, ValueError, KeyError, TypeError):
-        whole = False
-    return "same" if whole else "other"
+        return "meta.json is cut short or not prepare.py's"
+    cut = [f"{n} holds {os.path.getsize(os.path.join(out, n))} bytes, meta.json counts {size // 2} tokens"
+           for n, size in sizes.items() if os.path.getsize(os.path.join(out, n)) != size]
+    if cut or sha != tokenizer_sha256(os.path.join(out, "tokenizer.tiktoken")):
+        return cut[0] if cut else "tokenizer.tiktoken is not the one meta.json names"
+    return "same" if meta.get("settings") == settings else "other"
 
 
 def parse_args(argv=None):
@@ -475,9 +479,10 @@ def run(argv):
             print(f"{args.out} already holds this data, prepared from the same text with the same settings: "
                   "nothing to do (--overwrite prepares it again)")
             return 0
-        if held == "other":
-            raise ValueError(f"{args.out} already holds prepared data of other settings or text; pass "
-                             "--overwrite to replace it, or choose another --out")
+        if held is not None:
+            raise ValueError(f"{args.out} already holds prepared data " + ("of other settings or text" if held ==
+                             "other" else f"that is damaged: {held}") + "; pass --overwrite to replace it, or "
+                             "choose another --out")
 
         def tmp(name):  # temp file in the out dir, renamed to name at the end
             tmps.append((os.path.join(args.out, f".{name}.tmp{os.getpid()}"), name))

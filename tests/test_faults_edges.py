@@ -222,3 +222,56 @@ class TestSampling(unittest.TestCase):
                            env=ENV)
         self.assert_refused(r, '--start', 'UTF-8')
 
+
+class TestMessages(unittest.TestCase):
+
+    def assert_refused(self, r, *words):
+        TestSampling.assert_refused(self, r, *words)
+
+    def test_a_device_as_torch_spells_it(self):
+        """--device cpu:0 (torch's own spelling; train.py takes it) samples and retrieves: it read 'checkpoint ...
+        is corrupt or not from train.py' (torch.load's map_location knows no 'cpu:0')."""
+        ckpt = tiny_checkpoint()
+        r = run_in_process('sample.py', '--ckpt', ckpt, '--device', 'cpu:0', '--max_new_tokens', '2', env=ENV)
+        self.assertEqual((r.returncode, r.stderr), (0, ''))
+        r = run_in_process('retrieval.py', '--ckpt', ckpt, '--device', 'cpu:0', '--data_dir', prepared_data(),
+                           '--max_pairs', '40', '--steps', '2', '--n_candidates', '2', '--eval_rounds', '1',
+                           '--no_cache', env=ENV)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_a_damaged_prepared_folder_is_called_damaged_naming_the_file(self):
+        """prepare.py on an --out of the same text and settings whose val.bin is gone, or whose meta.json or
+        train.bin is cut short: 'damaged', the file named (it read 'prepared data of other settings or text')."""
+        data, tmp = prepared_data(), folder(self, 'damaged')
+        text = os.path.dirname(data)
+
+        def cut(path, keep):
+            with open(path, 'r+b') as f:
+                f.truncate(keep)
+        cases = {'val.bin is missing': lambda d: os.remove(os.path.join(d, 'val.bin')),
+                 'meta.json': lambda d: cut(os.path.join(d, 'meta.json'), 40),
+                 'train.bin holds 1000 bytes': lambda d: cut(os.path.join(d, 'train.bin'), 1000)}
+        for words, damage in cases.items():
+            out = os.path.join(tmp, str(len(os.listdir(tmp))))
+            shutil.copytree(data, out)
+            damage(out)
+            with self.subTest(words):
+                r = run_in_process('data/prepare.py', '--train', os.path.join(text, 'train.txt'), '--valid',
+                                   os.path.join(text, 'valid.txt'), '--vocab_size', '512', '--out', out, env=ENV)
+                self.assert_refused(r, out, 'damaged', words, '--overwrite')
+
+    def test_a_checkpoint_without_a_key_names_it(self):
+        """A hand-made checkpoint without 'step' or 'config' (a KeyError traceback from sample.py's header), and a
+        resume from one without 'rng': one line naming the key."""
+        state, tmp = torch.load(tiny_checkpoint(), weights_only=True), folder(self, 'keys')
+        for key, argv in (('step', ['sample.py', '--max_new_tokens', '2']), ('config', ['sample.py']),
+                          ('config', ['-m', 'experiments.look', '--no_figure'])):
+            path = os.path.join(tmp, f'no_{key}.pt')
+            torch.save({k: v for k, v in state.items() if k != key}, path)
+            with self.subTest(key=key, argv=argv[:2]):
+                self.assert_refused(run_in_process(*argv, '--ckpt', path, env=ENV), path, f"no '{key}'")
+        os.makedirs(os.path.join(tmp, 'run'))
+        torch.save({k: v for k, v in state.items() if k != 'rng'}, os.path.join(tmp, 'run', 'ckpt.pt'))
+        r = run_in_process('train.py', f'--data_dir={prepared_data()}', '--init_from=resume',
+                           f'--out_dir={os.path.join(tmp, "run")}', env=ENV)
+        self.assert_refused(r, 'ckpt.pt', "no 'rng'")
