@@ -153,6 +153,17 @@ def peak_flops(device, dtype):
 DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=128, chunk_size=2048)}
 
 
+def memory_error(need, device, what):
+    """Whether `need` bytes fit the memory of `device` (a GPU's own; on the CPU the machine's physical
+    memory), checked before anything is allocated: None if they do, else one line saying what `what`
+    would need and what the device has. The one rule of train.py's model and bench.py's tables."""
+    dev = torch.device(device)
+    have = (torch.cuda.get_device_properties(dev).total_memory if dev.type == 'cuda'
+            else os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'))
+    if need > have:
+        return f'{what} would need {need / 2 ** 30:,.1f} GiB, more than the {have / 2 ** 30:,.1f} GiB {dev} has'
+
+
 # ----------------------------------------------------------------------------- device and processes
 
 def setup_device(cfg):

@@ -43,8 +43,9 @@ import torch
 
 import machine
 import mixer
+import sample
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
-                                      bench_sdpa, bench_serving, build)
+                                      bench_sdpa, bench_serving, build, nbytes)
 from cli import ArgumentParser, listing, number
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
@@ -400,6 +401,7 @@ def parse_args(argv=None):
         p.error(f'--serve_tokens must be >= 1 and leave a prompt: below the smallest context - {SERVE_WARM}')
     check_models(p, args)
     check_decode(p, args)
+    check_memory(p, args)
     return args
 
 
@@ -436,6 +438,24 @@ def check_decode(p, args):
         p.error(f'--decode_tokens {args.decode_tokens} do not fit --decode_n_ctx {n_ctx} after its {prompt}-token '
                 f'prompt (n_ctx / 4), where the decoder of {", ".join(bounded)} stops: give --decode_tokens <= '
                 f'{n_ctx - prompt} or a larger --decode_n_ctx')
+
+
+def check_memory(p, args):
+    """The decode, SDPA and generation tables' models checked against the device's memory before any is
+    built (machine.memory_error, train.py's rule): each row's weights and its decoder's buffers at batch 1,
+    read off a model and a sample.Decoder on the meta device as the serving table reads its cells (their
+    least: a table needs more). Else p.error: one line, exit 2, saying what the row would need."""
+    decode = (args.decode_variants if 'decode' in args.tables else []) + (['transformer'] * ('sdpa' in args.tables))
+    rows = [(k, d, L, args.decode_n_ctx) for d, L in args.decode_sizes for k in dict.fromkeys(decode)]
+    rows += [(k, args.d_model, args.n_layer, max(args.prompts) + args.new_tokens)
+             for k in dict.fromkeys(name for name, _ in GEN_METHODS) if 'generation' in args.tables]
+    for name, d_model, n_layer, n_ctx in rows:
+        model = build(name, args, 'meta', d_model=d_model, n_layer=n_layer, n_ctx=n_ctx)
+        need = nbytes([*model.parameters(), *model.buffers()]) + nbytes(sample.Decoder(model).allocate(1).buffers())
+        why = machine.memory_error(need, args.device, f'{name} at d_model {d_model}, n_layer {n_layer}, n_ctx '
+                                   f'{n_ctx} (its weights and decoder buffers)')
+        if why:
+            p.error(why)
 
 
 def check_models(p, args):

@@ -275,3 +275,16 @@ class TestMessages(unittest.TestCase):
         r = run_in_process('train.py', f'--data_dir={prepared_data()}', '--init_from=resume',
                            f'--out_dir={os.path.join(tmp, "run")}', env=ENV)
         self.assert_refused(r, 'ckpt.pt', "no 'rng'")
+
+    def test_sizes_that_cannot_fit_are_one_line_before_anything_is_allocated(self):
+        """train.py --d_model=10000000 and bench.py's decode and generation tables at 10,000,000 tokens: one line
+        saying what it would need (the allocator's traceback, 'you tried to allocate ...', before)."""
+        out = folder(self, 'sizes')
+        for argv, words in ((['train.py', f'--data_dir={prepared_data()}', '--d_model=10000000', f'--out_dir={out}'],
+                             ['parameters', 'would need', 'GiB', 'cpu has']),
+                            (['-m', 'experiments.bench', '--device', 'cpu', '--tables', 'decode', '--decode_n_ctx',
+                              '10000000'], ['n_ctx 10000000', 'would need']),
+                            (['-m', 'experiments.bench', '--device', 'cpu', '--tables', 'generation', '--prompts',
+                              '10000000'], ['n_ctx 10000256', 'would need'])):
+            with self.subTest(argv=argv[:2]):
+                self.assert_refused(run_in_process(*argv, env=ENV, timeout=120), *words)
