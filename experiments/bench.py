@@ -86,8 +86,10 @@ def bench_peak(args):
     rows = [[f'measured {args.dtype} matmul', f'{measured / 1e9:.1f}']]
     if peak['nominal']:
         rows.append(['nominal bf16 dense (datasheet)', f'{peak["nominal"] / 1e9:.1f}'])
+    how = ('timed by CUDA events' if args.device.type == 'cuda' else 'on one thread, timed by its own CPU clock '
+           f'(machine.measure_matmul_flops), times {torch.get_num_threads()} threads')
     print(f'## Peak of the machine\n\n_Best batch of 4 products {n} x {n} x {n} (torch) after 3 warm-up '
-          f'products{", timed by CUDA events" if args.device.type == "cuda" else ""}, GFLOP/s._\n')
+          f'products, {how}, GFLOP/s._\n')
     print(md_table(['peak', 'GFLOP/s'], rows) + '\n')
     return peak
 
