@@ -1,7 +1,7 @@
 """The edges of every command (issue #64): python test_mixer.py test_faults_edges
 
-    TestStart      Ctrl-C at a command's first heavy import (cli.begin) and every module of experiments/ run as a
-                   file (python experiments/look.py)
+    TestStart      Ctrl-C at a command's first heavy import (cli.begin), every module of experiments/ run as a file
+                   (python experiments/look.py), --help to a reader that went away
     TestStdout     a reader that goes away (`| head -1`) and a full disk (`>/dev/full`) under the commands: a
                    quiet exit, or the work goes on and writes its files; one line naming a full disk
     TestSampling   sample.py at any temperature >= 0, a checkpoint of non-finite weights, a flag given twice,
@@ -43,6 +43,22 @@ def folder(test, name):
     path = tempfile.mkdtemp(prefix=f'mixer_{name}_')
     test.addCleanup(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+class WithData(unittest.TestCase):
+    """The prepared data (self.data) and the tiny checkpoint (self.ckpt) of tests.common, made in the class's
+    setup (--fast skips a class whose setup runs past its second at once, rather than each test)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.data, cls.ckpt = prepared_data(), tiny_checkpoint()
+
+    def assert_refused(self, r, *words):
+        """r exited 2 with one line on stderr holding each of `words`, no traceback."""
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(len(error_lines(r.stderr)), 1, r.stderr)
+        for w in words:
+            self.assertIn(w, r.stderr)
 
 
 class TestStart(unittest.TestCase):
@@ -113,9 +129,6 @@ for name in names:
                     self.assertEqual(code, '2', err)
                     self.assertRegex(err, rf'^{name}\.py: error: .*not a command: python -m experiments\.\w+')
 
-
-class TestStdout(unittest.TestCase):
-
     def test_help_to_a_reader_that_went_away_is_a_quiet_exit(self):
         """COMMAND --help | head -1 (output unbuffered, as under python -u): nothing on stderr; exit 0 where
         the command's result is a file (it goes on), else 1."""
@@ -124,9 +137,12 @@ class TestStdout(unittest.TestCase):
                 r = run_in_process(*argv, '--help', env=ENV, stdout='closed', timeout=120)
                 self.assertEqual((r.returncode, r.stderr), (0 if prog in KEEP else 1, ''))
 
+
+class TestStdout(WithData):
+
     def test_training_goes_on_and_saves_when_its_logs_reader_goes_away(self):
         out = folder(self, 'train_head')
-        r = run_in_process('train.py', f'--data_dir={prepared_data()}', *TINY, '--max_iters=4', '--eval_interval=2',
+        r = run_in_process('train.py', f'--data_dir={self.data}', *TINY, '--max_iters=4', '--eval_interval=2',
                            '--log_interval=1', f'--out_dir={out}', env=ENV, stdout='closed', timeout=300)
         self.assertEqual((r.returncode, r.stderr), (0, ''))
         self.assertEqual(torch.load(os.path.join(out, 'ckpt.pt'), weights_only=True)['step'], 4)
@@ -134,7 +150,7 @@ class TestStdout(unittest.TestCase):
             self.assertIn('"event": "summary"', f.read().splitlines()[-1])
 
     def test_prepare_writes_its_out_when_its_reader_goes_away(self):
-        data, out = prepared_data(), os.path.join(folder(self, 'prepare_head'), 'data')
+        data, out = self.data, os.path.join(folder(self, 'prepare_head'), 'data')
         text = os.path.dirname(data)
         r = run_in_process('data/prepare.py', '--train', os.path.join(text, 'train.txt'), '--valid',
                            os.path.join(text, 'valid.txt'), '--tokenizer', os.path.join(data, 'tokenizer.tiktoken'),
@@ -148,11 +164,11 @@ class TestStdout(unittest.TestCase):
         """>/dev/full: exit 1, one line 'PROG: error: cannot write to stdout (No space left on device)'."""
         if not os.path.exists('/dev/full'):
             self.skipTest('no /dev/full here')
-        out, ckpt = folder(self, 'full'), tiny_checkpoint()
+        out, ckpt = folder(self, 'full'), self.ckpt
         for argv in (['sample.py', '--ckpt', ckpt, '--max_new_tokens', '2', '--num_samples', '1'],
                      ['-m', 'experiments.look', '--ckpt', ckpt, '--no_figure'],
                      ['-m', 'experiments.bench', '--quick', '--device', 'cpu', '--tables', 'train'],
-                     ['train.py', f'--data_dir={prepared_data()}', *TINY, '--max_iters=2', f'--out_dir={out}']):
+                     ['train.py', f'--data_dir={self.data}', *TINY, '--max_iters=2', f'--out_dir={out}']):
             prog = COMMANDS[tuple(argv[:2])] if argv[0] == '-m' else argv[0]
             with self.subTest(prog):
                 r = run_in_process(*argv, env=ENV, stdout='/dev/full', timeout=300)
@@ -161,20 +177,13 @@ class TestStdout(unittest.TestCase):
                                                          'device)'])
 
 
-class TestSampling(unittest.TestCase):
-
-    def assert_refused(self, r, *words):
-        """r exited 2 with one line on stderr holding each of `words`, no traceback."""
-        self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertEqual(len(error_lines(r.stderr)), 1, r.stderr)
-        for w in words:
-            self.assertIn(w, r.stderr)
+class TestSampling(WithData):
 
     def test_a_flag_of_one_value_given_twice_is_refused(self):
         """cli.ArgumentParser's one rule: sample.py --ckpt A --ckpt B sampled B alone; every command's flag
         of one value given twice is one line naming it (retrieval.py's repeatable --ckpt keeps its own rule:
         each checkpoint once)."""
-        ckpt = tiny_checkpoint()
+        ckpt = self.ckpt
         for argv, flag in ((['sample.py', '--ckpt', ckpt, '--ckpt', ckpt], '--ckpt'),
                            (['sample.py', '--ckpt', ckpt, '--temp', '1', '--temperature', '0'], '--temperature'),
                            (['data/prepare.py', '--out', 'a', '--out', 'b'], '--out'),
@@ -188,7 +197,7 @@ class TestSampling(unittest.TestCase):
     def test_any_temperature_from_0_up_samples_and_near_0_is_greedy(self):
         """--temperature 1e-300, 5e-324 and 1e-45 (a traceback from torch.multinomial: inf / inf logits) sample,
         with and without top-k, the text of --temperature 0 (the limit); 1e300 samples too."""
-        ckpt, texts = tiny_checkpoint(), {}
+        ckpt, texts = self.ckpt, {}
         for t in ('0', '1e-300', '5e-324', '1e-45', '1e300'):
             for top_k in ('0', '40'):
                 r = run_in_process('sample.py', '--ckpt', ckpt, '--max_new_tokens', '12', '--num_samples', '2',
@@ -203,7 +212,7 @@ class TestSampling(unittest.TestCase):
     def test_a_checkpoint_of_weights_that_are_not_finite_is_refused_greedy_too(self):
         """A NaN in one weight: one line naming the checkpoint and the weight (greedy printed text made
         from NaN logits, exit 0; sampling ended in torch.multinomial's traceback); the same for look."""
-        state = torch.load(tiny_checkpoint(), weights_only=True)
+        state = torch.load(self.ckpt, weights_only=True)
         name = next(k for k in state['model'] if k.endswith('mixing.W'))
         state['model'][name].view(-1)[0] = float('nan')        # W[0, 0]: the first token's own weight
         path = os.path.join(folder(self, 'nan'), 'nan.pt')
@@ -218,23 +227,20 @@ class TestSampling(unittest.TestCase):
     def test_a_prompt_that_is_not_utf8_is_refused(self):
         """--start with the byte 0xe9 (Python's argv holds it as the surrogate U+DCE9): refused as FILE: with
         the same byte is, not sampled after a U+FFFD."""
-        r = run_in_process('sample.py', '--ckpt', tiny_checkpoint(), '--start', 'caf\udce9', '--max_new_tokens', '2',
+        r = run_in_process('sample.py', '--ckpt', self.ckpt, '--start', 'caf\udce9', '--max_new_tokens', '2',
                            env=ENV)
         self.assert_refused(r, '--start', 'UTF-8')
 
 
-class TestMessages(unittest.TestCase):
-
-    def assert_refused(self, r, *words):
-        TestSampling.assert_refused(self, r, *words)
+class TestMessages(WithData):
 
     def test_a_device_as_torch_spells_it(self):
         """--device cpu:0 (torch's own spelling; train.py takes it) samples and retrieves: it read 'checkpoint ...
         is corrupt or not from train.py' (torch.load's map_location knows no 'cpu:0')."""
-        ckpt = tiny_checkpoint()
+        ckpt = self.ckpt
         r = run_in_process('sample.py', '--ckpt', ckpt, '--device', 'cpu:0', '--max_new_tokens', '2', env=ENV)
         self.assertEqual((r.returncode, r.stderr), (0, ''))
-        r = run_in_process('retrieval.py', '--ckpt', ckpt, '--device', 'cpu:0', '--data_dir', prepared_data(),
+        r = run_in_process('retrieval.py', '--ckpt', ckpt, '--device', 'cpu:0', '--data_dir', self.data,
                            '--max_pairs', '40', '--steps', '2', '--n_candidates', '2', '--eval_rounds', '1',
                            '--no_cache', env=ENV)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -242,7 +248,7 @@ class TestMessages(unittest.TestCase):
     def test_a_damaged_prepared_folder_is_called_damaged_naming_the_file(self):
         """prepare.py on an --out of the same text and settings whose val.bin is gone, or whose meta.json or
         train.bin is cut short: 'damaged', the file named (it read 'prepared data of other settings or text')."""
-        data, tmp = prepared_data(), folder(self, 'damaged')
+        data, tmp = self.data, folder(self, 'damaged')
         text = os.path.dirname(data)
 
         def cut(path, keep):
@@ -263,7 +269,7 @@ class TestMessages(unittest.TestCase):
     def test_a_checkpoint_without_a_key_names_it(self):
         """A hand-made checkpoint without 'step' or 'config' (a KeyError traceback from sample.py's header), and a
         resume from one without 'rng': one line naming the key."""
-        state, tmp = torch.load(tiny_checkpoint(), weights_only=True), folder(self, 'keys')
+        state, tmp = torch.load(self.ckpt, weights_only=True), folder(self, 'keys')
         for key, argv in (('step', ['sample.py', '--max_new_tokens', '2']), ('config', ['sample.py']),
                           ('config', ['-m', 'experiments.look', '--no_figure'])):
             path = os.path.join(tmp, f'no_{key}.pt')
@@ -272,7 +278,7 @@ class TestMessages(unittest.TestCase):
                 self.assert_refused(run_in_process(*argv, '--ckpt', path, env=ENV), path, f"no '{key}'")
         os.makedirs(os.path.join(tmp, 'run'))
         torch.save({k: v for k, v in state.items() if k != 'rng'}, os.path.join(tmp, 'run', 'ckpt.pt'))
-        r = run_in_process('train.py', f'--data_dir={prepared_data()}', '--init_from=resume',
+        r = run_in_process('train.py', f'--data_dir={self.data}', '--init_from=resume',
                            f'--out_dir={os.path.join(tmp, "run")}', env=ENV)
         self.assert_refused(r, 'ckpt.pt', "no 'rng'")
 
@@ -280,7 +286,7 @@ class TestMessages(unittest.TestCase):
         """train.py --d_model=10000000 and bench.py's decode and generation tables at 10,000,000 tokens: one line
         saying what it would need (the allocator's traceback, 'you tried to allocate ...', before)."""
         out = folder(self, 'sizes')
-        for argv, words in ((['train.py', f'--data_dir={prepared_data()}', '--d_model=10000000', f'--out_dir={out}'],
+        for argv, words in ((['train.py', f'--data_dir={self.data}', '--d_model=10000000', f'--out_dir={out}'],
                              ['parameters', 'would need', 'GiB', 'cpu has']),
                             (['-m', 'experiments.bench', '--device', 'cpu', '--tables', 'decode', '--decode_n_ctx',
                               '10000000'], ['n_ctx 10000000', 'would need']),
