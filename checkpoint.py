@@ -163,11 +163,10 @@ def lock_run(out_dir):
 
 
 def read_checkpoint(path, device='cpu', keys=('config', 'step')):
-    """The raw checkpoint dict at `path`, tensors on `device` (any spelling torch takes: 'cpu:0' too),
-    with its model state dict stripped of wrapper prefixes. Raises CheckpointError (one line) on a
-    missing or unreadable file or one without the format's model keys, or naming the first of `keys`
-    it lacks; for a folder, one saying so (and naming FOLDER/ckpt.pt when the folder holds one: a run
-    folder given for its checkpoint)."""
+    """The raw checkpoint dict at `path`, tensors on `device` ('cpu:0' too), with its model state dict
+    stripped of wrapper prefixes. Raises CheckpointError (one line) on a missing or unreadable file, one
+    without the format's model keys or the first of `keys` it lacks (named); for a folder, one saying so
+    (and naming FOLDER/ckpt.pt when the folder holds one: a run folder given for its checkpoint)."""
     if os.path.isdir(path):
         inside = os.path.join(path, 'ckpt.pt')
         raise CheckpointError(f'checkpoint {path!r} is a folder, not a checkpoint file; '

@@ -1,6 +1,6 @@
 """What every command of the project shares, a leaf that imports nothing of the project: the one-line
-error and its exit status (`fail`), a command's first instruction (`begin`) and the one Ctrl-C and
-closed-stdout handler (`run_command`), the flags' parser and types (`ArgumentParser`, `number`,
+error and its exit status (`fail`), its first instruction (`begin`: Ctrl-C and stdout's faults), the one
+Ctrl-C handler of its work (`run_command`), the flags' parser and types (`ArgumentParser`, `number`,
 `random_seed`, `listing`, `assignments`, `distinct_files`), the device check, and results written whole
 (`write_atomic`, `save_results`).
 
@@ -37,13 +37,12 @@ def failing(prog):
 # ----------------------------------------------------------------------------- Ctrl-C and a closed stdout
 
 def begin(prog, name='__main__', keep=False):
-    """A command's first instruction, before it imports torch or the project; a no-op unless `name` (the
-    caller's __name__) is '__main__'. From here to the work (run_command) Ctrl-C is one line 'PROG:
-    interrupted (Ctrl-C)' and exit 130 at once (os._exit: nothing is written yet, and an import that
-    catches every exception cannot swallow it). stdout fails in one way: a reader that goes away (`| head`)
-    points it at os.devnull and, unless `keep` (the result is a file: a checkpoint, prepared data: the
-    work goes on and writes it), exits 1, quietly; any other failed write (`>/dev/full`) is one line 'PROG:
-    error: cannot write to stdout (why)' and exit 1."""
+    """A command's first instruction, before torch and the project are imported (a no-op unless `name`, the
+    caller's __name__, is '__main__'). Ctrl-C outside run_command's work is one line 'PROG: interrupted
+    (Ctrl-C)' and exit 130 at once (os._exit: nothing is written yet; an import that catches every exception
+    cannot swallow it). A reader of stdout that goes away (`| head`) points it at os.devnull: the work goes on
+    if `keep` (its result is a file), else exit 1, quietly; any other failed write (`>/dev/full`) is one
+    line 'PROG: error: cannot write to stdout (why)', exit 1."""
     if name == '__main__' and threading.current_thread() is threading.main_thread():
         _STARTED[:] = [prog]
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -87,9 +86,7 @@ class _Stdout:
                 print(f'{self.prog}: error: cannot write to stdout ({e.strerror or e})', file=sys.stderr, flush=True)
             elif self.keep:
                 return None
-            if sys.is_finalizing():                         # Python's last flush: an exception would be its traceback
-                os._exit(1)
-            sys.exit(1)
+            (os._exit if sys.is_finalizing() else sys.exit)(1)     # at Python's last flush, no traceback
 
 
 def _interrupt_once(signum, frame):
@@ -102,18 +99,16 @@ def _interrupt_once(signum, frame):
 def run_command(prog, work, *args, kept=None, exits=False):
     """The one way a command of the project runs its work: work(*args) -> its exit status (work's
     return value, None read as 0; a SystemExit it raises, e.g. fail()'s 2, goes through as it is).
-    stdout is flushed before returning, so a reader that went away is seen here.
+    stdout is flushed before returning: a reader that went away, or a full disk, is seen here (begin()).
 
     Ctrl-C (KeyboardInterrupt) anywhere in the work: one line on stderr, 'PROG: interrupted (Ctrl-C)',
     followed by '; ' + `kept` when given (what the run keeps, e.g. 'what finished is cached'), and the
     status 130; a second Ctrl-C while it stops is ignored. The work's own `finally` blocks run first,
-    so it leaves no half-written file. A closed stdout (BrokenPipeError: `| head` stopped reading):
-    stdout is pointed at os.devnull (no second error when Python exits) and the status is 1, quietly.
-    The caller exits with the status (or returns it, where its callers want a number: data/prepare.py);
-    Python's SIGINT handler (or begin()'s) is the caller's again afterwards, unless `exits` (the caller
-    exits at once, e.g. an experiment whose pool's finalizers run at exit; so does every command begin()
-    started) and the work was stopped by Ctrl-C: then SIGINT stays ignored, so a second Ctrl-C during
-    those finalizers is no traceback:
+    so it leaves no half-written file. The caller exits with the status (or returns it, where its callers
+    want a number: data/prepare.py); Python's SIGINT handler (or begin()'s) is the caller's again afterwards,
+    unless `exits` (the caller exits at once, e.g. an experiment whose pool's finalizers run at exit; so
+    does every command begin() started) and the work was stopped by Ctrl-C: then SIGINT stays ignored, so
+    a second Ctrl-C during those finalizers is no traceback:
 
         def main(argv=None):
             sys.exit(run_command('sample.py', sample, argv))
@@ -131,11 +126,6 @@ def run_command(prog, work, *args, kept=None, exits=False):
     except KeyboardInterrupt:
         print(f'{prog}: interrupted (Ctrl-C)' + (f'; {kept}' if kept else ''), file=sys.stderr, flush=True)
         return 130
-    except BrokenPipeError:                 # the reader of stdout went away: nothing to say
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-        return 1
     finally:
         if own and not (exits and signal.getsignal(signal.SIGINT) == signal.SIG_IGN):    # SIG_IGN: stopping
             signal.signal(signal.SIGINT, handler)
@@ -152,8 +142,8 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, prog, doc, **kw):
         kw.setdefault('formatter_class', argparse.ArgumentDefaultsHelpFormatter)
         super().__init__(prog=prog, description=doc.split('\n')[0], **kw)
-        self.register('action', None, _StoreOnce)          # a flag's default action, 'store'
-        self.register('action', 'store', _StoreOnce)
+        for name in (None, 'store'):                        # a flag's default action, and by its name
+            self.register('action', name, _StoreOnce)
 
     def parse_known_args(self, args=None, namespace=None):
         self.given = set()

@@ -74,12 +74,9 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0)
     n defaults to matmul_size(device): 8192 on CUDA, 1024 on the CPU. A GPU is measured as GPUs are: products large
     enough to fill it, timed by CUDA events around the queued work. (1024^3 bf16 products timed by
     the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at about 790: an MFU
-    against that low peak read 195%.) A CPU is measured a core at a time: the products on one torch
-    thread, timed by that thread's own CPU clock (time.thread_time: the time other processes take the
-    core from it is not counted), times torch's thread count. (Timed by the wall clock, one second in
-    which other processes shared the 2 cores gave half the peak the run then trained at: 'MFU n/a' on
-    3,390 of 3,400 lines.) Running a thread per core, no process exceeds it; more threads than cores
-    overstate it."""
+    against that low peak read 195%.) A CPU: one torch thread's rate, timed by its own CPU clock (time.thread_time
+    counts no time other processes take the core), times the threads (by the wall clock, a second of a shared
+    2-core machine halved the peak: 'MFU n/a' on 3,390 of 3,400 lines); more threads than cores overstate it."""
     cuda, threads = torch.device(device).type == 'cuda', torch.get_num_threads()
     n, clock = n or matmul_size(device), time.perf_counter if cuda else time.thread_time
     a = torch.randn(n, n, device=device, dtype=dtype)
@@ -161,9 +158,8 @@ DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(ff
 
 
 def memory_error(need, device, what):
-    """Whether `need` bytes fit the memory of `device` (a GPU's own; on the CPU the machine's physical
-    memory), checked before anything is allocated: None if they do, else one line saying what `what`
-    would need and what the device has. The one rule of train.py's model and bench.py's tables."""
+    """None if `need` bytes fit the memory of `device` (a GPU's own, else the machine's physical memory), else
+    one line: what `what` would need and what the device has (train.py's model, bench.py's tables)."""
     dev = torch.device(device)
     have = (torch.cuda.get_device_properties(dev).total_memory if dev.type == 'cuda'
             else os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'))

@@ -482,13 +482,10 @@ def check_args(args):
                 read_checkpoint(path)
             except CheckpointError as e:
                 raise UsageError(str(e))
-    try:
-        distinct_files(args.ckpt, '--ckpt')
-    except ValueError as e:
-        raise UsageError(str(e))
     if device_error(args.device):
         raise UsageError(device_error(args.device))
     try:
+        distinct_files(args.ckpt, '--ckpt')
         if args.json is not None:
             check_writable(args.json, args.overwrite, '--json file')
         if not args.no_cache:

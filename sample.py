@@ -37,10 +37,9 @@ fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 def sample_next(logits, temperature=1.0, top_k=None):
     """Draw one token per row from logits float [B, vocab] -> long [B, 1].
 
-    temperature 0 -> argmax; top_k -> sample among the k largest logits. Any temperature >= 0 is safe: each
-    row's largest logit is subtracted before the division (its best tokens at 0, the rest below), and the
-    temperature is at least float32's smallest normal number (a smaller one was 0 in float32, 0 / 0 = NaN):
-    near 0, a draw among the best tokens, as the limit is."""
+    temperature 0 -> argmax; top_k -> sample among the k largest logits. Safe at any temperature > 0: the row's
+    largest logit is subtracted first (no inf), and it divides by at least float32's smallest normal number
+    (a smaller one is 0 there: 0 / 0): near 0, a draw among the best tokens, the limit."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
     logits = logits.float() - logits.float().amax(-1, keepdim=True)

@@ -327,10 +327,9 @@ def prepare_settings(args, paths):
 
 
 def held_outputs(out, settings):
-    """What the folder `out` holds already: None (none of OUTPUTS); all four whole (meta.json's token counts
-    the .bin files' sizes, its sha256 the tokenizer's): "same" if made with `settings` (meta.json's
-    "settings"), else "other"; or else why it is damaged, naming the file (str): one missing, a meta.json
-    cut short or not prepare.py's, a .bin file of another size than meta.json counts, another tokenizer."""
+    """What the folder `out` holds already: None (none of OUTPUTS); all four whole (meta.json's token counts and
+    sha256 the files'): "same" if made with `settings` (meta.json's "settings"), else "other"; else why it is
+    damaged, naming the file (str): one missing, meta.json unreadable, a .bin's size, another tokenizer."""
     present = [name for name in OUTPUTS if os.path.exists(os.path.join(out, name))]
     if not present:
         return None
@@ -352,8 +351,8 @@ def held_outputs(out, settings):
 def parse_args(argv=None):
     """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv); an unknown
     option, a bad type or a flag given twice: one line, exit 2 (cli.ArgumentParser). Raises ValueError for
-    --vocab_size outside [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that is a file,
-    only one of --train and --valid, or a --tokenizer that is malformed, has over 65536 tokens or
+    --vocab_size outside [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that
+    is a file, only one of --train and --valid, or a --tokenizer that is malformed, has over 65536 tokens or
     disagrees with --vocab_size; FileNotFoundError if it is not a file (check_file)."""
     p = ArgumentParser("prepare.py", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written

@@ -321,9 +321,20 @@ class TestRunCommand(unittest.TestCase):
         self.assertIs(after_ok, signal.default_int_handler)
 
     def test_a_closed_stdout_is_a_quiet_exit_1(self):
+        """A print to a reader that went away, on the stdout of a command cli.begin started: exit 1, quietly."""
+        import cli
+
         def work():
-            raise BrokenPipeError(32, 'Broken pipe')
-        self.assertEqual(self.run_work(work), (1, '', ''))
+            sys.stdout = cli._Stdout(sys.stdout, 'prog.py', keep=False)      # (captured_output puts it back)
+            r, w = os.pipe()
+            os.close(r)
+            os.dup2(w, sys.stdout.fileno())                                  # (and fd 1)
+            os.close(w)
+            print('a line nobody reads', flush=True)
+            raise AssertionError('the work went on')
+        with self.assertRaises(SystemExit) as stop:
+            self.run_work(work)
+        self.assertEqual(stop.exception.code, 1)
 
 
 class TestInterrupt(Base):
