@@ -100,7 +100,6 @@ PROTOCOLS = {
 }
 
 
-
 # ----------------------------------------------------------------------------- models, scoring, training
 
 def model_config(kind, T, vocab_size, d_model, n_layer, attention_heads=1, fields=None):
@@ -241,8 +240,7 @@ def fit(model, train, test, spec, device):
     n, bs = len(train[0]), spec['batch_size']
     per_epoch = max(1, n // bs)
     step, curve, diverged, plateau = 0, [], False, False
-    gen = torch.Generator().manual_seed(spec['seed'])
-    t0 = time.time()
+    gen, t0 = torch.Generator().manual_seed(spec['seed']), time.time()
     model.train()
     for epoch in range(1, spec['epochs'] + 1):
         order, losses = torch.randperm(n, generator=gen), []
@@ -513,8 +511,7 @@ def parse_args(argv):
                     prefix=f'{kind} at d_model {d}: ')
     if s['device'] == 'cuda' and not torch.cuda.is_available():
         p.error('--device cuda: CUDA is not available here (the gpu protocol needs a GPU; --device cpu runs it here)')
-    s['seed'] = args.seed
-    args.s = s
+    s['seed'], args.s = args.seed, s
     args.out = os.path.abspath(args.out or os.path.join('out', {'cpu': 'mqar', 'gpu': 'mqar_gpu', 'window': 'mqar_window',
                                                                'quick': 'mqar_quick'}[name]))
     p.check(check_cached_runs if args.cached_only else check_folder_writable, args.out)
