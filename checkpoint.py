@@ -164,14 +164,14 @@ def lock_run(out_dir):
     return f
 
 
-def read_checkpoint(path, device='cpu'):
-    """The raw checkpoint dict at `path`, tensors on `device`, with its model state dict
-    stripped of wrapper prefixes. Raises CheckpointError (one line) on a missing or
-    unreadable file or one without the format's model keys; for a folder, one saying so
-    (and naming FOLDER/ckpt.pt when the folder holds one: a run folder given for its checkpoint),
-    unless it is an exported folder (read_exported)."""
+def read_checkpoint(path, device='cpu', keys=('config', 'step')):
+    """The raw checkpoint dict at `path`, tensors on `device` ('cpu:0' too), with its model state dict
+    stripped of wrapper prefixes. Raises CheckpointError (one line) on a missing or unreadable file, one
+    without the format's model keys or the first of `keys` it lacks (named); for a folder, one saying so
+    (and naming FOLDER/ckpt.pt when the folder holds one: a run folder given for its checkpoint), unless
+    it is an exported folder (read_exported)."""
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, 'model.safetensors')):
-        return read_exported(path, device)
+        return read_exported(path, 'cpu' if torch.device(device).type == 'cpu' else device)
     if os.path.isdir(path):
         inside = os.path.join(path, 'ckpt.pt')
         raise CheckpointError(f'checkpoint {path!r} is a folder, not a checkpoint file; '
@@ -179,12 +179,15 @@ def read_checkpoint(path, device='cpu'):
                                  'train.py writes OUT_DIR/ckpt.pt'))
     if not os.path.isfile(path):
         raise CheckpointError(f'checkpoint {path!r} not found')
+    where = 'cpu' if torch.device(device).type == 'cpu' else device      # torch.load knows no 'cpu:0'
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(path, map_location=where, weights_only=True)
         ckpt['model'] = strip_prefixes(ckpt['model'])
         ckpt['model_config']
     except Exception as e:  # torch raises many types for a damaged file
         raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({_reason(e)})') from None
+    for key in (k for k in keys if k not in ckpt):
+        raise CheckpointError(f'checkpoint {path!r} has no {key!r}: not a checkpoint of train.py (checkpoint.py)')
     return ckpt
 
 
@@ -229,13 +232,16 @@ def load_checkpoint(path, device='cpu'):
     The tokenizer is the rank-file text embedded in the checkpoint, checked against
     its SHA-256; a checkpoint written before tokenizers were embedded (only 'file'
     and 'sha256') loads the file it records instead. Raises CheckpointError on a
-    missing or corrupt checkpoint, or a missing, corrupt or different tokenizer."""
+    missing or corrupt checkpoint, a missing, corrupt or different tokenizer, or weights that are not all
+    finite (NaN or inf: nothing the model computes would be a number; checked once, here)."""
     ckpt = read_checkpoint(path, device)
     try:
         model = mixer.build_model(mixer.ModelConfig(**ckpt['model_config']))
         model.load_state_dict(ckpt['model'])
     except Exception as e:
         raise CheckpointError(f'checkpoint {path!r} does not fit its own model_config ({_reason(e)})') from None
+    for name in (k for k, p in model.named_parameters() if not p.isfinite().all()):
+        raise CheckpointError(f'checkpoint {path!r} holds weights that are not finite (NaN or inf in {name})')
     return model.to(device).eval(), checkpoint_tokenizer(ckpt, path), ckpt
 
 

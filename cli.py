@@ -1,9 +1,11 @@
 """What every command of the project shares, a leaf that imports nothing of the project: the one-line
-error and its exit status (`fail`), the one Ctrl-C and closed-stdout handler (`run_command`), the
-flags' parser and types (`ArgumentParser`, `number`, `random_seed`, `listing`, `assignments`,
-`distinct_files`), the device check, and results written whole (`write_atomic`, `save_results`).
+error and its exit status (`fail`), its first instruction (`begin`: Ctrl-C and stdout's faults), the one
+Ctrl-C handler of its work (`run_command`), the flags' parser and types (`ArgumentParser`, `number`,
+`random_seed`, `listing`, `assignments`, `distinct_files`), the device check, and results written whole
+(`write_atomic`, `save_results`).
 
     fail('no such file', 'sample.py')          # 'sample.py: error: no such file' on stderr, exit 2
+    begin('sample.py', __name__)               # the first instruction, before torch: Ctrl-C one line from here
     sys.exit(run_command('sample.py', sample, argv))   # Ctrl-C: one line, exit 130
     p = ArgumentParser('mqar.py', __doc__); p.add_argument('--lrs', type=listing(number(float, 0, above=True)))
 """
@@ -34,6 +36,59 @@ def failing(prog):
 
 # ----------------------------------------------------------------------------- Ctrl-C and a closed stdout
 
+def begin(prog, name='__main__', keep=False):
+    """A command's first instruction, before torch and the project are imported (a no-op unless `name`, the
+    caller's __name__, is '__main__'). Ctrl-C outside run_command's work is one line 'PROG: interrupted
+    (Ctrl-C)' and exit 130 at once (os._exit: nothing is written yet; an import that catches every exception
+    cannot swallow it). A reader of stdout that goes away (`| head`) points it at os.devnull: the work goes on
+    if `keep` (its result is a file), else exit 1, quietly; any other failed write (`>/dev/full`) is one
+    line 'PROG: error: cannot write to stdout (why)', exit 1."""
+    if name == '__main__' and threading.current_thread() is threading.main_thread():
+        _STARTED[:] = [prog]
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted)
+        sys.stdout = _Stdout(sys.stdout, prog, keep)
+
+
+_STARTED = []           # the command begin() started in this process
+
+
+def _interrupted(signum, frame):
+    """SIGINT handler from begin() until run_command's work and after it: one line, exit 130."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print(f'{_STARTED[0]}: interrupted (Ctrl-C)', file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+class _Stdout:
+    """sys.stdout of a command begin() started: the stream's own, but a failed write or flush is begin()'s."""
+
+    def __init__(self, stream, prog, keep):
+        self.stream, self.prog, self.keep = stream, prog, keep
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    def write(self, text):
+        return self._do(self.stream.write, text)
+
+    def flush(self):
+        return self._do(self.stream.flush)
+
+    def _do(self, fn, *args):
+        try:
+            return fn(*args)
+        except OSError as e:
+            null = os.open(os.devnull, os.O_WRONLY)        # what is left goes nowhere, at exit too
+            os.dup2(null, self.stream.fileno())
+            os.close(null)
+            if not isinstance(e, BrokenPipeError):
+                print(f'{self.prog}: error: cannot write to stdout ({e.strerror or e})', file=sys.stderr, flush=True)
+            elif self.keep:
+                return None
+            (os._exit if sys.is_finalizing() else sys.exit)(1)     # at Python's last flush, no traceback
+
+
 def _interrupt_once(signum, frame):
     """SIGINT handler while a command runs: the first Ctrl-C raises KeyboardInterrupt, any later one
     is ignored while the command stops (`timeout -s INT` signals the process, then its group)."""
@@ -44,23 +99,24 @@ def _interrupt_once(signum, frame):
 def run_command(prog, work, *args, kept=None, exits=False):
     """The one way a command of the project runs its work: work(*args) -> its exit status (work's
     return value, None read as 0; a SystemExit it raises, e.g. fail()'s 2, goes through as it is).
-    stdout is flushed before returning, so a reader that went away is seen here.
+    stdout is flushed before returning: a reader that went away, or a full disk, is seen here (begin()).
 
     Ctrl-C (KeyboardInterrupt) anywhere in the work: one line on stderr, 'PROG: interrupted (Ctrl-C)',
     followed by '; ' + `kept` when given (what the run keeps, e.g. 'what finished is cached'), and the
     status 130; a second Ctrl-C while it stops is ignored. The work's own `finally` blocks run first,
-    so it leaves no half-written file. A closed stdout (BrokenPipeError: `| head` stopped reading):
-    stdout is pointed at os.devnull (no second error when Python exits) and the status is 1, quietly.
-    The caller exits with the status (or returns it, where its callers want a number: data/prepare.py);
-    Python's SIGINT handler is the caller's again afterwards, unless `exits` (the caller exits at once,
-    e.g. an experiment whose pool's finalizers run at exit) and the work was stopped by Ctrl-C: then
-    SIGINT stays ignored, so a second Ctrl-C during those finalizers is no traceback:
+    so it leaves no half-written file. The caller exits with the status (or returns it, where its callers
+    want a number: data/prepare.py); Python's SIGINT handler (or begin()'s) is the caller's again afterwards,
+    unless `exits` (the caller exits at once, e.g. an experiment whose pool's finalizers run at exit; so
+    does every command begin() started) and the work was stopped by Ctrl-C: then SIGINT stays ignored, so
+    a second Ctrl-C during those finalizers is no traceback:
 
         def main(argv=None):
             sys.exit(run_command('sample.py', sample, argv))
     """
     handler = signal.getsignal(signal.SIGINT)
-    own = handler is signal.default_int_handler and threading.current_thread() is threading.main_thread()
+    own = handler in (signal.default_int_handler, _interrupted)
+    own = own and threading.current_thread() is threading.main_thread()
+    exits = exits or handler is _interrupted
     if own:                                 # an ignored SIGINT (a background job) stays ignored
         signal.signal(signal.SIGINT, _interrupt_once)
     try:
@@ -70,11 +126,6 @@ def run_command(prog, work, *args, kept=None, exits=False):
     except KeyboardInterrupt:
         print(f'{prog}: interrupted (Ctrl-C)' + (f'; {kept}' if kept else ''), file=sys.stderr, flush=True)
         return 130
-    except BrokenPipeError:                 # the reader of stdout went away: nothing to say
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-        return 1
     finally:
         if own and not (exits and signal.getsignal(signal.SIGINT) == signal.SIG_IGN):    # SIG_IGN: stopping
             signal.signal(signal.SIGINT, handler)
@@ -85,11 +136,18 @@ def run_command(prog, work, *args, kept=None, exits=False):
 class ArgumentParser(argparse.ArgumentParser):
     """The project's command lines (the experiments, their tools): argparse with the description the
     first line of `doc`, each flag's default in --help (unless formatter_class says otherwise), and a
-    bad flag or value one line 'PROG: error: msg' and exit 2 (fail: no usage block above it)."""
+    bad flag or value one line 'PROG: error: msg' and exit 2 (fail: no usage block above it), a flag of
+    one value given twice included (argparse keeps the last, the first dropped without a word)."""
 
     def __init__(self, prog, doc, **kw):
         kw.setdefault('formatter_class', argparse.ArgumentDefaultsHelpFormatter)
         super().__init__(prog=prog, description=doc.split('\n')[0], **kw)
+        for name in (None, 'store'):                        # a flag's default action, and by its name
+            self.register('action', name, _StoreOnce)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.given = set()
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
         fail(message, self.prog)
@@ -100,6 +158,16 @@ class ArgumentParser(argparse.ArgumentParser):
             return fn(*args)
         except ValueError as e:
             self.error(f'{prefix}{e}')
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's 'store' action, which refuses its flag a second time (ArgumentParser)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string and self.dest in parser.given:
+            parser.error(f'argument {"/".join(self.option_strings)}: given twice; give it once')
+        parser.given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
 
 
 def number(cast=int, low=1, above=False, high=None):

@@ -145,7 +145,7 @@ def resolve_settings(overrides, defaults, model_keys):
     if not os.path.isfile(ckpt_path):
         fail(f'--init_from=resume but {ckpt_path} does not exist')
     try:
-        ckpt = checkpoint.read_checkpoint(ckpt_path)
+        ckpt = checkpoint.read_checkpoint(ckpt_path, keys=('config', 'step', 'best_val_loss', 'rng'))
     except checkpoint.CheckpointError as e:
         fail(str(e))
     saved = {k: v for k, v in ckpt.get('config', {}).items() if k in defaults}

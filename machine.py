@@ -74,22 +74,25 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0)
     n defaults to matmul_size(device): 8192 on CUDA, 1024 on the CPU. A GPU is measured as GPUs are: products large
     enough to fill it, timed by CUDA events around the queued work. (1024^3 bf16 products timed by
     the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at about 790: an MFU
-    against that low peak read 195%.)"""
-    cuda = torch.device(device).type == 'cuda'
-    n = n or matmul_size(device)
+    against that low peak read 195%.) A CPU: one torch thread's rate, timed by its own CPU clock (time.thread_time
+    counts no time other processes take the core), times the threads (by the wall clock, a second of a shared
+    2-core machine halved the peak: 'MFU n/a' on 3,390 of 3,400 lines); more threads than cores overstate it."""
+    cuda, threads = torch.device(device).type == 'cuda', torch.get_num_threads()
+    n, clock = n or matmul_size(device), time.perf_counter if cuda else time.thread_time
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
+    torch.set_num_threads(threads if cuda else 1)
     for _ in range(3):
         a @ b
     if cuda:
         torch.cuda.synchronize(device)
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     best = 0.0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds or best == 0.0:
+    start = clock()
+    while clock() - start < seconds or best == 0.0:
         if cuda:
             begin.record()
-        t = time.perf_counter()
+        t = clock()
         for _ in range(4):
             a @ b
         if cuda:
@@ -97,9 +100,10 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0)
             end.synchronize()
             elapsed = begin.elapsed_time(end) / 1e3          # ms -> s, the GPU's own clock
         else:
-            elapsed = time.perf_counter() - t
+            elapsed = clock() - t
         best = max(best, 4 * 2 * n ** 3 / elapsed)
-    return best
+    torch.set_num_threads(threads)
+    return best if cuda else best * threads
 
 
 def fmt_mfu(mfu):
@@ -151,6 +155,16 @@ def peak_flops(device, dtype):
 #   to 2048. Not longer: linear attention shares chunk_size, and its chunk holds a [B, H, C, C]
 #   product, which at C = 8192 is naive attention's memory.
 DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=128, chunk_size=2048)}
+
+
+def memory_error(need, device, what):
+    """None if `need` bytes fit the memory of `device` (a GPU's own, else the machine's physical memory), else
+    one line: what `what` would need and what the device has (train.py's model, bench.py's tables)."""
+    dev = torch.device(device)
+    have = (torch.cuda.get_device_properties(dev).total_memory if dev.type == 'cuda'
+            else os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'))
+    if need > have:
+        return f'{what} would need {need / 2 ** 30:,.1f} GiB, more than the {have / 2 ** 30:,.1f} GiB {dev} has'
 
 
 # ----------------------------------------------------------------------------- device and processes

@@ -64,6 +64,9 @@ import sys
 import time
 from dataclasses import asdict
 
+import cli
+cli.begin('retrieval.py', __name__)    # the first instruction: Ctrl-C is one line from here, torch's import included
+
 import numpy as np
 import torch
 import torch.nn as nn

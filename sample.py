@@ -21,6 +21,9 @@ the Autoencoder has no decoding.
 import argparse
 import sys
 
+import cli
+cli.begin('sample.py', __name__)       # the first instruction: Ctrl-C is one line from here, torch's import included
+
 import torch
 import torch.nn.functional as F
 
@@ -35,14 +38,17 @@ fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 def sample_next(logits, temperature=1.0, top_k=None):
     """Draw one token per row from logits float [B, vocab] -> long [B, 1].
 
-    temperature 0 -> argmax; top_k -> sample among the k largest logits."""
+    temperature 0 -> argmax; top_k -> sample among the k largest logits. Safe at any temperature > 0: the row's
+    largest logit is subtracted first (no inf), and it divides by at least float32's smallest normal number
+    (a smaller one is 0 there: 0 / 0): near 0, a draw among the best tokens, the limit."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    logits = logits / temperature
+    logits = logits.float() - logits.float().amax(-1, keepdim=True)
+    logits = logits / max(temperature, torch.finfo(torch.float32).tiny)
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float('-inf'))
-    return torch.multinomial(F.softmax(logits.float(), dim=-1), 1)
+    return torch.multinomial(F.softmax(logits, dim=-1), 1)
 
 
 def sample_loop(idx, max_new_tokens, temperature, top_k, max_len, start, step):
@@ -214,6 +220,8 @@ def sample(argv):
             text = open(text[5:], encoding='utf-8').read()
         except (OSError, UnicodeDecodeError) as e:
             fail(f'cannot read prompt file {text[5:]!r}: {e}')
+    elif any('\udc80' <= c <= '\udcff' for c in text):     # bytes not UTF-8, as Python's argv keeps them
+        fail('--start holds bytes that are not UTF-8: give UTF-8 text, or FILE:path of a UTF-8 file')
     ids = enc.encode(text, allowed_special={'<|endoftext|>'})
     if not ids:
         fail('the prompt is empty; pass --start "<|endoftext|>" to start a fresh story')
@@ -226,7 +234,7 @@ def sample(argv):
     idx = torch.tensor([ids] * args.num_samples, device=args.device)
     out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None, compile=args.compile)
     for i, row in enumerate(out.tolist()):
-        print(f'--- sample {i + 1} ({ckpt["config"]["variant"]}, step {ckpt["step"]}, '
+        print(f'--- sample {i + 1} ({ckpt["config"].get("variant", model.cfg.kind)}, step {ckpt["step"]}, '
               f'{len(row) - len(ids)} new tokens)')
         print(enc.decode(row).replace('<|endoftext|>', '\n<|endoftext|>\n').strip())
 

@@ -25,6 +25,9 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 
+from cli import begin, fail, run_command
+begin('train.py', __name__, keep=True)     # first: Ctrl-C is one line from here; a closed stdout never stops the run
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -35,7 +38,6 @@ import configurator
 import machine
 import mixer
 import optim
-from cli import fail
 
 # ----------------------------------------------------------------------------- defaults
 # I/O
@@ -247,11 +249,7 @@ class Run:
 
 
 class Stop(Exception):
-    """Ends a run early with a one-line message and an exit status (train.main prints and exits)."""
-
-    def __init__(self, msg, code=1):
-        super().__init__(msg)
-        self.code = code
+    """Ends a run early with a one-line message (train.main prints it and exits 1)."""
 
 
 def agree_to_stop(run, reason=None):
@@ -296,8 +294,8 @@ def wrap_model(raw_model, cfg, env):
 
 def build_run(cfg, ckpt, env, meta):
     """The model, its optimisers and the window generator of the settings -> Run (a resumed run gets its
-    saved states). A model config the settings make invalid, or a tokenizer other than the checkpoint's:
-    one line, exit 2."""
+    saved states). A model config the settings make invalid, a model whose parameters (counted on the meta
+    device) need more than the device's memory, or a tokenizer other than the checkpoint's: one line, exit 2."""
     tuned = {k: cfg[k] if cfg[k] is not None else machine.DEVICE_TUNING[env.dev.split(':')[0]][k]
              for k in TUNING_KEYS}
     try:
@@ -305,6 +303,10 @@ def build_run(cfg, ckpt, env, meta):
                                       **{**{k: cfg[k] for k in MODEL_KEYS}, **tuned})
     except (ValueError, TypeError) as e:
         fail(str(e))
+    with torch.device('meta'):                               # counted without memory: 16 bytes a parameter for
+        n = mixer.build_model(model_cfg).num_params()        # its float32 weight, gradient and two Adam moments
+    if why := machine.memory_error(16 * n, env.dev, f'training the model of {n:,} parameters'):
+        fail(why)
     if ckpt is not None and ckpt.get('tokenizer', {}).get('sha256') != meta['tokenizer_sha256']:
         fail(f'the data in {cfg["data_dir"]} was encoded with another tokenizer (sha256 '
              f'{meta["tokenizer_sha256"][:12]}...) than the checkpoint\'s ({ckpt.get("tokenizer", {}).get("sha256", "?")[:12]}'
@@ -569,7 +571,7 @@ def main(argv):
             log_summary(run, clock, t_wall)
     except Stop as e:
         print(stop_line(run, f'error: {e}; stopping'), file=sys.stderr)
-        code = e.code
+        code = 1
     except KeyboardInterrupt:
         print(stop_line(run, 'interrupted (Ctrl-C)'), file=sys.stderr)
         code = 130
@@ -595,4 +597,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    sys.exit(run_command('train.py', main, sys.argv[1:]))

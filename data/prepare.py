@@ -20,21 +20,25 @@ left behind (of pids no longer alive), with a note. Ctrl-C exits 130 with --out 
 An --out that already holds prepared data is kept: a run with the same settings on the same
 (unchanged) text says so and does nothing; any other run exits 2 unless --overwrite is given.
 """
-import argparse
+import os
+import sys
+
+if __name__ == "__main__":     # run as data/prepare.py: the repository root on the path, for data.tokenizer and cli;
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
+    cli.begin("prepare.py", keep=True)
+import argparse  # noqa: E402
 import hashlib
 import json
-import os
 import re
 import shutil
-import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-if __name__ == "__main__":     # run as data/prepare.py: the repository root on the path, for data.tokenizer and cli
-    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cli import ArgumentParser, run_command
 from data.tokenizer import EOT, check_file, load_tokenizer, save_tokenizer, tokenizer_sha256, train_bpe  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
@@ -323,32 +327,35 @@ def prepare_settings(args, paths):
 
 
 def held_outputs(out, settings):
-    """What the folder `out` holds already: None (none of OUTPUTS), "same" (all four, whole, made with
-    `settings`: meta.json's "settings" equal, its token counts the .bin files' sizes, its sha256 the
-    tokenizer's) or "other" (any output otherwise, a damaged or foreign one included)."""
+    """What the folder `out` holds already: None (none of OUTPUTS); all four whole (meta.json's token counts and
+    sha256 the files'): "same" if made with `settings` (meta.json's "settings"), else "other"; else why it is
+    damaged, naming the file (str): one missing, meta.json unreadable, a .bin's size, another tokenizer."""
     present = [name for name in OUTPUTS if os.path.exists(os.path.join(out, name))]
     if not present:
         return None
+    if len(present) < len(OUTPUTS):
+        return f"{next(n for n in OUTPUTS if n not in present)} is missing"
     try:
         with open(os.path.join(out, "meta.json")) as f:
             meta = json.load(f)
-        whole = (len(present) == len(OUTPUTS) and meta.get("settings") == settings
-                 and meta["tokenizer_sha256"] == tokenizer_sha256(os.path.join(out, "tokenizer.tiktoken"))
-                 and all(os.path.getsize(os.path.join(out, f"{s}.bin")) == 2 * meta[s]["tokens"]
-                         for s in ("train", "val")))
+        sha, sizes = meta["tokenizer_sha256"], {f"{s}.bin": 2 * int(meta[s]["tokens"]) for s in ("train", "val")}
     except (OSError, ValueError, KeyError, TypeError):
-        whole = False
-    return "same" if whole else "other"
+        return "meta.json is cut short or not prepare.py's"
+    cut = [f"{n} holds {os.path.getsize(os.path.join(out, n))} bytes, meta.json counts {size // 2} tokens"
+           for n, size in sizes.items() if os.path.getsize(os.path.join(out, n)) != size]
+    if cut or sha != tokenizer_sha256(os.path.join(out, "tokenizer.tiktoken")):
+        return cut[0] if cut else "tokenizer.tiktoken is not the one meta.json names"
+    return "same" if meta.get("settings") == settings else "other"
 
 
 def parse_args(argv=None):
-    """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv);
-    argparse exits 2 on an unknown option or type. Raises ValueError for --vocab_size outside
-    [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that is a file,
-    only one of --train and --valid, or a --tokenizer that is malformed, has over 65536 tokens or
+    """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv); an unknown
+    option, a bad type or a flag given twice: one line, exit 2 (cli.ArgumentParser). Raises ValueError for
+    --vocab_size outside [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that
+    is a file, only one of --train and --valid, or a --tokenizer that is malformed, has over 65536 tokens or
     disagrees with --vocab_size; FileNotFoundError if it is not a file (check_file)."""
-    p = argparse.ArgumentParser(prog="prepare.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser("prepare.py", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument("--train", help="local training text (default: download TinyStories-train.txt)")
     p.add_argument("--valid", help="local validation text (default: download TinyStories-valid.txt)")
     p.add_argument("--out", default=os.path.join(DATA_DIR, "tinystories"), help="output dir")
@@ -447,7 +454,6 @@ def main(argv=None):
     """Command line entry point (argv: list of str; None: sys.argv) -> the exit status: 0 on success,
     2 on bad input or a failed write (one-line error), 130 on Ctrl-C (one line: cli.run_command);
     --out's outputs are left as they were unless the run succeeds."""
-    from cli import run_command                     # the repository root's (on the path: below)
     return run_command("prepare.py", run, argv, kept="--out is as it was: run the same command again")
 
 
@@ -472,9 +478,10 @@ def run(argv):
             print(f"{args.out} already holds this data, prepared from the same text with the same settings: "
                   "nothing to do (--overwrite prepares it again)")
             return 0
-        if held == "other":
-            raise ValueError(f"{args.out} already holds prepared data of other settings or text; pass "
-                             "--overwrite to replace it, or choose another --out")
+        if held is not None:
+            raise ValueError(f"{args.out} already holds prepared data " + ("of other settings or text" if held ==
+                             "other" else f"that is damaged: {held}") + "; pass --overwrite to replace it, or "
+                             "choose another --out")
 
         def tmp(name):  # temp file in the out dir, renamed to name at the end
             tmps.append((os.path.join(args.out, f".{name}.tmp{os.getpid()}"), name))

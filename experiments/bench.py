@@ -27,18 +27,25 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
 
+if __name__ == '__main__':       # run as a file too (python experiments/bench.py): the repository root on
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    import cli                   # and from here Ctrl-C is one line, torch's import included
+    cli.begin('bench.py')
+
 import torch
 
 import machine
 import mixer
+import sample
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
-                                      bench_sdpa, bench_serving, build)
+                                      bench_sdpa, bench_serving, build, nbytes)
 from cli import ArgumentParser, listing, number
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
@@ -79,8 +86,10 @@ def bench_peak(args):
     rows = [[f'measured {args.dtype} matmul', f'{measured / 1e9:.1f}']]
     if peak['nominal']:
         rows.append(['nominal bf16 dense (datasheet)', f'{peak["nominal"] / 1e9:.1f}'])
+    how = ('timed by CUDA events' if args.device.type == 'cuda' else 'on one thread, timed by its own CPU clock '
+           f'(machine.measure_matmul_flops), times {torch.get_num_threads()} threads')
     print(f'## Peak of the machine\n\n_Best batch of 4 products {n} x {n} x {n} (torch) after 3 warm-up '
-          f'products{", timed by CUDA events" if args.device.type == "cuda" else ""}, GFLOP/s._\n')
+          f'products, {how}, GFLOP/s._\n')
     print(md_table(['peak', 'GFLOP/s'], rows) + '\n')
     return peak
 
@@ -395,6 +404,7 @@ def parse_args(argv=None):
         p.error(f'--serve_tokens must be >= 1 and leave a prompt: below the smallest context - {SERVE_WARM}')
     check_models(p, args)
     check_decode(p, args)
+    check_memory(p, args)
     return args
 
 
@@ -431,6 +441,24 @@ def check_decode(p, args):
         p.error(f'--decode_tokens {args.decode_tokens} do not fit --decode_n_ctx {n_ctx} after its {prompt}-token '
                 f'prompt (n_ctx / 4), where the decoder of {", ".join(bounded)} stops: give --decode_tokens <= '
                 f'{n_ctx - prompt} or a larger --decode_n_ctx')
+
+
+def check_memory(p, args):
+    """The decode, SDPA and generation tables' models checked against the device's memory before any is
+    built (machine.memory_error, train.py's rule): each row's weights and its decoder's buffers at batch 1,
+    read off a model and a sample.Decoder on the meta device as the serving table reads its cells (their
+    least: a table needs more). Else p.error: one line, exit 2, saying what the row would need."""
+    decode = (args.decode_variants if 'decode' in args.tables else []) + (['transformer'] * ('sdpa' in args.tables))
+    rows = [(k, d, L, args.decode_n_ctx) for d, L in args.decode_sizes for k in dict.fromkeys(decode)]
+    rows += [(k, args.d_model, args.n_layer, max(args.prompts) + args.new_tokens)
+             for k in dict.fromkeys(name for name, _ in GEN_METHODS) if 'generation' in args.tables]
+    for name, d_model, n_layer, n_ctx in rows:
+        model = build(name, args, 'meta', d_model=d_model, n_layer=n_layer, n_ctx=n_ctx)
+        need = nbytes([*model.parameters(), *model.buffers()]) + nbytes(sample.Decoder(model).buffers())
+        why = machine.memory_error(need, args.device, f'{name} at d_model {d_model}, n_layer {n_layer}, n_ctx '
+                                   f'{n_ctx} (its weights and decoder buffers)')
+        if why:
+            p.error(why)
 
 
 def check_models(p, args):

@@ -20,6 +20,13 @@
 (The numbers are bench.py's table numbers; tables 1, 2, 3 and 5 are in bench.py.)
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print("bench_decode.py: error: bench.py's generation tables, not a command: python -m "
+          "experiments.bench --tables serving,decode", file=sys.stderr)
+    sys.exit(2)
+
 import statistics
 import time
 from contextlib import nullcontext
@@ -331,8 +338,3 @@ def bench_sdpa(args):
                 cell = f'not available ({str(err).splitlines()[0][:60]})'
             print(md_row([backend.lower(), f'{d_model} x {n_layer}', cell]), flush=True)
     print()
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail("bench.py's generation tables, not a command: python -m experiments.bench --tables serving,decode", 'bench_decode.py')

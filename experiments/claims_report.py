@@ -7,6 +7,13 @@ claims.py trains and measures; it imports this module (never the other way round
 the model tables below are here, where both read them.
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print("claims_report.py: error: claims.py's report, not a command: python -m experiments.claims "
+          "writes it (from its cached runs)", file=sys.stderr)
+    sys.exit(2)
+
 import math
 import os
 
@@ -540,8 +547,3 @@ def write_report(out, plan, extras, step_s, args, budget_s, n_train, tps):
     print(report)
     write_atomic(os.path.join(out, 'claims.md'), report)
     return notes
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail("claims.py's report, not a command: python -m experiments.claims writes it (from its cached runs)", 'claims_report.py')

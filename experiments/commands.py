@@ -3,12 +3,18 @@ experiments/runner.py, its console to a file: the commands claims.py measures wi
 memory, a sample).
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print('commands.py: error: the command runner of experiments/runner.py, not a command: python -m '
+          'experiments.claims --help', file=sys.stderr)
+    sys.exit(2)
+
 import contextlib
 import importlib
 import os
 import signal
 import subprocess
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 
@@ -72,8 +78,3 @@ def run_main(module, argv, f):
 def _default_sigint():
     """In a command's process before it starts: Ctrl-C back to its default (pool processes ignore it)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail('the command runner of experiments/runner.py, not a command: python -m experiments.claims --help', 'commands.py')

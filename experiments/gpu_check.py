@@ -44,6 +44,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+if __name__ == '__main__':       # run as a file too (python experiments/gpu_check.py): the repository root on
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    import cli                   # and from here Ctrl-C is one line, torch's import included
+    cli.begin('gpu_check.py', keep=True)
+
 import torch
 
 import machine
@@ -343,4 +348,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(cli.run_command('gpu_check.py', main))        # Ctrl-C in main: its own line (the report so far)

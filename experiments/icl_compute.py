@@ -16,6 +16,13 @@ on 20,000 fresh prompts goes against its training FLOPs (machine.flops_per_token
 prompts seen: forward and backward), beside one step of gradient descent (icl_ladder.gd_step_loss).
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print('icl_compute.py: error: a part of icl.py, not a command: python -m experiments.icl '
+          '--compute', file=sys.stderr)
+    sys.exit(2)
+
 from functools import partial
 import math
 import os
@@ -142,8 +149,3 @@ def plot_compute(plan, C, path):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail('a part of icl.py, not a command: python -m experiments.icl --compute', 'icl_compute.py')

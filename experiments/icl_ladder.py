@@ -25,6 +25,13 @@ rung's best rate on the sweep prompts; seed 1 runs that rate up the whole ladder
 "What was cut") gives the plan's reasons and its cost.
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print('icl_ladder.py: error: a part of icl.py, not a command: python -m experiments.icl '
+          '--mixer_ladder', file=sys.stderr)
+    sys.exit(2)
+
 import copy
 import io
 import math
@@ -536,8 +543,3 @@ def write_docs(page, section, drawn, figure, markers=(BEGIN, END),
     link = os.path.relpath(figure, os.path.dirname(os.path.abspath(page)))
     body = f'{section}\n\n![{alt}]({link})\n'
     write_atomic(page, f'{head}{BEGIN}\n{body}{END}{tail}')
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail('a part of icl.py, not a command: python -m experiments.icl --mixer_ladder', 'icl_ladder.py')

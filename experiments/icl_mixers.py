@@ -20,6 +20,12 @@ on a proxy (the first third of the schedule, seed 0) over --mixer_lrs, widened b
 edge that wins (twice at most), then `mixer_seeds` seeds at the chosen rate.
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print('icl_mixers.py: error: a part of icl.py, not a command: python -m experiments.icl --mixers', file=sys.stderr)
+    sys.exit(2)
+
 import math
 import os
 import time
@@ -344,8 +350,3 @@ def plot_mixers(plan, lsa, path, s):
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
     return save_figure(fig, path)
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail('a part of icl.py, not a command: python -m experiments.icl --mixers', 'icl_mixers.py')

@@ -4,6 +4,13 @@ the disagreeing verdicts, and Figures 1 and 2 (experiments/icl.py makes the numb
 report_text puts icl.md together.
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print("icl_report.py: error: icl.py's report, not a command: python -m experiments.icl writes it "
+          "(from its cached runs)", file=sys.stderr)
+    sys.exit(2)
+
 import math
 
 import torch
@@ -303,8 +310,3 @@ def report_text(table, adj, base, sig, noises, results, jobs, s, ladder=None, pl
         text += ['', '## Do masked mixers learn in context?', '', icl_mixers.mixer_report(plan, adj, s)]
     text += ['', f'Command: python -m experiments.icl {command}']
     return '\n'.join(text) + '\n'
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail("icl.py's report, not a command: python -m experiments.icl writes it (from its cached runs)", 'icl_report.py')

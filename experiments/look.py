@@ -49,6 +49,11 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 
+if __name__ == '__main__':       # run as a file too (python experiments/look.py): the repository root on
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    import cli                   # and from here Ctrl-C is one line, torch's import included
+    cli.begin('look.py', keep=True)
+
 import numpy as np
 import torch
 

@@ -47,6 +47,11 @@ import os
 import sys
 import time
 
+if __name__ == '__main__':       # run as a file too (python experiments/mqar.py): the repository root on
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    import cli                   # and from here Ctrl-C is one line, torch's import included
+    cli.begin('mqar.py', keep=True)
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -93,7 +98,6 @@ PROTOCOLS = {
                   n_train=3072, n_test=256, epochs=4, lrs=(1e-3,), patience=None, warmup=0.0,
                   deep_layers=4, device='cpu', workers=2, threads=1),
 }
-
 
 
 # ----------------------------------------------------------------------------- models, scoring, training
@@ -236,8 +240,7 @@ def fit(model, train, test, spec, device):
     n, bs = len(train[0]), spec['batch_size']
     per_epoch = max(1, n // bs)
     step, curve, diverged, plateau = 0, [], False, False
-    gen = torch.Generator().manual_seed(spec['seed'])
-    t0 = time.time()
+    gen, t0 = torch.Generator().manual_seed(spec['seed']), time.time()
     model.train()
     for epoch in range(1, spec['epochs'] + 1):
         order, losses = torch.randperm(n, generator=gen), []
@@ -508,8 +511,7 @@ def parse_args(argv):
                     prefix=f'{kind} at d_model {d}: ')
     if s['device'] == 'cuda' and not torch.cuda.is_available():
         p.error('--device cuda: CUDA is not available here (the gpu protocol needs a GPU; --device cpu runs it here)')
-    s['seed'] = args.seed
-    args.s = s
+    s['seed'], args.s = args.seed, s
     args.out = os.path.abspath(args.out or os.path.join('out', {'cpu': 'mqar', 'gpu': 'mqar_gpu', 'window': 'mqar_window',
                                                                'quick': 'mqar_quick'}[name]))
     p.check(check_cached_runs if args.cached_only else check_folder_writable, args.out)

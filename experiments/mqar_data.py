@@ -4,6 +4,12 @@ zoology/data/associative_recall.py), its draws and its files, for experiments/mq
     inputs, targets = mqar(n=16_000, T=64, kv=4, vocab_size=256, seed=0)     # int64 [n, T] each
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print("mqar_data.py: error: mqar.py's data, not a command: python -m experiments.mqar --help", file=sys.stderr)
+    sys.exit(2)
+
 import io
 import os
 import zipfile
@@ -108,8 +114,3 @@ def load_split(path):
             return torch.from_numpy(z['inputs'].astype(np.int64)), torch.from_numpy(z['targets'].astype(np.int64))
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise ValueError(f'{path}: a damaged data file ({type(e).__name__}); it is generated again') from None
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail("mqar.py's data, not a command: python -m experiments.mqar --help", 'mqar_data.py')

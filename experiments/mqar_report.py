@@ -6,6 +6,13 @@ OUT/mqar.md, OUT/results.json and OUT/mqar.png. Every table's heading and every 
 the trainer (trainer(): the warm-up or none), so no number is read without it.
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print("mqar_report.py: error: mqar.py's report, not a command: python -m experiments.mqar writes it "
+          "(from its cached runs)", file=sys.stderr)
+    sys.exit(2)
+
 import json
 import os
 import platform
@@ -248,8 +255,3 @@ def write(out, s, kinds, grid, deep, command, wall_s, cached, total, no_deep=Non
     if len(s['lrs']) >= 3:
         notes.append(plot_window(grid, kinds, deep, s, os.path.join(out, 'mqar_lr.png')))
     return notes + [f'report: {os.path.join(out, "mqar.md")}']
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail("mqar.py's report, not a command: python -m experiments.mqar writes it (from its cached runs)", 'mqar_report.py')

@@ -21,10 +21,16 @@ training step, printed as markdown tables (progress on stderr).
 Measurements, not assertions: nothing here fails on a slow number.
 """
 
+import os
 import shlex
 import statistics
 import sys
 import time
+
+if __name__ == '__main__':       # run as a file too (python experiments/profiles.py): the repository root on
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    import cli                   # and from here Ctrl-C is one line, torch's import included
+    cli.begin('profiles.py')
 
 import torch
 from torch.autograd import DeviceType

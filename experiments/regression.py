@@ -13,6 +13,12 @@ Everything runs in float64: the paper's 7-layer cells at sigma = 0 are about 1e-
 float32's resolution. experiments/icl.py runs the experiment.
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print("regression.py: error: icl.py's pieces, not a command: python -m experiments.icl --help", file=sys.stderr)
+    sys.exit(2)
+
 import copy
 import math
 import zlib
@@ -449,8 +455,3 @@ def mean_loss(model, prompts, chunk=5000):
                                                prompts.sigma, prompts.w)))
         total += half_sq(model(p).double().cpu(), p.y_q).sum().item()
     return total / len(prompts)
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail("icl.py's pieces, not a command: python -m experiments.icl --help", 'regression.py')

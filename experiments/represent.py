@@ -40,6 +40,11 @@ import os
 import sys
 import time
 
+if __name__ == '__main__':       # run as a file too (python experiments/represent.py): the repository root on
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    import cli                   # and from here Ctrl-C is one line, torch's import included
+    cli.begin('represent.py')
+
 import numpy as np
 import torch
 

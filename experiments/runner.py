@@ -13,6 +13,13 @@ stops the pool's processes (and the commands they run) and exits 130 with one li
 cached.
 """
 
+import sys
+
+if __name__ == '__main__':       # not a command, run as a file or with -m: said before any import
+    print('runner.py: error: the job pool of claims.py, icl.py and mqar.py, not a command: python -m '
+          'experiments.mqar --help', file=sys.stderr)
+    sys.exit(2)
+
 import contextlib
 import functools
 import hashlib
@@ -21,7 +28,6 @@ import math
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -563,8 +569,3 @@ def md_row(cells):
 def md_table(header, rows):
     """A markdown table of a header and rows (lists of cells)."""
     return '\n'.join([md_row(header), '|' + '---|' * len(header)] + [md_row(r) for r in rows])
-
-
-if __name__ == '__main__':
-    from cli import fail
-    fail('the job pool of claims.py, icl.py and mqar.py, not a command: python -m experiments.mqar --help', 'runner.py')

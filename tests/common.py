@@ -143,7 +143,7 @@ def captured_output():
             f.close()
 
 
-def run_in_process(*args, env=None, timeout=None):
+def run_in_process(*args, env=None, timeout=None, stdout=None):
     """Run a project command line (python args..., as run() takes it: a script path or -m
     module, then its arguments) in this process: the script's own __main__ code through
     runpy, with sys.argv, sys.path[0], the working directory (ROOT) and `env` as the
@@ -153,7 +153,9 @@ def run_in_process(*args, env=None, timeout=None):
     SystemExit gives the exit code as the interpreter does. The working directory, the
     environment, sys.argv, sys.path, torch's thread count and the SIGINT / SIGTERM handlers
     are put back afterwards. timeout: seconds after which the whole test process is stopped
-    with every thread's traceback (a hang must not hang the suite) -> CompletedProcess (text)."""
+    with every thread's traceback (a hang must not hang the suite). stdout: where the command's stdout
+    goes instead of the capture (its .stdout then ''), unbuffered as under python -u: 'closed', a pipe whose
+    reader has gone (`| head -1` after its line), or a file's path ('/dev/full') -> CompletedProcess (text)."""
     if args[0] == '-m':
         target, argv, path0 = args[1], list(args[2:]), ROOT
     else:
@@ -174,6 +176,12 @@ def run_in_process(*args, env=None, timeout=None):
         sys.path.insert(0, path0)
         with captured_output() as got, warnings.catch_warnings():
             warnings.filters[:] = PROCESS_WARNING_FILTERS
+            if stdout is not None:
+                fds = os.pipe() if stdout == 'closed' else (None, os.open(stdout, os.O_WRONLY))
+                if fds[0] is not None:
+                    os.close(fds[0])
+                os.dup2(fds[1], 1)                  # captured_output puts fd 1 back
+                os.close(fds[1])
             try:
                 if args[0] == '-m':         # a module the tests imported: out of sys.modules for the run, as
                     imported = sys.modules.pop(target, None)     # in a fresh process (runpy warns otherwise)

@@ -216,9 +216,16 @@ class TestBenchSettings(unittest.TestCase):
     def test_decode_tokens_that_do_not_fit_n_ctx_are_refused_before_any_model(self):
         """The decode and SDPA rows step a prompt of n_ctx / 4 tokens, then --decode_tokens: past n_ctx the
         Decoder of every position-indexed kind refuses (the recurrent one too), so parse_args refuses it in
-        one line, exit 2, before any table runs (no decoder made); linear attention without positions has
-        no limit, and a run without those tables has nothing to check."""
-        with mock.patch.object(bench_decode.sample, 'Decoder', side_effect=AssertionError('a decoder was built')):
+        one line, exit 2, before any table runs (no decoder made but on the meta device: check_memory's, which
+        hold no memory); linear attention without positions has no limit, and a run without those tables has
+        nothing to check."""
+        real = bench_decode.sample.Decoder
+
+        def meta_only(model, *args, **kw):
+            if not next(model.parameters()).is_meta:
+                raise AssertionError('a decoder was built')
+            return real(model, *args, **kw)
+        with mock.patch.object(bench_decode.sample, 'Decoder', side_effect=meta_only):
             for kind in ('recurrent', 'flat', 'toeplitz', 'transformer'):
                 with self.subTest(kind=kind):
                     line = refused(['--tables', 'decode', '--decode_variants', kind, '--decode_n_ctx', '32',

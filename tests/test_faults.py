@@ -121,14 +121,14 @@ def table(f):
          ['exists', '--overwrite'], [f.old_json], None),
         ('retrieval: a --json that cannot be written', [*ret, '--json', os.path.join(f.bad, 'r.json')], 2,
          ['cannot write'], [], None),
-        ('retrieval: a --cache_dir that cannot be written', [*ret, '--cache_dir', f.bad], 2,
+        ('retrieval: a --cache_dir that cannot be written', given(ret, '--cache_dir', f.bad), 2,
          ['--cache_dir'], [], None),
         ('retrieval: an unknown --device', [*ret, '--device', 'tpu'], 2, ['tpu'], [], None),
         ('retrieval: token ids the tokenizer does not have',
-         [*ret, '--data_dir', f.big_id], 2, ['token id 600', '512 tokens'], [f.big_id], None),
-        ('retrieval: a corrupt meta.json', [*ret, '--data_dir', f.bad_meta], 2, ['meta.json', 'damaged'],
+         given(ret, '--data_dir', f.big_id), 2, ['token id 600', '512 tokens'], [f.big_id], None),
+        ('retrieval: a corrupt meta.json', given(ret, '--data_dir', f.bad_meta), 2, ['meta.json', 'damaged'],
          [f.bad_meta], None),
-        ("retrieval: a tokenizer that is not meta.json's", [*ret, '--data_dir', f.swapped], 2,
+        ("retrieval: a tokenizer that is not meta.json's", given(ret, '--data_dir', f.swapped), 2,
          [f.sha, f.other_sha], [f.swapped], None),
         # data/prepare.py
         ('prepare: an --out that cannot be written', [*prep, '--out', f.bad], 2, ['prepare.py: error:'], [], None),
@@ -140,7 +140,7 @@ def table(f):
                                              prep[4], '--out', os.path.join(fresh, 'p2')], 2, ['not found'], [], None),
         # python -m experiments.claims
         ('claims: an --out that cannot be written', [*claims, '--out', f.bad], 2, ['cannot write'], [], None),
-        ('claims: a corrupt meta.json', [*claims, '--data_dir', f.bad_meta, '--out', os.path.join(fresh, 'c1')], 2,
+        ('claims: a corrupt meta.json', [*given(claims, '--data_dir', f.bad_meta), '--out', os.path.join(fresh, 'c1')], 2,
          ['meta.json', 'damaged'], [f.bad_meta], None),
         ('claims: an unknown model', [*claims, '--models', 'nope', '--out', os.path.join(fresh, 'c2')], 2,
          ['nope'], [], None),
@@ -151,7 +151,7 @@ def table(f):
          [f.old_json], None),
         ("represent: a data dir of another tokenizer than the checkpoint's", [*rep, '--data_dir', f.other], 2,
          ['another tokenizer', f.sha, f.other_sha], [f.other, f.ckpt], None),
-        ('represent: --T longer than n_ctx', [*rep, '--T', '1000'], 2, ['n_ctx'], [], None),
+        ('represent: --T longer than n_ctx', given(rep, '--T', '1000'), 2, ['n_ctx'], [], None),
         # python -m experiments.bench (argparse: its usage lines above the error line are allowed)
         ('bench: a negative --warmup', [*bench, '--warmup', '-1'], 2, ['--warmup'], [], None),
         ('bench: --vocab_size 0', [*bench, '--vocab_size', '0'], 2, ['error'], [], None),
@@ -173,6 +173,12 @@ def table(f):
         ('test_mixer: an unknown option', ['test_mixer.py', '--nonsense'], 2, ['unknown option'], [], None),
         ('test_mixer: an unknown module', ['test_mixer.py', 'test_nope'], 2, ['no test module'], [], None),
     ]
+
+
+def given(argv, flag, value):
+    """argv with the value of its `flag` replaced by `value` (a flag given twice is refused)."""
+    i = argv.index(flag)
+    return [*argv[:i + 1], value, *argv[i + 2:]]
 
 
 # the row of each entry point that also runs as a real process (test_each_command_line_...): the one that
@@ -315,9 +321,20 @@ class TestRunCommand(unittest.TestCase):
         self.assertIs(after_ok, signal.default_int_handler)
 
     def test_a_closed_stdout_is_a_quiet_exit_1(self):
+        """A print to a reader that went away, on the stdout of a command cli.begin started: exit 1, quietly."""
+        import cli
+
         def work():
-            raise BrokenPipeError(32, 'Broken pipe')
-        self.assertEqual(self.run_work(work), (1, '', ''))
+            sys.stdout = cli._Stdout(sys.stdout, 'prog.py', keep=False)      # (captured_output puts it back)
+            r, w = os.pipe()
+            os.close(r)
+            os.dup2(w, sys.stdout.fileno())                                  # (and fd 1)
+            os.close(w)
+            print('a line nobody reads', flush=True)
+            raise AssertionError('the work went on')
+        with self.assertRaises(SystemExit) as stop:
+            self.run_work(work)
+        self.assertEqual(stop.exception.code, 1)
 
 
 class TestInterrupt(Base):

@@ -345,7 +345,7 @@ class TestBadInputs(unittest.TestCase):
         file) or a traceback from the optimiser or numpy (a negative learning rate or weight decay, a
         negative or huge --seed); now one line and exit 2 before any work."""
         self.write_pairs([json.dumps({'query': f'q{i}', 'target': f't{i}'}) for i in range(20)])
-        base = ['retrieval.py', '--ckpt', self.fake_ckpt, '--pairs', self.pairs, '--no_cache']
+        base = ['retrieval.py', '--ckpt', self.fake_ckpt, '--no_cache']
         cases = ((['--lr', '-1'], 'argument --lr: must be positive'), (['--lr', 'nan'], '--lr'),
                  (['--weight_decay', '-1'], '--weight_decay'), (['--pool', 'last', 'last'], '--pool names last twice'),
                  (['--n_candidates', '2', '2'], '--n_candidates names 2 twice'), (['--json', ''], 'empty path'),
@@ -354,7 +354,7 @@ class TestBadInputs(unittest.TestCase):
                  (['--seed', str(2 ** 70)], 'argument --seed: must be <= 4294967295'))
         for args, msg in cases:
             with self.subTest(args=args):
-                r = run_here(*base, *args)
+                r = run_here(*base, *([] if '--pairs' in args else ['--pairs', self.pairs]), *args)   # a flag once
                 self.check_error(r, msg)
                 self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         r = run_here('retrieval.py', '--ckpt', self.fake_ckpt, '--data_dir', self.pairs, '--no_cache')
