@@ -19,6 +19,7 @@ the Autoencoder has no decoding.
 """
 
 import argparse
+import contextlib
 import sys
 
 import cli
@@ -98,10 +99,13 @@ class Decoder:
     (`compiles` counts the compilations; `backend` names torch.compile's: 'inductor', or 'eager' for a
     trace-only check). On CUDA the compiled step is captured as a CUDA graph (mode 'reduce-overhead':
     one launch a token), which replays fixed addresses: the buffers and the input token, allocated here
-    and written in place. Raises ValueError past n_ctx for position-indexed kinds (model.max_len)."""
+    and written in place. On the CPU a small step (batch_size x d_model <= ONE_THREAD_WIDTH) runs on one
+    torch thread (`threads`). Raises ValueError past n_ctx for position-indexed kinds (model.max_len)."""
 
     def __init__(self, model, batch_size=1, compile=False, backend='inductor', cuda_graphs=None):
         p = next(model.parameters())
+        small = p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH
+        self.threads = 1 if small else None
         autocast = p.device.type in ('cpu', 'cuda') and torch.is_autocast_enabled(p.device.type)
         self.layers = model.init_state(batch_size, dtype=torch.get_autocast_dtype(p.device.type) if autocast else None)
         self.model, self.max_len, self.batch, self.compiles, self.pos = model, model.max_len, batch_size, 0, 0
@@ -162,13 +166,34 @@ class Decoder:
         if self.max_len is not None and self.pos >= self.max_len:
             raise ValueError(f'position {self.pos} is past n_ctx={self.max_len}')
         self._check_batch(idx)
-        if self._compiled is None:
-            logits = self.model.step(idx, self.pos, self.layers)
-        else:                                            # one [B, 1] input tensor: the same strides each token
-            logits = self._compiled(self._token.copy_(idx), self._pos, self.layers)
+        with intra_op_threads(self.threads):
+            if self._compiled is None:
+                logits = self.model.step(idx, self.pos, self.layers)
+            else:                                        # one [B, 1] input tensor: the same strides each token
+                logits = self._compiled(self._token.copy_(idx), self._pos, self.layers)
         self.pos += 1
         self._pos.add_(1)                                # on the device, in place: no copy from the host
         return logits
+
+
+# A decode step on the CPU is many small ops on one token's vectors; with 2 OpenMP threads each op ends
+# at a barrier, where a thread the OS has descheduled (a loaded laptop) holds the other for a time slice.
+# Measured on 2 cores (docs/performance.md, "Decoding now"): at d_model 128, batch 1, the eager step took
+# up to 24x its quiet time beside two busy processes on 2 threads, at most N x on one; quiet, one thread is
+# as fast up to batch x d_model = 2048 (batch 8 at d_model 256), 2 threads 1.3x faster from 4096.
+ONE_THREAD_WIDTH = 2048
+
+
+@contextlib.contextmanager
+def intra_op_threads(n):
+    """torch's intra-op threads set to n (None: as they are) inside the block, restored after it."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _tensors(d):

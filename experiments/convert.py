@@ -59,6 +59,11 @@ import shutil
 import sys
 from dataclasses import asdict
 
+if __name__ == '__main__':       # run as a file too (python experiments/convert.py): the repository root on
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    import cli                   # and from here Ctrl-C is one line, torch's import included
+    cli.begin('convert.py', keep=True)
+
 import torch
 
 import checkpoint

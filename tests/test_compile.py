@@ -248,6 +248,30 @@ class TestDecoder(unittest.TestCase):
         self.assertEqual(dec.compiles, 1)
         self.assertTrue(torch.equal(out, sample.generate(model, idx, 30, temperature=0)))
 
+    def test_a_small_step_on_the_cpu_runs_on_one_thread(self):
+        """On the CPU a decode step of batch x d_model <= sample.ONE_THREAD_WIDTH runs on one torch thread,
+        eager and compiled, and the thread count is the caller's again after it; a wider step (and the
+        prompt's prefill) keeps the caller's threads."""
+        before, seen = torch.get_num_threads(), []
+        model = tiny_model('flat')
+        step = model.step
+        model.step = lambda *a: seen.append(torch.get_num_threads()) or step(*a)
+        wide = sample.ONE_THREAD_WIDTH // TINY['d_model'] + 1
+        try:
+            torch.set_num_threads(2)
+            for batch, compiled, want in ((1, False, 1), (1, True, 1), (wide, False, 2)):
+                torch._dynamo.reset()
+                dec = sample.Decoder(model, batch, compile=compiled, backend='eager')
+                seen.clear()
+                dec.prefill(torch.zeros(batch, 3, dtype=torch.long))
+                dec.step(torch.zeros(batch, 1, dtype=torch.long))
+                with self.subTest(batch=batch, compiled=compiled):
+                    self.assertEqual(seen, [2, want])          # the prefill's, the step's
+                    self.assertEqual(torch.get_num_threads(), 2)
+        finally:
+            torch.set_num_threads(before)
+            del model.step
+
     def test_past_n_ctx_is_an_error(self):
         dec = sample.Decoder(tiny_model('flat'))
         dec.prefill(torch.randint(0, 64, (1, TINY['n_ctx'])))

@@ -34,8 +34,8 @@ from tests.faults import ENV, TINY, error_lines
 COMMANDS = {('train.py',): 'train.py', ('sample.py',): 'sample.py', ('retrieval.py',): 'retrieval.py',
             ('data/prepare.py',): 'prepare.py',
             **{('-m', f'experiments.{m}'): f'{m}.py' for m in ('look', 'bench', 'claims', 'icl', 'mqar', 'represent',
-                                                               'profiles', 'gpu_check')}}
-KEEP = ('train.py', 'prepare.py', 'look.py', 'claims.py', 'icl.py', 'mqar.py', 'gpu_check.py')   # results: files
+                                                               'profiles', 'gpu_check', 'convert')}}
+KEEP = ('train.py', 'prepare.py', 'look.py', 'claims.py', 'icl.py', 'mqar.py', 'gpu_check.py', 'convert.py')   # files
 
 
 def folder(test, name):
@@ -68,6 +68,8 @@ class TestStart(unittest.TestCase):
         project) of every command: one line 'PROG: interrupted (Ctrl-C)', exit 130 (os._exit, here turned
         into SystemExit(130) so that this process lives on), no traceback."""
         real = builtins.__import__
+        default = signal.signal(signal.SIGINT, signal.default_int_handler)   # a terminal's, not a background job's
+        self.addCleanup(signal.signal, signal.SIGINT, default)               # (which starts with SIGINT ignored)
         for argv, prog in COMMANDS.items():
             fired = []
 
