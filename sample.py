@@ -178,10 +178,11 @@ class Decoder:
 
 # A decode step on the CPU is many small ops on one token's vectors; with 2 OpenMP threads each op ends
 # at a barrier, where a thread the OS has descheduled (a loaded laptop) holds the other for a time slice.
-# Measured on 2 cores (docs/performance.md, "Decoding now"): at d_model 128, batch 1, the eager step took
-# up to 24x its quiet time beside two busy processes on 2 threads, at most N x on one; quiet, one thread is
-# as fast up to batch x d_model = 2048 (batch 8 at d_model 256), 2 threads 1.3x faster from 4096.
-ONE_THREAD_WIDTH = 2048
+# Measured on 2 cores (bench.py --tables loaded; docs/performance.md, "Decoding now"): the eager flat step
+# at d_model 128, batch 1, beside two busy processes took 1.6 to 32 ms on 2 threads (14 tries of 14 over
+# 1.5 ms), 1.05 to 2.31 ms on one; quiet, 0.85 to 2.08 and 0.83 to 2.02 ms. Quiet, one thread is as fast
+# up to batch x d_model = 1024 (batch 4 at d_model 256, batch 1 at 1024); wider, 2 threads may gain.
+ONE_THREAD_WIDTH = 1024
 
 
 @contextlib.contextmanager

@@ -45,17 +45,17 @@ import machine
 import mixer
 import sample
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
-                                      bench_sdpa, bench_serving, build, nbytes)
+                                      bench_loaded, bench_sdpa, bench_serving, build, nbytes)
 from cli import ArgumentParser, listing, number
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
-TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa')
+TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa', 'loaded')   # loaded: asked for only
 MEM_VARIANTS = ('flat', 'multihead', 'kernel', 'expanded', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent',
                 'linear_attention')
 QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
              mem_n_layer=1, mem_lengths=[64, 128], prompts=[16, 32], new_tokens=8, recompute_tokens=4,
              path_lengths=[32, 64], decode_variants=['flat'], decode_sizes=[(64, 2)], decode_tokens=16,
-             serve_batches=[1, 4], serve_contexts=[32, 128], serve_tokens=8)
+             serve_batches=[1, 4], serve_contexts=[32, 128], serve_tokens=8, tries=2)
 
 
 def is_oom(err):
@@ -342,7 +342,7 @@ def parse_args(argv=None):
     p.add_argument('--dtype', choices=('fp32', 'bf16'), help='default: bf16 (autocast) on CUDA, fp32 on CPU')
     p.add_argument('--compile', action='store_true', help='also time the training step under torch.compile')
     p.add_argument('--quick', action='store_true', help='everything tiny (the smoke test): under a minute on 2 cores')
-    p.add_argument('--tables', type=listing(str, TABLES, what='table'), default=list(TABLES),
+    p.add_argument('--tables', type=listing(str, TABLES, what='table'), default=list(TABLES[:-1]),
                    help='tables to print, comma separated')
     p.add_argument('--variants', type=listing(str, variants, what='variant'), default=list(variants),
                    help='variants of the training table, comma separated')
@@ -375,6 +375,9 @@ def parse_args(argv=None):
                    help='d_model x n_layer of the decode and SDPA tables, e.g. 128x4,512x8')
     p.add_argument('--decode_n_ctx', type=count, default=256)
     p.add_argument('--decode_tokens', type=count, default=128, help='tokens timed per decode row')
+    p.add_argument('--busy', type=number(int, 0), default=2, help='processes that only spin beside the loaded table\'s step')
+    p.add_argument('--tries', type=count, default=7, help='tries a row of the loaded table')
+    p.add_argument('--loaded_batches', type=counts, default=[1], help='batch sizes of the loaded table')
     p.add_argument('--serve_variants', type=listing(str, variants, what='variant'), default=list(SERVE_KINDS),
                    help='kinds of the serving table')
     p.add_argument('--serve_size', type=size, help='d_model x n_layer of the serving table (default: 1024x8 on '
@@ -427,7 +430,9 @@ def check_decode(p, args):
     attention without position encoding has no limit, model.max_len None, read off a model on the meta
     device). Else p.error: one line, exit 2, as the serving table checks its own."""
     kinds = ((args.decode_variants if 'decode' in args.tables else [])
-             + (['transformer'] if 'sdpa' in args.tables else []))
+             + (['transformer'] if 'sdpa' in args.tables else []) + (['flat'] if 'loaded' in args.tables else []))
+    if 'loaded' in args.tables and args.device.type != 'cpu':
+        p.error(f'the loaded table measures the CPU\'s threads: run it with --device cpu, not {args.device}')
     if not kinds:
         return
     n_ctx, prompt = args.decode_n_ctx, args.decode_n_ctx // 4
@@ -448,7 +453,8 @@ def check_memory(p, args):
     built (machine.memory_error, train.py's rule): each row's weights and its decoder's buffers at batch 1,
     read off a model and a sample.Decoder on the meta device as the serving table reads its cells (their
     least: a table needs more). Else p.error: one line, exit 2, saying what the row would need."""
-    decode = (args.decode_variants if 'decode' in args.tables else []) + (['transformer'] * ('sdpa' in args.tables))
+    decode = ((args.decode_variants if 'decode' in args.tables else []) + (['transformer'] * ('sdpa' in args.tables))
+              + (['flat'] * ('loaded' in args.tables)))
     rows = [(k, d, L, args.decode_n_ctx) for d, L in args.decode_sizes for k in dict.fromkeys(decode)]
     rows += [(k, args.d_model, args.n_layer, max(args.prompts) + args.new_tokens)
              for k in dict.fromkeys(name for name, _ in GEN_METHODS) if 'generation' in args.tables]
@@ -471,7 +477,7 @@ def check_models(p, args):
             'paths': [('toeplitz', args.d_model, 1), ('recurrent', args.d_model, 1)],
             'decode': [(v, d, L) for d, L in args.decode_sizes for v in args.decode_variants],
             'serving': [(v, *args.serve_size) for v in args.serve_variants],
-            'sdpa': [('transformer', d, L) for d, L in args.decode_sizes]}
+            'sdpa': [('transformer', d, L) for d, L in args.decode_sizes], 'loaded': [('flat', *args.decode_sizes[0])]}
     for table in args.tables:
         for name, d_model, n_layer in plan[table]:
             try:
@@ -494,7 +500,7 @@ def main(argv=None):
     for name, bench in (('train', lambda: bench_train(args, peak)), ('memory', lambda: bench_memory(args)),
                         ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args)),
                         ('decode', lambda: bench_decode(args)), ('serving', lambda: bench_serving(args)),
-                        ('sdpa', lambda: bench_sdpa(args))):
+                        ('sdpa', lambda: bench_sdpa(args)), ('loaded', lambda: bench_loaded(args))):
         if name in args.tables:
             t0 = time.perf_counter()
             bench()

@@ -17,6 +17,8 @@
    lets a fixed memory hold more sequences the longer the context.
 8. SDPA backends: the transformer's decode with scaled_dot_product_attention forced to each
    backend (torch.nn.attention.sdpa_kernel): does one backend cost the eager decode its time?
+9. Loaded (not run by default): the eager decode step on the CPU, quiet and beside processes that
+   only spin (a laptop with a browser and a build running), on all threads and on sample.Decoder's.
 (The numbers are bench.py's table numbers; tables 1, 2, 3 and 5 are in bench.py.)
 """
 
@@ -27,7 +29,9 @@ if __name__ == '__main__':       # not a command, run as a file or with -m: said
           "experiments.bench --tables serving,decode", file=sys.stderr)
     sys.exit(2)
 
+import os
 import statistics
+import subprocess
 import time
 from contextlib import nullcontext
 
@@ -337,4 +341,48 @@ def bench_sdpa(args):
             except RuntimeError as err:                    # no kernel of this backend for these inputs
                 cell = f'not available ({str(err).splitlines()[0][:60]})'
             print(md_row([backend.lower(), f'{d_model} x {n_layer}', cell]), flush=True)
+    print()
+
+
+# ----------------------------------------------------------------------------- 9. a loaded CPU
+
+SPIN = 'import os, sys\nwhile os.getppid() == int(sys.argv[1]):\n    pass'    # spins until bench.py is gone, however
+
+
+def bench_loaded(args):
+    """Print the loaded-CPU table: the eager decode step of the flat mixer (the first of --decode_sizes, n_ctx
+    --decode_n_ctx, each batch of --loaded_batches) on all --threads torch threads and as sample.Decoder
+    chooses (one thread for a small step: sample.ONE_THREAD_WIDTH), quiet and beside --busy processes that
+    only spin (--busy 0: quiet only); --tries tries a row, the two alternating (a fresh decoder each, its
+    prompt prefilled, then the median ms of --decode_tokens steps). CPU only: a GPU's step does not wait on
+    the CPU's threads."""
+    d_model, n_layer = args.decode_sizes[0]
+    model = build('flat', args, d_model=d_model, n_layer=n_layer, n_ctx=args.decode_n_ctx).eval()
+    print(f'## Decoding on a loaded CPU\n\n_The flat mixer\'s eager decode step, d_model {d_model}, n_layer {n_layer}, '
+          f'n_ctx {args.decode_n_ctx}, {args.dtype}, {torch.get_num_threads()} torch threads; a try: a fresh '
+          f'sample.Decoder, its {args.decode_n_ctx // 4}-token prompt prefilled, the median ms of '
+          f'{args.decode_tokens} steps; {args.tries} tries a row, the two rows of a batch alternating. Beside: '
+          f'processes that only spin (`while True: pass`)._\n')
+    print(md_table(['beside', 'batch', 'step on', 'tries (median ms each)', 'least', 'largest'], []), flush=True)
+    for busy in dict.fromkeys((0, args.busy)):
+        spinners = [subprocess.Popen([sys.executable, '-c', SPIN, str(os.getpid())]) for _ in range(busy)]
+        try:
+            time.sleep(0.5 * bool(busy))                        # the spinners started
+            for batch in args.loaded_batches:
+                prompt = torch.randint(args.vocab_size, (batch, args.decode_n_ctx // 4), device=args.device)
+                tries = {False: [], True: []}
+                for _ in range(args.tries):
+                    for own in tries:
+                        dec = sample.Decoder(model, batch)
+                        dec.threads = dec.threads if own else None
+                        dec.prefill(prompt[:, :-1])
+                        tries[own].append(decode_ms(dec.step, prompt[:, -1:], args.decode_tokens))
+                for own, ms in tries.items():
+                    on = f'the decoder\'s: {dec.threads or "all"} thread{"s" * (dec.threads != 1)}' if own else 'all threads'
+                    print(md_row([f'{busy} busy processes' if busy else 'nothing', batch, on,
+                                  ' '.join(f'{t:.2f}' for t in ms), f'{min(ms):.2f}', f'{max(ms):.2f}']), flush=True)
+        finally:
+            for spinner in spinners:
+                spinner.kill()
+                spinner.wait()
     print()

@@ -8,8 +8,11 @@ import sys
 import unittest
 from unittest import mock
 
+import torch
+
 import mixer
 import sample
+from cli import ArgumentParser
 from experiments import bench, bench_decode
 from experiments.runner import fmt_bytes
 
@@ -192,6 +195,32 @@ class TestBenchSettings(unittest.TestCase):
         self.assertEqual([r[0] for r in rows], kinds)
         for row in rows:
             self.assertGreater(min(float(row[5]), float(row[6]), float(row[7])), 0, row)   # eager, late, "compiled"
+
+    def test_loaded_table(self):
+        """--tables loaded (asked for only, never by default): quiet and beside --busy spinning processes, a
+        row on all threads and one on the decoder's (one thread at --quick's small step), --tries medians a
+        row between their least and largest, at --loaded_batches; every spinner is gone after the table, and the table is the
+        CPU's (another device: one line, exit 2)."""
+        self.assertNotIn('loaded', bench.parse_args([]).tables)
+        args = bench.parse_args(['--quick', '--tables', 'loaded', '--busy', '1'])
+        spinners, popen = [], subprocess.Popen
+        with mock.patch.object(bench_decode.subprocess, 'Popen', lambda *a, **k: spinners.append(popen(*a, **k))
+                               or spinners[-1]):
+            rows = table_rows(quiet(bench_decode.bench_loaded, args), 'Decoding on a loaded CPU')
+        self.assertEqual([r[:3] for r in rows], [['nothing', '1', 'all threads'], ['nothing', '1', "the decoder's: 1 thread"],
+                                                 ['1 busy processes', '1', 'all threads'],
+                                                 ['1 busy processes', '1', "the decoder's: 1 thread"]])
+        for row in rows:
+            tries = [float(t) for t in row[3].split()]
+            self.assertEqual(len(tries), args.tries)
+            self.assertEqual((min(tries), max(tries)), (float(row[4]), float(row[5])))
+        self.assertEqual(len(spinners), 1)
+        self.assertTrue(all(p.poll() is not None for p in spinners))
+        args.device = torch.device('cuda')
+        with self.assertRaises(SystemExit) as e, contextlib.redirect_stderr(io.StringIO()) as err:
+            bench.check_decode(ArgumentParser('bench.py', ''), args)
+        self.assertEqual((e.exception.code, err.getvalue().count('\n')), (2, 1))
+        self.assertIn('--device cpu', err.getvalue())
 
     def test_quick_sets_only_the_flags_not_given(self):
         """--quick's sizes replace the defaults of the flags not given, never a flag given, even one given at
