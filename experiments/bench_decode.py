@@ -325,8 +325,8 @@ def bench_sdpa(args):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     print(f'## SDPA backends\n\n_The transformer\'s decode, batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; '
           f'median ms/token over {args.decode_tokens} tokens after a {args.decode_n_ctx // 4}-token prompt (as the '
-          f'decode table). eager: sample.Decoder, not compiled (one query against n_ctx keys, the unwritten '
-          f'masked). Backend: torch.nn.attention.sdpa_kernel(SDPBackend.X) around it; "default": none forced._\n')
+          f'decode table). eager: sample.Decoder, not compiled (one query against the keys of the positions '
+          f'seen). Backend: torch.nn.attention.sdpa_kernel(SDPBackend.X) around it; "default": none forced._\n')
     print(md_table(['backend', 'd_model x n_layer', 'eager ms'], []), flush=True)
     wait = lambda: machine.sync(args.device)          # noqa: E731
     for d_model, n_layer in args.decode_sizes:
