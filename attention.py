@@ -1,13 +1,10 @@
 """The transformer baselines' pieces: causal softmax attention with RoPE (llama-style) or without
-(GPT-2-style), causal linear attention, the transformer-mixer hybrid's branch and the llama feed-forward;
-and what every sequence mixing shares: the causal rule (causal_mask), where a decoding step writes and
-reads (span, write), its buffers (new_state), and the chunks of a sequence.
-
-Each mixing has mixer.py's faces: forward(x float [B, T, d]) -> float [B, T, d], the parallel pass;
-init_state(batch_size), the buffers its step reads and writes (their shapes in its docstring);
-step(x, state, pos), t new tokens at positions pos.. on them; flops(T). mixer.Block puts them in the
-residual stream. weights() gives the T x T mixing each one applies to its values (experiments/look.py
-draws them):
+(GPT-2-style), causal linear attention, the transformer-mixer hybrid's branch, the blocks' norms and
+feed-forwards (the GELU MLP of the mixers and GPT-2, llama's SwiGLU); and what every sequence mixing
+shares: the causal rule (causal_mask), where a decoding step writes and reads (span, write, rows_of),
+its buffers (new_state), the chunks of a sequence. Each mixing has mixer.py's faces (forward,
+init_state, step, flops); weights() gives the T x T mixing attention applies to its values
+(experiments/look.py draws them):
 
     y = attn(x)                              # x float [B, T, d]
     A = attn.weights(x)                      # float [B, H, T, T], rows sum to 1, zero above the diagonal
@@ -32,6 +29,15 @@ def span(pos, t, n_ctx):
     if isinstance(pos, int):
         return slice(pos, pos + t), pos + t
     return pos + torch.arange(t, device=pos.device), n_ctx
+
+
+def rows_of(A, rows, C):
+    """The rows `rows` (span's: a slice or long [t]) of a position-indexed A [..., n, n'] over its first C
+    columns -> [..., R, C]. A slice through narrow: W[..., :T, :T] at T = n gives a one-head W a gradient
+    of other strides than W's, which DDP warns of."""
+    if isinstance(rows, slice):
+        return A.narrow(-2, rows.start, rows.stop - rows.start).narrow(-1, 0, C)
+    return A[..., rows, :C]
 
 
 def write(buf, rows, x):
@@ -226,6 +232,26 @@ class HybridMixing(nn.Module):
 
     def flops(self, T):
         return self.attn.flops(T) + self.mix.flops(T)
+
+
+def make_norm(cfg):
+    """A block's norm for a mixer.ModelConfig: LayerNorm for mixers (as in the papers) and GPT, RMSNorm for
+    the llama-style kinds, identity without norm (the linear mixer)."""
+    if not cfg.norm:
+        return nn.Identity()
+    return nn.LayerNorm(cfg.d_model) if cfg.kind in ('mixer', 'gpt') else nn.RMSNorm(cfg.d_model)
+
+
+class MLP(nn.Module):
+    """The mixers' and GPT-2's feed-forward: Linear(d, hidden) -> GELU (or SiLU, or identity) -> Linear(hidden, d)."""
+    def __init__(self, d_model, hidden, activation='gelu'):
+        super().__init__()
+        self.fc = nn.Linear(d_model, hidden)
+        self.act = {'gelu': nn.GELU(), 'silu': nn.SiLU()}.get(activation, nn.Identity())
+        self.proj_out = nn.Linear(hidden, d_model)
+
+    def forward(self, x):
+        return self.proj_out(self.act(self.fc(x)))
 
 
 class SwiGLU(nn.Module):

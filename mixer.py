@@ -9,6 +9,7 @@ baselines' attention: attention.py; generation: sample.py.
     logits, loss = model(idx, targets)      # idx long [B, T], T <= n_ctx; loss in nats/token
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -17,8 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from attention import (Attention, HybridMixing, LinearAttention, SwiGLU, causal_mask, chunk_starts, new_state, span,
-                       write)
+from attention import (MLP, Attention, HybridMixing, LinearAttention, SwiGLU, causal_mask, chunk_starts, make_norm,
+                       new_state, rows_of, span, write)
 
 KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
 MIXINGS = ('dense', 'toeplitz', 'recurrent')
@@ -106,10 +107,9 @@ def variant_config(name, **base):
 
 
 # ----------------------------------------------------------------------------- token mixings
-# A token mixing maps x float [B, T, d] to float [B, T, d], its faces side by side in its class: forward(x),
-# the parallel pass; init_state(batch_size), the buffers its decoding step reads and writes (their shapes
-# in its docstring); step(x, state, pos), t new tokens at positions pos.. on them, equal to forward
-# (tested); flops(T), forward FLOPs a token of its own products (machine.flops_per_token adds the Linears').
+# A token mixing maps x float [B, T, d] to [B, T, d] with four faces in its class: forward(x); init_state(B),
+# the buffers its step reads and writes (shapes in its docstring); step(x, state, pos), t new tokens at
+# positions pos.. on them, equal to forward (tested); flops(T), forward FLOPs a token of its own products.
 
 def mix_tokens(M, z):
     """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
@@ -123,20 +123,11 @@ def prefix_mean(mask):
     return m / m.sum(-1, keepdim=True).clamp(min=1)
 
 
-def rows_of(A, rows, C):
-    """The rows `rows` (a slice, or long [t]: attention.span) of A [..., n, n'] over its first C columns ->
-    [..., R, C]. narrow, as W[..., :T, :T] at T = n gives a one-head W a gradient DDP warns of (strides)."""
-    if isinstance(rows, slice):
-        return A.narrow(-2, rows.start, rows.stop - rows.start).narrow(-1, 0, C)
-    return A[..., rows, :C]
-
-
 class HeadMixing(nn.Module):
-    """What the masked token mixings share: their heads. n_head = 1 mixes x itself (the papers' flat mixer,
-    no projections); n_head > 1 projects x by Linear(d, d), mixes each head of e = d / n_head features by its
-    own matrix, concatenates and projects by Linear(d, d): split(x float [B, T, d]) -> z [B, H, T, e],
-    merge(y [B, H, T, e]) -> [B, T, d]. BIASES: the position-indexed biases (no weight decay: decays())."""
-    BIASES = ('c',)
+    """The masked mixings' heads: n_head = 1 mixes x itself (the papers' flat mixer); n_head > 1 projects x
+    by Linear(d, d), mixes each head of e = d / n_head features by its own matrix, concatenates and projects
+    back: split(x float [B, T, d]) -> z [B, H, T, e], merge(y [B, H, T, e]) -> [B, T, d]."""
+    BIASES = ('c',)                                  # the position-indexed biases: no weight decay
 
     def __init__(self, n_ctx, d_model, n_head):
         super().__init__()
@@ -152,22 +143,17 @@ class HeadMixing(nn.Module):
         y = rearrange(y, 'b h t e -> b t (h e)')
         return self.proj_out(y) if self.proj_out is not None else y
 
-    def cache(self, batch_size, length, device=None, dtype=None):
-        """A decoding buffer of zeros, float [batch_size, H, length, e]."""
+    def cache(self, batch_size, length, device=None, dtype=None):      # zeros, float [B, H, length, e]
         return new_state(self, batch_size, self.n_head, length, self.d_model // self.n_head, device=device, dtype=dtype)
 
     def decays(self):
-        """{parameter: weight decay or not} of its own parameters (not the projections): no for the biases
-        (BIASES) and 1-D decay rates (optim reads it)."""
+        """{parameter: weight decay or not} of its own parameters (not the projections): optim reads it."""
         return {p: p.dim() >= 2 and n not in self.BIASES for n, p in self.named_parameters(recurse=False)}
 
     def matrices(self, T):
-        """What experiments/look.py draws over T positions: {name: float [H, R, C]}, row r at position
-        r // (R / T) (an expanded mixing's hidden rows), and curves(T), {name: [H, T]} against the lag."""
+        """What experiments/look.py draws over T positions: {name: a matrix float [H, R, C] (row r at position
+        r // (R / T): an expanded mixing's hidden rows), or a curve [H, T] against the lag k = i - j}."""
         return {'M': self.matrix(T)}
-
-    def curves(self, T):
-        return {}
 
 
 class MaskedMixing(HeadMixing):
@@ -206,8 +192,7 @@ class MaskedMixing(HeadMixing):
     def flops(self, T):
         return 2 * T * self.d_model                       # the whole T x T product, zeros included
 
-    def identity_start(self):
-        """M = I, each token passed through (HybridMixing's serial start) -> self."""
+    def identity_start(self):                # M = I, each token passed through (HybridMixing's serial start)
         with torch.no_grad():
             self.W.copy_(torch.eye(self.n_ctx).expand_as(self.W))
         return self
@@ -220,17 +205,16 @@ class MaskedMixing(HeadMixing):
 
 
 class KernelMixing(MaskedMixing):
-    """The "fully convolutional" mixer (Badger 2024): k masked matrices M_u = W[:, u] * tril(1), tap u
-    reading the features shifted by u - (k - 1) // 2 (a convolution over the feature axis whose channels
-    are the tokens): y_i = sum_u sum_{j <= i} M_u[i, j] shift_u(z_j) + c_i. W float [H, k, n_ctx, n_ctx]
-    (matrix() [H, k, R, T]); each tap starts at the prefix mean / k. The rest is MaskedMixing's."""
+    """The "fully convolutional" mixer (Badger 2024): y_i = sum_u sum_{j <= i} M_u[i, j] shift_u(z_j) + c_i,
+    M_u = W[:, u] * tril(1), tap u reading the features shifted by u - (k - 1) // 2 (a convolution over the
+    features whose channels are the tokens). W float [H, k, n_ctx, n_ctx]; each tap starts at the prefix
+    mean / k. The rest is MaskedMixing's."""
     def __init__(self, n_ctx, d_model, n_head=1, kernel=3, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head, out_scale)
         self.kernel = kernel
         self.W = nn.Parameter((self.W.detach() / kernel)[:, None].repeat(1, kernel, 1, 1))
 
-    def product(self, M, z):
-        """sum_u M_u shift_u(z): M float [H, k, R, C], z [B, H, C, e] -> [B, H, R, e]."""
+    def product(self, M, z):                 # sum_u M_u shift_u(z): M [H, k, R, C], z [B, H, C, e] -> [B, H, R, e]
         left = (self.kernel - 1) // 2
         zp = F.pad(z, (left, self.kernel - 1 - left))                             # the feature axis padded
         taps = torch.stack([zp[..., u:u + z.shape[-1]] for u in range(self.kernel)], dim=2)   # [B, H, k, C, e]
@@ -278,8 +262,7 @@ class ExpandedMixing(MaskedMixing):
         return self.merge(mix_tokens(self.matrix2(T), g) + self.c2[:, :T])
 
     def init_state(self, batch_size, device=None, dtype=None):
-        """{'z': float [B, H, n_ctx, e], the inputs of the positions seen; 'g': [B, H, x n_ctx, e], their
-        hidden rows GELU(M z + c)}."""
+        """{'z': float [B, H, n_ctx, e], the inputs seen; 'g': [B, H, x n_ctx, e], their rows GELU(M z + c)}."""
         return {'z': self.cache(batch_size, self.n_ctx, device, dtype),
                 'g': self.cache(batch_size, self.expansion * self.n_ctx, device, dtype)}
 
@@ -347,8 +330,8 @@ class ToeplitzMixing(HeadMixing):
             self.w[:, 0] = 1.0
         return self
 
-    def curves(self, T):
-        return {'kernel w[k]': self.w[:, :T]}
+    def matrices(self, T):
+        return {'kernel w[k]': self.w[:, :T], 'M': self.matrix(T)}
 
 
 class RecurrentMixing(HeadMixing):
@@ -369,12 +352,10 @@ class RecurrentMixing(HeadMixing):
         column = [form == 'column' or (form == 'mixed' and head % 2 == 0) for head in range(n_head)]
         self.register_buffer('column', torch.tensor(column)[:, None, None], persistent=False)  # [H, 1, 1]
 
-    def log_decay(self):
-        """log a = logsigmoid(decay_logit): float32 [H]."""
+    def log_decay(self):                     # log a: float32 [H]
         return F.logsigmoid(self.decay_logit.float())
 
-    def powers(self, T):
-        """a^(i-j) for j <= i, else 0: float32 [H, T, T]."""
+    def powers(self, T):                     # a^(i-j) for j <= i, else 0: float32 [H, T, T]
         lag = torch.arange(T, device=self.v.device)
         lag = lag[:, None] - lag[None, :]
         return torch.exp(lag.clamp(min=0) * self.log_decay()[:, None, None]) * (lag >= 0)
@@ -420,8 +401,8 @@ class RecurrentMixing(HeadMixing):
     def flops(self, T):
         return 2 * min(T, self.chunk_size) * self.d_model
 
-    def curves(self, T):
-        return {'decay a^k (state)': self.powers(T)[:, :, 0]}
+    def matrices(self, T):
+        return {'decay a^k (state)': self.powers(T)[:, :, 0], 'M': self.matrix(T)}
 
 
 # Init scale of a mixer's token mixing when nothing projects its output (n_head = 1): near the
@@ -444,30 +425,10 @@ def make_token_mixing(cfg, n_head, out_scale=1.0):
 
 # ----------------------------------------------------------------------------- blocks and models
 
-class MLP(nn.Module):
-    """Mixer feed-forward: Linear(d, hidden) -> GELU (or SiLU, or identity) -> Linear(hidden, d)."""
-    def __init__(self, d_model, hidden, activation='gelu'):
-        super().__init__()
-        self.fc = nn.Linear(d_model, hidden)
-        self.act = {'gelu': nn.GELU(), 'silu': nn.SiLU()}.get(activation, nn.Identity())
-        self.proj_out = nn.Linear(hidden, d_model)
-
-    def forward(self, x):
-        return self.proj_out(self.act(self.fc(x)))
-
-
-def make_norm(cfg):
-    """LayerNorm for mixers (as in the papers) and GPT, RMSNorm for llama-style kinds, identity without norm."""
-    if not cfg.norm:
-        return nn.Identity()
-    return nn.LayerNorm(cfg.d_model) if cfg.kind in ('mixer', 'gpt') else nn.RMSNorm(cfg.d_model)
-
-
 class Block(nn.Module):
-    """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)) (the
-    other way round with block_order='ff_mix'), Mix the kind's sequence mixing, FF the GELU MLP
-    (mixers, GPT) or SwiGLU. forward(x float [B, T, d]) -> the same; init_state and step: the mixing's
-    (t new tokens at positions pos.. on the layer's decoding state)."""
+    """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)) (the other way
+    round with block_order='ff_mix'), Mix the kind's sequence mixing, FF the GELU MLP (mixers, GPT) or
+    SwiGLU. forward(x float [B, T, d]) -> the same; init_state and step: the mixing's, in the residual."""
     def __init__(self, cfg):
         super().__init__()
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
@@ -518,17 +479,14 @@ class _Model(nn.Module):
             self.lm_head.weight = self.wte.weight
 
     def _init_weights(self, n_blocks):
-        """GPT-2 init: Linear and Embedding weights N(0, 0.02), biases 0, projections into
-        the residual stream N(0, 0.02 / sqrt(2 n_blocks)); token mixings keep their own. With
-        cfg.init 'kaiming' (Badger & Roland 2026): Linear weights N(0, 2 / fan_in), biases 0,
-        embeddings N(0, 1) (torch's default), no depth scaling."""
+        """GPT-2 init: Linear and Embedding weights N(0, 0.02), biases 0, projections into the residual
+        stream N(0, 0.02 / sqrt(2 n_blocks)); token mixings keep their own. cfg.init 'kaiming' (Badger &
+        Roland 2026): Linear weights N(0, 2 / fan_in), biases 0, embeddings N(0, 1), no depth scaling."""
         kaiming = self.cfg.init == 'kaiming'
+        linear_init = nn.init.kaiming_normal_ if kaiming else functools.partial(nn.init.normal_, std=0.02)
         for m in self.modules():
             if isinstance(m, nn.Linear):
-                if kaiming:
-                    nn.init.kaiming_normal_(m.weight)
-                else:
-                    nn.init.normal_(m.weight, std=0.02)
+                linear_init(m.weight)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
             elif isinstance(m, nn.Embedding):
@@ -607,11 +565,10 @@ class LanguageModel(_Model):
 
 
 class Autoencoder(_Model):
-    """Autoencoder (blog post "Masked Mixers II"): encoder blocks read the tokens; the last token's last
-    hidden vector e [B, d], repeated T times, is the decoder's input; the decoder reconstructs every
-    token. forward(idx long [B, T], targets or None) -> (logits float [B, T, vocab], cross entropy over
-    the T positions in nats). Attention kinds (and posenc) add learned positions to the decoder's
-    input: attention over T equal vectors could not tell positions apart."""
+    """Autoencoder (blog post "Masked Mixers II"): the last token's last encoder hidden vector e [B, d],
+    repeated T times, is the decoder's input; the decoder reconstructs every token. forward(idx long
+    [B, T], targets or None) -> (logits float [B, T, vocab], cross entropy in nats). Attention kinds (and
+    posenc) add learned positions to the decoder's input: attention over T equal vectors sees no order."""
     def __init__(self, cfg):
         super().__init__()
         self._build_io(cfg)

@@ -52,35 +52,25 @@ def sample_next(logits, temperature=1.0, top_k=None):
     return torch.multinomial(F.softmax(logits, dim=-1), 1)
 
 
-def sample_loop(idx, max_new_tokens, temperature, top_k, max_len, start, step):
-    """The generation loop: start(tokens long [B, t]) -> logits float [B, vocab] after the last of them,
-    from a fresh state; step(token long [B, 1]) -> logits after it. Once max_len tokens are in the state
-    (None: never), the window slides: start() again from the last max_len / 2 tokens (one recompute per
-    max_len / 2 new tokens). -> long [B, T + max_new_tokens]."""
-    logits, pos, out = start(idx), idx.shape[1], [idx]
-    for i in range(max_new_tokens):
-        nxt = sample_next(logits, temperature, top_k)
-        out.append(nxt)
-        if i == max_new_tokens - 1:
-            break
-        if max_len is not None and pos >= max_len:
-            window = torch.cat(out, 1)[:, -(max_len // 2):]
-            logits, pos = start(window), window.shape[1]
-        else:
-            logits, pos = step(nxt), pos + 1
-    return torch.cat(out, 1)
-
-
 @torch.no_grad()
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None):
     """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long [B, T +
     max_new_tokens]: one parallel prefill of the prompt, then one Decoder step a token (compiled with
-    `compile`; pass `decoder` to reuse one, and its compiled graph, across calls). Past n_ctx a
-    position-indexed model slides its window: the buffers restart from the last n_ctx / 2 tokens.
-    temperature 0 is greedy; top_k keeps the k most likely tokens. Raises ValueError for a prompt
-    longer than n_ctx (a position-indexed model)."""
+    `compile`; pass `decoder` to reuse one, and its compiled graph, across calls). Once a position-indexed
+    model holds n_ctx tokens its window slides: a fresh prefill of the last n_ctx / 2 tokens (one recompute
+    a n_ctx / 2 new tokens). temperature 0 is greedy; top_k keeps the k most likely tokens. Raises
+    ValueError for a prompt longer than n_ctx (a position-indexed model)."""
     dec = decoder or Decoder(model, idx.shape[0], compile=compile)
-    return sample_loop(idx, max_new_tokens, temperature, top_k, dec.max_len, dec.prefill, dec.step)
+    logits, out = dec.prefill(idx), [idx]
+    for i in range(max_new_tokens):
+        out.append(sample_next(logits, temperature, top_k))
+        if i == max_new_tokens - 1:
+            break
+        if dec.max_len is not None and dec.pos >= dec.max_len:
+            logits = dec.prefill(torch.cat(out, 1)[:, -(dec.max_len // 2):])
+        else:
+            logits = dec.step(out[-1])
+    return torch.cat(out, 1)
 
 
 # ----------------------------------------------------------------------------- the decoder

@@ -34,7 +34,7 @@ matrix M over T positions (for M1 and M2, a hidden row's position is r // 2):
                     entries' variance that their lag alone explains (1: Toeplitz, a function of i - j)
 rows with sum_j |M[i, j]| = 0 left out. A uniform causal average (the masked mixers' init: each row the
 mean of the past) has mean lag (T - 1) / 4 and diagonal share (1/T) sum_i 1 / (i + 1); the table's last
-line gives them for T. Each mixing says what it shows (its matrices() and curves(), attention its
+line gives them for T. Each mixing says what it shows (its matrices(), attention its
 weights()): look.py names no mixing class. Reads the checkpoint alone
 (checkpoint.load_checkpoint), and for attention val.bin and meta.json of the data folder. A bad path,
 a file that is not a checkpoint, an old checkpoint format or bad data: one line, exit 2.
@@ -99,14 +99,14 @@ def head_name(h, n_head):
 
 
 def mixing_panels(mixing, T):
-    """A masked token mixing's view over T positions -> (the panels drawn, the matrices of the table): the
-    curves it has against the lag (mixing.curves: a Toeplitz kernel w[k], a recurrent decay a^k), then its
-    matrices (mixing.matrices: M = W * tril, a kernel mixer's taps, an expanded mixer's M1 over its hidden
+    """A masked token mixing's view over T positions (mixing.matrices) -> (the panels drawn, the matrices of
+    the table): its curves against the lag ([H, T]: a Toeplitz kernel w[k], a recurrent decay a^k), then
+    its matrices ([H, R, C]: M = W * tril, a kernel mixer's taps, an expanded mixer's M1 over its hidden
     rows and M2, the Toeplitz and recurrent matrices), a panel a head."""
-    H, mats = mixing.n_head, []
+    H, mats, views = mixing.n_head, [], mixing.matrices(T)
     curves = [Panel(name, curves=[(f'head {h}', c[h].detach().float()) for h in range(H)], ylabel=name)
-              for name, c in mixing.curves(T).items()]
-    matrices = mixing.matrices(T)
+              for name, c in views.items() if c.dim() == 2]
+    matrices = {name: M for name, M in views.items() if M.dim() == 3}
     for h in range(H):
         for name, M in matrices.items():
             rows, cols = (torch.arange(n) // (n // T) for n in M.shape[1:])    # a hidden row's position: r // x
