@@ -101,18 +101,12 @@ def run_command(prog, work, *args, kept=None, exits=False):
     return value, None read as 0; a SystemExit it raises, e.g. fail()'s 2, goes through as it is).
     stdout is flushed before returning: a reader that went away, or a full disk, is seen here (begin()).
 
-    Ctrl-C (KeyboardInterrupt) anywhere in the work: one line on stderr, 'PROG: interrupted (Ctrl-C)',
-    followed by '; ' + `kept` when given (what the run keeps, e.g. 'what finished is cached'), and the
-    status 130; a second Ctrl-C while it stops is ignored. The work's own `finally` blocks run first,
-    so it leaves no half-written file. The caller exits with the status (or returns it, where its callers
-    want a number: data/prepare.py); Python's SIGINT handler (or begin()'s) is the caller's again afterwards,
-    unless `exits` (the caller exits at once, e.g. an experiment whose pool's finalizers run at exit; so
-    does every command begin() started) and the work was stopped by Ctrl-C: then SIGINT stays ignored, so
-    a second Ctrl-C during those finalizers is no traceback:
-
-        def main(argv=None):
-            sys.exit(run_command('sample.py', sample, argv))
-    """
+    Ctrl-C (KeyboardInterrupt) anywhere in the work, after the work's own `finally` blocks (no
+    half-written file): one line 'PROG: interrupted (Ctrl-C)' on stderr, followed by '; ' + `kept` when
+    given (e.g. 'what finished is cached'), and the status 130; a second Ctrl-C while it stops is ignored.
+    SIGINT's handler is the caller's again afterwards, unless `exits` (the caller exits at once, e.g. an
+    experiment whose pool's finalizers run at exit; so does every command begin() started) and Ctrl-C
+    stopped the work: then SIGINT stays ignored, so a second Ctrl-C during those finalizers is no traceback."""
     handler = signal.getsignal(signal.SIGINT)
     own = handler in (signal.default_int_handler, _interrupted)
     own = own and threading.current_thread() is threading.main_thread()
@@ -332,9 +326,7 @@ def save_results(path, results, prog, indent=2):
     try:
         write_atomic(path, json.dumps(results, indent=indent))
     except OSError as e:
-        print(f'{prog}: error: could not write {path} ({e.strerror or e}); the results are the tables above',
-              file=sys.stderr)
-        sys.exit(1)
+        fail(f'could not write {path} ({e.strerror or e}); the results are the tables above', prog, 1)
 
 
 if __name__ == '__main__':
