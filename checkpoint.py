@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 import mixer
 import optim
+from cli import fail, write_atomic
 from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
@@ -130,9 +131,7 @@ def resume_log(path, step):
     if len(keep) < len(records):
         print(f'warning: {path}: dropped {len(records) - len(keep)} records after step {step}, the checkpoint\'s '
               '(the run that wrote them stopped before its next checkpoint)', file=sys.stderr)
-    with open(path + '.tmp', 'w') as f:
-        f.writelines(json.dumps(r) + '\n' for r in keep)
-    os.replace(path + '.tmp', path)
+    write_atomic(path, ''.join(json.dumps(r) + '\n' for r in keep))
 
 
 def lock_run(out_dir):
@@ -227,13 +226,10 @@ def strip_prefixes(state):
 
 
 def load_checkpoint(path, device='cpu'):
-    """Load a checkpoint -> (model in eval mode on `device`, tiktoken.Encoding, checkpoint dict).
-
-    The tokenizer is the rank-file text embedded in the checkpoint, checked against
-    its SHA-256; a checkpoint written before tokenizers were embedded (only 'file'
-    and 'sha256') loads the file it records instead. Raises CheckpointError on a
-    missing or corrupt checkpoint, a missing, corrupt or different tokenizer, or weights that are not all
-    finite (NaN or inf: nothing the model computes would be a number; checked once, here)."""
+    """Load a checkpoint -> (model in eval mode on `device`, tiktoken.Encoding (checkpoint_tokenizer),
+    checkpoint dict). Raises CheckpointError on a missing or corrupt checkpoint, a missing, corrupt or
+    different tokenizer, or weights that are not all finite (NaN or inf: nothing the model computes
+    would be a number; checked once, here)."""
     ckpt = read_checkpoint(path, device)
     try:
         model = mixer.build_model(mixer.ModelConfig(**ckpt['model_config']))
@@ -259,16 +255,14 @@ def checkpoint_tokenizer(ckpt, path='checkpoint'):
             raise CheckpointError(f'the tokenizer embedded in checkpoint {path!r} does not match its '
                                   'SHA-256 (a damaged file, or the data dir\'s tokenizer changed after '
                                   'data/prepare.py wrote it)')
-        try:
-            return tokenizer_from_text(tok['text'], f'tokenizer embedded in {path!r}')
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-    if not os.path.isfile(tok['file']):
+    elif not os.path.isfile(tok['file']):
         raise CheckpointError(f"tokenizer {tok['file']!r} recorded in the checkpoint not found "
                               '(an older checkpoint without its tokenizer: run data/prepare.py)')
-    if tokenizer_sha256(tok['file']) != tok['sha256']:
+    elif tokenizer_sha256(tok['file']) != tok['sha256']:
         raise CheckpointError(f"tokenizer {tok['file']!r} differs from the one the model was trained with")
     try:
+        if 'text' in tok:
+            return tokenizer_from_text(tok['text'], f'tokenizer embedded in {path!r}')
         return load_tokenizer(tok['file'])
     except ValueError as e:
         raise CheckpointError(str(e)) from None
@@ -346,5 +340,4 @@ def gather_rng(batch_gen, env):
 
 
 if __name__ == '__main__':
-    from cli import fail
     fail("the checkpoint format's module, not a command: train.py writes checkpoints, sample.py reads them", 'checkpoint.py')
