@@ -69,14 +69,13 @@ def matmul_size(device):
 
 
 def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0):
-    """Measured dense matmul throughput of this machine, FLOP/s (float): the best batch of 4
-    n x n x n products of `dtype` on `device` over about `seconds`, after 3 warm-up products.
-    n defaults to matmul_size(device): 8192 on CUDA, 1024 on the CPU. A GPU is measured as GPUs are: products large
-    enough to fill it, timed by CUDA events around the queued work. (1024^3 bf16 products timed by
-    the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at about 790: an MFU
-    against that low peak read 195%.) A CPU: one torch thread's rate, timed by its own CPU clock (time.thread_time
-    counts no time other processes take the core), times the threads (by the wall clock, a second of a shared
-    2-core machine halved the peak: 'MFU n/a' on 3,390 of 3,400 lines); more threads than cores overstate it."""
+    """Measured dense matmul throughput of this machine, FLOP/s (float): the best batch of 4 n x n x n
+    products of `dtype` on `device` (n: matmul_size(device) by default) over about `seconds`, after 3
+    warm-up products. A GPU is measured as GPUs are: products large enough to fill it, timed by CUDA events
+    around the queued work (1024^3 bf16 products timed by the host clock gave an H200 150 TFLOP/s, where
+    8192^3 products run at about 790). A CPU: one torch thread's rate, timed by its own CPU clock
+    (time.thread_time counts no time other processes take the core: by the wall clock, a second of a
+    shared 2-core machine halved the peak), times the threads; more threads than cores overstate it."""
     cuda, threads = torch.device(device).type == 'cuda', torch.get_num_threads()
     n, clock = n or matmul_size(device), time.perf_counter if cuda else time.thread_time
     a = torch.randn(n, n, device=device, dtype=dtype)
@@ -144,16 +143,13 @@ def peak_flops(device, dtype):
 
 
 # Settings that change speed, never results, tuned per device type (bench.py's "Token-mixing paths"
-# table measures them): the Toeplitz mixing's FFT threshold and the recurrent mixing's and linear
-# attention's chunk. CPU: measured on 2 cores (docs/performance.md). CUDA: measured on one H200
-# (docs/performance.md, "On a GPU"; batch 32, d_model 1024, 4 heads, bf16, forward + backward):
-# - the Toeplitz FFT beat the T x T matrix from T = 128 on (128: 1.02 against 1.65 ms; 512: 1.86
-#   against 12.90; at 64 the two were even, 1.28 against 1.23): the FFT from 128;
-# - the recurrent mixing in one chunk beat chunks of 256 at every length measured (512: 1.72 against
-#   2.81 ms; 2048: 6.48 against 10.57; 8192: 41.6 against 68.6), and at 4096 chunks of 2048 were as
-#   fast as one chunk (15.58 against 15.59): chunks of 2048, one chunk for every training length up
-#   to 2048. Not longer: linear attention shares chunk_size, and its chunk holds a [B, H, C, C]
-#   product, which at C = 8192 is naive attention's memory.
+# table measures them; the numbers: docs/performance.md): the Toeplitz mixing's FFT threshold and the
+# recurrent mixing's and linear attention's chunk. CPU: measured on 2 cores. CUDA: on one H200 (batch 32,
+# d_model 1024, 4 heads, bf16, forward + backward), the Toeplitz FFT beat the T x T matrix from T = 128 on
+# (at 64 the two were even); the recurrent mixing in one chunk beat chunks of 256 at every length, and at
+# 4096 chunks of 2048 were as fast as one: chunks of 2048, one chunk for every training length up to 2048.
+# Not longer: linear attention shares chunk_size, and its chunk holds a [B, H, C, C] product, at C = 8192
+# naive attention's memory.
 DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=128, chunk_size=2048)}
 
 
@@ -201,8 +197,7 @@ def setup_device(cfg):
                                 timeout=datetime.timedelta(seconds=cfg.get('ddp_timeout', 300)))
     elif kind == 'cuda':
         # Without torchrun: make the device current, or every argument-less call (synchronize, the
-        # caches) would use GPU 0. A bare 'cuda' (so also 'auto') is the current device, named with its
-        # index: torch.cuda.set_device refuses a device without one.
+        # caches) would use GPU 0; torch.cuda.set_device refuses a device without an index.
         if torch.device(dev).index is None:
             dev = f'cuda:{torch.cuda.current_device()}'
         try:
