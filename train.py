@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 
@@ -205,15 +204,14 @@ def train_step(model, optimizers, data, starts, lr, cfg, env):
     for micro, s in enumerate(starts):
         x, y = get_batch(data, s, cfg['n_ctx'], cfg['task'], env.dev)
         sync = not env.ddp or micro == len(starts) - 1
-        with (nullcontext() if sync else model.no_sync()), env.autocast:
+        with (contextlib.nullcontext() if sync else model.no_sync()), env.autocast:
             _, loss = model(x, y)
             (loss / len(starts)).backward()
         loss_sum = loss_sum + loss.detach()
     if cfg['grad_clip'] > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg['grad_clip'])
-    for _, opt in optimizers:
+    for _, opt in optimizers:           # disjoint parameters: one's zero_grad leaves the others' gradients
         opt.step()
-    for _, opt in optimizers:
         opt.zero_grad(set_to_none=True)
     return loss_sum / len(starts)
 
@@ -295,7 +293,8 @@ def wrap_model(raw_model, cfg, env):
 def build_run(cfg, ckpt, env, meta):
     """The model, its optimisers and the window generator of the settings -> Run (a resumed run gets its
     saved states). A model config the settings make invalid, a model whose parameters (counted on the meta
-    device) need more than the device's memory, or a tokenizer other than the checkpoint's: one line, exit 2."""
+    device) need more than the device's memory, or a tokenizer other than the checkpoint's: one line, exit 2;
+    a saved optimiser state that does not fit: checkpoint.CheckpointError."""
     tuned = {k: cfg[k] if cfg[k] is not None else machine.DEVICE_TUNING[env.dev.split(':')[0]][k]
              for k in TUNING_KEYS}
     try:
@@ -317,10 +316,7 @@ def build_run(cfg, ckpt, env, meta):
     batch_gen = torch.Generator().manual_seed(cfg['seed'])      # the same on every rank: see draw_windows
     step, best_val = 0, float('inf')
     if ckpt is not None:
-        try:
-            step, best_val = checkpoint.restore(ckpt, raw_model, optimizers, batch_gen, env)
-        except checkpoint.CheckpointError as e:
-            fail(str(e))
+        step, best_val = checkpoint.restore(ckpt, raw_model, optimizers, batch_gen, env)
         if env.master:
             print(f'resumed from {os.path.join(cfg["out_dir"], "ckpt.pt")} at step {step}')
     return Run(cfg, env, meta, model_cfg, raw_model, wrap_model(raw_model, cfg, env), optimizers, batch_gen,
@@ -520,11 +516,10 @@ def train(run, clock):
 def stop_line(run, what):
     """The line a stopped run ends with: what happened, the step reached, what the checkpoint holds
     and how to go on."""
-    held = (f'{run.ckpt_path} holds step {run.saved_step}' if run.saved_step is not None
-            else 'no checkpoint was written')
-    resume = (f'; resume: python train.py --init_from=resume --out_dir={run.cfg["out_dir"]}'
-              if run.saved_step is not None else '')
-    return f'train.py: {what} at step {run.step}; {held}{resume}'
+    if run.saved_step is None:
+        return f'train.py: {what} at step {run.step}; no checkpoint was written'
+    return (f'train.py: {what} at step {run.step}; {run.ckpt_path} holds step {run.saved_step}; resume: '
+            f'python train.py --init_from=resume --out_dir={run.cfg["out_dir"]}')
 
 
 def collective_failure(e, cfg, env):
@@ -552,13 +547,10 @@ def main(argv):
     rank = int(os.environ.get('RANK', 0))
     try:
         lock = checkpoint.claim_run_folder(cfg, ckpt, rank)     # rank 0's; out_dir is locked while main runs
-    except checkpoint.CheckpointError as e:
-        fail(str(e))
-    env = machine.setup_device(cfg)
-    meta, train_data, val_data = load_data(cfg)
-    run = build_run(cfg, ckpt, env, meta)
-    run.train_data, run.val_data = train_data, val_data
-    try:
+        env = machine.setup_device(cfg)
+        meta, train_data, val_data = load_data(cfg)
+        run = build_run(cfg, ckpt, env, meta)
+        run.train_data, run.val_data = train_data, val_data
         run.ckpt_path, run.log = checkpoint.prepare_run_folder(cfg, ckpt, rank)
     except checkpoint.CheckpointError as e:
         fail(str(e))
