@@ -28,7 +28,6 @@ if __name__ == "__main__":     # run as data/prepare.py: the repository root on 
     import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
-import hashlib
 import json
 import re
 import shutil
@@ -39,7 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from cli import ArgumentParser, run_command
-from data.tokenizer import EOT, check_file, load_tokenizer, save_tokenizer, tokenizer_sha256, train_bpe  # noqa: E402
+from data.tokenizer import (EOT, check_file, file_sha256, load_tokenizer, save_tokenizer,  # noqa: E402
+                            tokenizer_sha256, train_bpe)
 
 EOT_BYTES = EOT.encode("ascii")
 URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
@@ -112,13 +112,11 @@ def encode_split(enc, stories, chunk=10_000):
     return np.concatenate(parts)
 
 
-def bpe_sample(stories, max_bytes):
-    """The leading stories up to about max_bytes of text (all if max_bytes <= 0), from
-    a list of stories or any iterable of lists of stories (a StoryStream, which is
-    then read only as far as needed): the BPE is trained on this sample, as is usual
-    for large corpora. Counts characters (= bytes for ASCII text); the story that
+def bpe_sample(chunks, max_bytes):
+    """The leading stories up to about max_bytes of text (all if max_bytes <= 0) of an iterable of
+    lists of stories (a StoryStream, then read only as far as needed): the BPE is trained on this
+    sample, as is usual for large corpora. Counts characters (= bytes for ASCII text); the story that
     crosses max_bytes is included. Returns a list of str."""
-    chunks = [stories] if isinstance(stories, list) and (not stories or isinstance(stories[0], str)) else stories
     out, total = [], 0
     for chunk in chunks:
         for s in chunk:
@@ -314,11 +312,7 @@ def prepare_settings(args, paths):
     and VERSION. --chunk_bytes is not among them (the outputs do not depend on it). Raises OSError if
     a text file can't be read."""
     def file_id(path):
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
-        return {"bytes": os.path.getsize(path), "sha256": digest.hexdigest()}
+        return {"bytes": os.path.getsize(path), "sha256": file_sha256(path)}
     return {"version": VERSION, "train": file_id(paths[0]), "valid": file_id(paths[1]),
             "vocab_size": args.vocab_size or (None if args.tokenizer else 4096),
             "bpe_max_bytes": None if args.tokenizer else args.bpe_max_bytes,
@@ -492,11 +486,10 @@ def run(argv):
         tok_tmp = tmp("tokenizer.tiktoken")
         write_tokenizer(args, streams["train"], tok_tmp)
         enc = load_tokenizer(tok_tmp)
-        meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token,
-                "tokenizer": "tokenizer.tiktoken", "tokenizer_sha256": tokenizer_sha256(tok_tmp)}
-        meta.update(encode_splits(enc, streams, tmp))
-        meta = {k: meta[k] for k in ("vocab_size", "eot_id", "tokenizer", "tokenizer_sha256", "train", "val")}
-        meta["settings"] = settings
+        splits = encode_splits(enc, streams, tmp)
+        meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
+                "tokenizer_sha256": tokenizer_sha256(tok_tmp), "train": splits["train"], "val": splits["val"],
+                "settings": settings}
         with open(tmp("meta.json"), "w") as f:
             json.dump(meta, f, indent=2)
         for t, name in tmps:
