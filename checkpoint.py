@@ -50,12 +50,10 @@ class CheckpointError(ValueError):
 
 def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng, tokenizer_path,
                     tokenizer_sha, optimizers=()):
-    """Write a checkpoint (the format above) to `path`, atomically.
-
-    model: the unwrapped model; model_config: a dict of its mixer.ModelConfig;
-    config: train.py's settings; rng: a list of per-rank RNG dicts; optimizers:
-    pairs (key, torch.optim.Optimizer), e.g. [('optimizer', adamw)].
-    tokenizer_path / tokenizer_sha: the rank file the data was encoded with."""
+    """Write a checkpoint (the format above) to `path`, atomically. model: the unwrapped model;
+    model_config: a dict of its mixer.ModelConfig; config: train.py's settings; rng: a list of per-rank RNG
+    dicts; optimizers: pairs (key, torch.optim.Optimizer), e.g. [('optimizer', adamw)]; tokenizer_path /
+    tokenizer_sha: the rank file the data was encoded with. A failed write: CheckpointError."""
     with open(tokenizer_path, encoding='ascii', newline='') as f:
         text = f.read()
     state = {'model': model.state_dict(), **{k: o.state_dict() for k, o in optimizers},
@@ -242,10 +240,9 @@ def load_checkpoint(path, device='cpu'):
 
 
 def checkpoint_tokenizer(ckpt, path='checkpoint'):
-    """The tiktoken.Encoding of a checkpoint dict: its embedded rank file text
-    (ckpt['tokenizer']['text']) or, for an older checkpoint without one, the file
-    at ckpt['tokenizer']['file']; either must match ckpt['tokenizer']['sha256'].
-    `path` names the checkpoint in errors. Raises CheckpointError otherwise."""
+    """The tiktoken.Encoding of a checkpoint dict: its embedded rank file text (ckpt['tokenizer']['text'])
+    or, for an older checkpoint without one, the file at ckpt['tokenizer']['file']; either must match
+    ckpt['tokenizer']['sha256']. `path` names the checkpoint in errors. Raises CheckpointError otherwise."""
     tok = ckpt.get('tokenizer')
     if not isinstance(tok, dict) or 'sha256' not in tok or not ('text' in tok or 'file' in tok):
         raise CheckpointError(f'checkpoint {path!r} records no tokenizer (not from train.py)')

@@ -127,11 +127,10 @@ def check_settings(cfg):
 
 
 def resolve_settings(overrides, defaults, model_keys):
-    """The run's settings: defaults < the variant's (mixer.VARIANTS) < config files and
-    --key=value for a fresh run; for init_from='resume', the saved run's settings
-    (ckpt['config'], and its architecture ckpt['model_config']) < the explicit
-    overrides, each change printed. -> (settings dict, checkpoint dict or None). Model
-    settings cannot change on resume; that and an unreadable checkpoint are one-line
+    """The run's settings -> (settings dict, checkpoint dict or None): defaults < the variant's
+    (mixer.VARIANTS) < config files and --key=value for a fresh run; for init_from='resume', the saved run's
+    settings (ckpt['config'], and its architecture ckpt['model_config']) < the explicit overrides, each
+    change printed. Model settings cannot change on resume; that and an unreadable checkpoint are one-line
     errors, exit 2."""
     cfg = dict(defaults)
     var = overrides.get('variant', cfg['variant'])

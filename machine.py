@@ -21,15 +21,13 @@ from cli import fail
 
 
 def keep_freed_memory():
-    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep
-    freed memory, instead of mmap-ing each block over its threshold (32 MiB at most)
-    afresh and unmapping it on free. Such blocks come and go on every CPU training
-    step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the softmax and
-    its gradient), and each new mapping is page-faulted in again at a few GB/s.
-    Measured on 2 cores: cross entropy forward+backward on those logits 67 -> 23-28
-    ms; a CPU-config training step about 250 -> 170 ms. The cost: memory freed by
-    tensors stays with the process. Returns True if applied, False without glibc
-    (macOS, Windows, musl); never raises."""
+    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep freed memory, instead of
+    mmap-ing each block over its threshold (32 MiB at most) afresh and unmapping it on free. Such blocks
+    come and go on every CPU training step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the
+    softmax and its gradient), and each new mapping is page-faulted in again at a few GB/s. Measured on 2
+    cores: cross entropy forward+backward on those logits 67 -> 23-28 ms; a CPU-config training step about
+    250 -> 170 ms. The cost: memory freed by tensors stays with the process. Returns True if applied,
+    False without glibc (macOS, Windows, musl); never raises."""
     try:
         libc = ctypes.CDLL('libc.so.6')
     except OSError:
@@ -127,10 +125,9 @@ _MEASURED_PEAK = {}      # (device, dtype, torch threads) -> FLOP/s, measured on
 
 def peak_flops(device, dtype):
     """The peak MFU is reported against -> (FLOP/s, what it is): a GPU's nominal dense bf16 peak where
-    NOMINAL_PEAK knows it (MFU's convention: the datasheet, not what a library reaches), else this
-    machine's measured `dtype` matmul peak (measure_matmul_flops, about a second), measured once a
-    process for each device, dtype and thread count: a pool process of claims.py trains dozens of
-    runs."""
+    NOMINAL_PEAK knows it (MFU's convention: the datasheet, not what a library reaches), else this machine's
+    measured `dtype` matmul peak (measure_matmul_flops, about a second), measured once a process for each
+    device, dtype and thread count: a pool process of claims.py trains dozens of runs."""
     nominal = nominal_peak(device)
     if nominal:
         name = torch.cuda.get_device_name(device)
@@ -166,13 +163,12 @@ def memory_error(need, device, what):
 # ----------------------------------------------------------------------------- device and processes
 
 def setup_device(cfg):
-    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is
-    started here, NCCL on CUDA, gloo on CPU) and the precision of train.py's settings
-    cfg -> SimpleNamespace(dev, cuda, ddp, rank, world, local, master, dtype ('float32' |
-    'bfloat16'), autocast context). dev always names its GPU ('cuda:N'): a bare 'cuda' or 'auto' on a
-    CUDA machine is the current device (cuda:0 unless CUDA_VISIBLE_DEVICES or the caller chose
-    another), under torchrun cuda:LOCAL_RANK; CUDA calls that want an index (torch.cuda.set_device)
-    get one. An unavailable device: one-line error, exit 2."""
+    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is started here, NCCL
+    on CUDA, gloo on CPU) and the precision of train.py's settings cfg -> SimpleNamespace(dev, cuda, ddp,
+    rank, world, local, master, dtype ('float32' | 'bfloat16'), autocast context). dev always names its GPU
+    ('cuda:N'): a bare 'cuda' or 'auto' on a CUDA machine is the current device (cuda:0 unless
+    CUDA_VISIBLE_DEVICES or the caller chose another), under torchrun cuda:LOCAL_RANK; CUDA calls that want
+    an index (torch.cuda.set_device) get one. An unavailable device: one-line error, exit 2."""
     ddp = int(os.environ.get('RANK', -1)) != -1
     dev = cfg['device']
     if dev == 'auto':

@@ -142,12 +142,10 @@ def load_data(cfg):
 
 
 def draw_windows(gen, n_tokens, n_ctx, batch_size, grad_accum, world):
-    """Start positions of one optimiser step's windows for every rank and micro-step:
-    long [world, grad_accum, batch_size], uniform over the n_tokens - n_ctx - 1 starts.
-    Every rank holds the same generator and takes its own row, so the windows of a
-    step depend on the global batch alone: 2 ranks x batch 4 draw exactly what one
-    process with batch 8, or batch 4 and grad_accum 2, draws (test_train checks the
-    parameters agree)."""
+    """Start positions of one optimiser step's windows for every rank and micro-step: long [world,
+    grad_accum, batch_size], uniform over the n_tokens - n_ctx - 1 starts. Every rank holds the same
+    generator and takes its own row, so the windows of a step depend on the global batch alone: 2 ranks x
+    batch 4 draw exactly what one process with batch 8, or batch 4 and grad_accum 2, draws."""
     n = world * grad_accum * batch_size
     return torch.randint(n_tokens - n_ctx - 1, (n,), generator=gen).view(world, grad_accum, batch_size)
 
@@ -446,12 +444,11 @@ def log_train(run, loss, lr, steps, clock):
 
 
 def log_summary(run, clock, t_wall):
-    """The 'summary' event and line: final and best validation loss (nats/token, bits per
-    byte), steps, tokens and epochs, wall and training time; tokens/s and MFU over the whole
-    training time (tokens_per_s, mfu) and steady (steady_tokens_per_s, steady_mfu: the logged
-    intervals after the first, whose warm-up, e.g. torch.compile's, they leave out, as nanoGPT's
-    running MFU does; None before a second interval); on CUDA the peak memory the run's tensors
-    took (peak_memory_gib, torch.cuda.max_memory_allocated, GiB)."""
+    """The 'summary' event and line: final and best validation loss (nats/token, bits per byte), steps,
+    tokens and epochs, wall and training time; tokens/s and MFU over the whole training time (tokens_per_s,
+    mfu) and steady (steady_tokens_per_s, steady_mfu: the logged intervals after the first, whose warm-up,
+    e.g. torch.compile's, they leave out, as nanoGPT's running MFU does; None before a second interval); on
+    CUDA the peak memory the run's tensors took (peak_memory_gib, torch.cuda.max_memory_allocated, GiB)."""
     cfg, env, step = run.cfg, run.env, run.step
     if run.last_ev is None or run.last_ev['step'] != step:       # e.g. resumed past its max_iters
         run.last_ev = {'step': step, **evaluate_splits(run.raw_model, run.train_data, run.val_data, cfg, env.dev,

@@ -80,9 +80,8 @@ def download(name, raw_dir):
 
 
 def read_stories(path):
-    """Read a UTF-8 text file and return its stories (see split_stories). Raises
-    FileNotFoundError if path is not a file (check_file), ValueError if not UTF-8 or no
-    non-empty story."""
+    """The stories of a UTF-8 text file (split_stories). Raises FileNotFoundError if path is not a file
+    (check_file), ValueError if not UTF-8 or no non-empty story."""
     check_file(path)
     with open(path, "rb") as f:
         data = f.read()
@@ -97,9 +96,8 @@ def read_stories(path):
 
 
 def encode_split(enc, stories, chunk=10_000):
-    """Encode a list of stories (str), each followed by <|endoftext|>, all at once;
-    returns a uint16 numpy array [n_tokens]. The in-memory reference that the
-    streaming encoder (encode_stream) must reproduce byte for byte."""
+    """Encode a list of stories (str), each followed by <|endoftext|>, all at once -> uint16 numpy array
+    [n_tokens]: the in-memory reference that encode_stream must reproduce byte for byte."""
     parts = []
     for start in range(0, len(stories), chunk):
         ids = []
@@ -130,18 +128,16 @@ def bpe_sample(chunks, max_bytes):
 class StoryStream:
     """The stories of a UTF-8 text file, read in chunks of about chunk_bytes bytes.
 
-    Iterating yields one list of stories (stripped, non-empty str, as split_stories
-    gives) per chunk. A chunk is cut after its last <|endoftext|> separator and the
-    tail is carried over to the next one, so no story is ever cut in two and the
-    concatenated lists equal split_stories(whole text). Memory is bounded by
-    chunk_bytes plus the longest story, whatever the file size.
+    Iterating yields one list of stories (stripped, non-empty str, as split_stories gives) per chunk. A
+    chunk is cut after its last <|endoftext|> separator and the tail is carried over to the next one, so
+    no story is ever cut in two and the concatenated lists equal split_stories(whole text). Memory is
+    bounded by chunk_bytes plus the longest story, whatever the file size.
 
-    A byte sequence that is not UTF-8 raises ValueError naming the file, its byte
-    offset and story number (1-based: 1 + the number of separators before it);
-    with skip_bad_utf8=True that story is left out instead and recorded in
-    self.skipped as (byte offset, story number). Counters after (or during)
-    iteration: bytes_read, chunks, skipped, saw_separator, size (file bytes).
-    Raises FileNotFoundError if path is not a file (check_file), ValueError if chunk_bytes < 1."""
+    A byte sequence that is not UTF-8 raises ValueError naming the file, its byte offset and story number
+    (1-based: 1 + the number of separators before it); with skip_bad_utf8=True that story is left out
+    instead and recorded in self.skipped as (byte offset, story number). Counters after (or during)
+    iteration: bytes_read, chunks, skipped, saw_separator, size (file bytes). Raises FileNotFoundError if
+    path is not a file (check_file), ValueError if chunk_bytes < 1."""
 
     def __init__(self, path, chunk_bytes=8 << 20, skip_bad_utf8=False):
         check_file(path)
@@ -208,17 +204,16 @@ class StoryStream:
 
 
 def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
-    """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream),
-    each followed by <|endoftext|>, writing uint16 token ids to the binary file
-    object `out` as they come. The result equals encode_split(enc, all stories).
+    """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream), each followed by
+    <|endoftext|>, writing uint16 token ids to the binary file object `out` as they come: the result
+    equals encode_split(enc, all stories).
 
-    Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..." that
-    tiktoken encodes on num_threads threads (default: all cores) straight into numpy
-    (tiktoken encodes the pieces between special tokens independently, so this is
-    per-story encoding). Prints progress (MB done, MB/s, ETA) every progress_s
-    seconds when the stream has a `size`. Returns {"tokens", "bytes", "stories"}
-    (bytes: UTF-8 bytes of the stripped stories). Raises ValueError if a token id
-    does not fit in uint16, OSError if writing fails."""
+    Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..." that tiktoken encodes on
+    num_threads threads (default: all cores) straight into numpy (tiktoken encodes the pieces between
+    special tokens independently, so this is per-story encoding). Prints progress (MB done, MB/s, ETA)
+    every progress_s seconds when the stream has a `size`. Returns {"tokens", "bytes", "stories"} (bytes:
+    UTF-8 bytes of the stripped stories). Raises ValueError if a token id does not fit in uint16, OSError
+    if writing fails."""
     threads = num_threads or os.cpu_count() or 1
     allowed = {EOT}
     n_tok = n_bytes = n_stories = 0
@@ -403,10 +398,9 @@ def text_paths(args):
 
 
 def write_tokenizer(args, train, path):
-    """Write the tokenizer file to `path`: a copy of --tokenizer, or else a BPE of
-    --vocab_size (default 4096) trained on the first --bpe_max_bytes of the stories of
-    `train` (a StoryStream). Raises ValueError if the training text is empty or too
-    small for the vocabulary, OSError if reading or writing fails."""
+    """Write the tokenizer file to `path`: a copy of --tokenizer, or else a BPE of --vocab_size (default
+    4096) trained on the first --bpe_max_bytes of the stories of `train` (a StoryStream). Raises ValueError
+    if the training text is empty or too small for the vocabulary, OSError if reading or writing fails."""
     if args.tokenizer is not None:
         shutil.copyfile(args.tokenizer, path)
         return
@@ -421,11 +415,10 @@ def write_tokenizer(args, train, path):
 
 
 def encode_splits(enc, streams, tmp):
-    """Encode each split's stories (streams: {split: StoryStream}, in order) with `enc`
-    into the file tmp(f"{split}.bin") (tmp: name -> temporary path), printing a summary
-    line per split. Returns {split: encode_stream's counts + "bytes_per_token",
-    "skipped_bad_utf8"}. Raises ValueError if a split has no story or a token id does
-    not fit in uint16, OSError if writing fails."""
+    """Encode each split's stories (streams: {split: StoryStream}, in order) with `enc` into the file
+    tmp(f"{split}.bin") (tmp: name -> temporary path), printing a summary line per split. Returns {split:
+    encode_stream's counts + "bytes_per_token", "skipped_bad_utf8"}. Raises ValueError if a split has no
+    story or a token id does not fit in uint16, OSError if writing fails."""
     out = {}
     for split, stream in streams.items():   # val first: a bad file is found early
         with open(tmp(f"{split}.bin"), "wb") as f:
