@@ -133,10 +133,9 @@ def resume_log(path, step):
 
 
 def lock_run(out_dir):
-    """Hold an exclusive lock on the run folder for this process's life -> the open lock file (keep
-    it). The OS releases the lock when the process dies, however it dies, so a killed run never
-    blocks the next. Raises CheckpointError naming the run (its pid) that holds it, or when the
-    folder cannot be written."""
+    """Hold an exclusive lock on the run folder for this process's life -> the open lock file (keep it). The
+    OS releases the lock when the process dies, however it dies, so a killed run never blocks the next.
+    Raises CheckpointError naming the run (its pid) that holds it, or when the folder cannot be written."""
     try:
         import fcntl
     except ImportError:                         # not POSIX: no lock

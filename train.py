@@ -107,9 +107,8 @@ DEFAULTS = configurator.collect_defaults(globals(), skip=('MODEL_KEYS', 'TUNING_
 # ----------------------------------------------------------------------------- data and evaluation
 
 def load_tokens(path, vocab_size=None):
-    """uint16 token ids of one split, memory-mapped (numpy [N]). A missing, empty or odd-sized file,
-    or ids at or above vocab_size (the data's tokenizer is not the one meta.json names): one line,
-    exit 2."""
+    """uint16 token ids of one split, memory-mapped (numpy [N]). A missing, empty or odd-sized file, or ids
+    at or above vocab_size (the data's tokenizer is not the one meta.json names): one line, exit 2."""
     if not os.path.isfile(path):
         fail(f'{path} not found: run data/prepare.py first (or set --data_dir)')
     size = os.path.getsize(path)

@@ -1,25 +1,21 @@
-"""(query, target) pairs of texts for retrieval.py (Badger 2024, "Masked Mixers for
-Language Generation and Retrieval", arXiv 2409.01482).
+"""(query, target) pairs of texts for retrieval.py (Badger 2024, "Masked Mixers for Language Generation and
+Retrieval", arXiv 2409.01482).
 
-A pair is a dict {'query': str, 'target': str, 'cut': int or None, 'story': int}.
-A retrieval model must find a query's target among N candidates: the true
-target and the targets of other stories. 'story' names the story the pair came
-from: the train / test split is by story (split_by_story), so no story is on
-both sides, and negatives never come from the query's own story. 'cut' is the
-character offset in the target where the query was taken out (None for pairs
-read from a file).
+A pair is a dict {'query': str, 'target': str, 'cut': int or None, 'story': int}. A retrieval model must
+find a query's target among N candidates: the true target and the targets of other stories. 'story' names
+the story the pair came from: the train / test split is by story (split_by_story), so no story is on both
+sides, and negatives never come from the query's own story. 'cut' is the character offset in the target
+where the query was taken out (None for pairs read from a file).
 
-Inverse cloze task (Lee et al. 2019; ict_pairs): the query is one sentence
-(split_sentences) taken out of a story, the target is the story without it, so
-the query never appears in its target. The stories are those of a prepared data
-dir's {split}.bin (read_data_dir_stories) or of a raw text file split on
-<|endoftext|> (read_text_stories); a pairs file (read_pairs_file) instead holds
-{"query": ..., "target": ...} objects, one per line. encode_pairs makes the token ids.
+Inverse cloze task (Lee et al. 2019; ict_pairs): the query is one sentence (split_sentences) taken out of
+a story, the target is the story without it, so the query never appears in its target. The stories are
+those of a prepared data dir's {split}.bin (read_data_dir_stories) or of a raw text file split on
+<|endoftext|> (read_text_stories); a pairs file (read_pairs_file) instead holds {"query": ...,
+"target": ...} objects, one per line. encode_pairs makes the token ids.
 
-load_pairs makes the pairs that retrieval.py's options ask for; plan_splits splits
-them by story (train, test, and training stories held out for early stopping) and
-fixes the candidate draws every method is scored on (candidate_draws). Bad input
-raises UsageError with a one-line message.
+load_pairs makes the pairs that retrieval.py's options ask for; plan_splits splits them by story (train,
+test, and training stories held out for early stopping) and fixes the candidate draws every method is
+scored on (candidate_draws). Bad input raises UsageError with a one-line message.
 """
 
 import hashlib
