@@ -509,13 +509,13 @@ def train(run, clock):
             clock.interval, interval_steps = 0.0, 0
 
 
-def stop_line(run, what):
-    """The line a stopped run ends with: what happened, the step reached, what the checkpoint holds
-    and how to go on."""
-    if run.saved_step is None:
-        return f'train.py: {what} at step {run.step}; no checkpoint was written'
-    return (f'train.py: {what} at step {run.step}; {run.ckpt_path} holds step {run.saved_step}; resume: '
-            f'python train.py --init_from=resume --out_dir={run.cfg["out_dir"]}')
+def stopped(run, what, code):
+    """Print the line a stopped run ends with on stderr (what happened, the step reached, what the
+    checkpoint holds and how to go on) -> `code`, its exit status."""
+    held = (f'{run.ckpt_path} holds step {run.saved_step}; resume: python train.py --init_from=resume '
+            f'--out_dir={run.cfg["out_dir"]}' if run.saved_step is not None else 'no checkpoint was written')
+    print(f'train.py: {what} at step {run.step}; {held}', file=sys.stderr)
+    return code
 
 
 def collective_failure(e, cfg, env):
@@ -558,17 +558,14 @@ def main(argv):
         if env.master:
             log_summary(run, clock, t_wall)
     except Stop as e:
-        print(stop_line(run, f'error: {e}; stopping'), file=sys.stderr)
-        code = 1
+        code = stopped(run, f'error: {e}; stopping', 1)
     except KeyboardInterrupt:
-        print(stop_line(run, 'interrupted (Ctrl-C)'), file=sys.stderr)
-        code = 130
+        code = stopped(run, 'interrupted (Ctrl-C)', 130)
     except RuntimeError as e:
         what = collective_failure(e, cfg, env) if env.ddp else None
         if what is None:
             raise
-        print(stop_line(run, f'error: {what}; stopping'), file=sys.stderr)
-        code = 1
+        code = stopped(run, f'error: {what}; stopping', 1)
     finally:
         if run.log:
             run.log.close()
