@@ -99,7 +99,7 @@ def append_log(f, rec):
         raise
 
 
-def read_log(path, warn=True):
+def read_log(path):
     """The records of a JSON-lines log (list of dicts; [] if there is no file). A last line cut short
     by a crash is dropped, with a warning on stderr; a damaged line before it raises CheckpointError."""
     if not os.path.isfile(path):
@@ -115,8 +115,7 @@ def read_log(path, warn=True):
         except ValueError:
             if i < len(lines) - 1 and any(l.strip() for l in lines[i + 1:]):
                 raise CheckpointError(f'{path}, line {i + 1}: not a JSON record (a damaged log)') from None
-            if warn:
-                print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
+            print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
     return records
 
 

@@ -449,11 +449,7 @@ def log_summary(run, clock, t_wall):
     e.g. torch.compile's, they leave out, as nanoGPT's running MFU does; None before a second interval); on
     CUDA the peak memory the run's tensors took (peak_memory_gib, torch.cuda.max_memory_allocated, GiB)."""
     cfg, env, step = run.cfg, run.env, run.step
-    if run.last_ev is None or run.last_ev['step'] != step:       # e.g. resumed past its max_iters
-        run.last_ev = {'step': step, **evaluate_splits(run.raw_model, run.train_data, run.val_data, cfg, env.dev,
-                                                       env.autocast, run.meta['val']['bytes_per_token'])}
-        run.best_val = min(run.best_val, run.last_ev['val_loss'])
-    ev, tokens_seen = run.last_ev, step * tokens_per_step(cfg, env)
+    ev, tokens_seen = run.last_ev, step * tokens_per_step(cfg, env)      # train() evaluated the last step
     tok_s = (step - run.start_step) * tokens_per_step(cfg, env) / clock.total if clock.total > 0 else 0.0
     steady = run.steady_steps * tokens_per_step(cfg, env) / run.steady_seconds if run.steady_seconds > 0 else None
     mfu_of = lambda t: None if t is None else run.flops * t / env.world / run.peak      # noqa: E731
