@@ -31,7 +31,7 @@ if __name__ == '__main__':       # before the imports that need the repository r
     print("pairs.py: error: retrieval.py's pairs, not a command: python retrieval.py --help", file=sys.stderr)
     sys.exit(2)
 
-from data.prepare import load_tokenizer, read_stories, tokenizer_sha256  # noqa: E402
+from data.prepare import check_file, load_tokenizer, split_stories, tokenizer_sha256  # noqa: E402
 
 
 class UsageError(Exception):
@@ -185,12 +185,20 @@ def read_data_dir_stories(data_dir, split):
 
 
 def read_text_stories(path):
-    """Stories (list of str) of a raw UTF-8 text file separated by <|endoftext|> (data/prepare.py's rule).
-    Raises UsageError if the file is missing, not UTF-8 or has no story."""
+    """Stories (list of str) of a raw UTF-8 text file separated by <|endoftext|> (data/prepare.py's
+    split_stories). Raises UsageError if the file is missing, not UTF-8 or has no story."""
     try:
-        return read_stories(path)
-    except (OSError, ValueError) as e:
+        check_file(path)
+        with open(path, 'rb') as f:
+            text = f.read().decode('utf-8')
+    except OSError as e:
         raise UsageError(str(e))
+    except UnicodeDecodeError as e:
+        raise UsageError(f'{path} is not valid UTF-8 (byte offset {e.start})') from None
+    stories = split_stories(text)
+    if not stories:
+        raise UsageError(f'{path} has no text (empty file or only separators)')
+    return stories
 
 
 def load_pairs(args):

@@ -79,22 +79,6 @@ def download(name, raw_dir):
     return path
 
 
-def read_stories(path):
-    """The stories of a UTF-8 text file (split_stories). Raises FileNotFoundError if path is not a file
-    (check_file), ValueError if not UTF-8 or no non-empty story."""
-    check_file(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not valid UTF-8 (byte offset {e.start})") from None
-    stories = split_stories(text)
-    if not stories:
-        raise ValueError(f"{path} has no text (empty file or only separators)")
-    return stories
-
-
 def encode_split(enc, stories, chunk=10_000):
     """Encode a list of stories (str), each followed by <|endoftext|>, all at once -> uint16 numpy array
     [n_tokens]: the in-memory reference that encode_stream must reproduce byte for byte."""
