@@ -338,16 +338,13 @@ def deferred_interrupt():
 
 
 def save(run, rng):
-    """Write the run's checkpoint (rank 0). A failed write: Stop naming the cause, the previous
-    checkpoint kept."""
-    try:
-        with deferred_interrupt():
-            checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), run.cfg, run.step,
-                                       run.best_val, rng, os.path.join(run.cfg['data_dir'], run.meta['tokenizer']),
-                                       run.meta['tokenizer_sha256'], run.optimizers)
-            run.saved_step = run.step
-    except checkpoint.CheckpointError as e:
-        raise Stop(str(e)) from None
+    """Write the run's checkpoint (rank 0). A failed write: checkpoint.CheckpointError naming the cause, the
+    previous checkpoint kept."""
+    with deferred_interrupt():
+        checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), run.cfg, run.step,
+                                   run.best_val, rng, os.path.join(run.cfg['data_dir'], run.meta['tokenizer']),
+                                   run.meta['tokenizer_sha256'], run.optimizers)
+        run.saved_step = run.step
 
 
 def write_log(run, rec):
@@ -411,7 +408,7 @@ def evaluate_and_save(run, clock):
             if cfg['save_checkpoint'] and run.step > 0:
                 try:
                     save(run, rng)
-                except Stop as e:                  # every rank stops, not rank 0 alone
+                except checkpoint.CheckpointError as e:     # every rank stops, not rank 0 alone
                     reason = str(e)
         else:
             reason = f'non-finite val loss {ev["val_loss"]} at step {run.step}'
