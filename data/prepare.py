@@ -128,10 +128,7 @@ class StoryStream:
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
         self.path, self.chunk_bytes, self.skip_bad_utf8 = path, chunk_bytes, skip_bad_utf8
-        self.size = os.path.getsize(path)
-        self.bytes_read = self.chunks = self.segments = 0
-        self.skipped = []
-        self.saw_separator = False
+        self.size = os.path.getsize(path)       # the counters are set by each iteration (__iter__)
 
     def _stories(self, part, offset):
         """Stories of `part` (bytes from file offset `offset` up to a separator or the
