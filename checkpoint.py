@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 import mixer
 import optim
+from cli import fail, write_atomic
 from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
@@ -49,12 +50,10 @@ class CheckpointError(ValueError):
 
 def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng, tokenizer_path,
                     tokenizer_sha, optimizers=()):
-    """Write a checkpoint (the format above) to `path`, atomically.
-
-    model: the unwrapped model; model_config: a dict of its mixer.ModelConfig;
-    config: train.py's settings; rng: a list of per-rank RNG dicts; optimizers:
-    pairs (key, torch.optim.Optimizer), e.g. [('optimizer', adamw)].
-    tokenizer_path / tokenizer_sha: the rank file the data was encoded with."""
+    """Write a checkpoint (the format above) to `path`, atomically. model: the unwrapped model;
+    model_config: a dict of its mixer.ModelConfig; config: train.py's settings; rng: a list of per-rank RNG
+    dicts; optimizers: pairs (key, torch.optim.Optimizer), e.g. [('optimizer', adamw)]; tokenizer_path /
+    tokenizer_sha: the rank file the data was encoded with. A failed write: CheckpointError."""
     with open(tokenizer_path, encoding='ascii', newline='') as f:
         text = f.read()
     state = {'model': model.state_dict(), **{k: o.state_dict() for k, o in optimizers},
@@ -100,7 +99,7 @@ def append_log(f, rec):
         raise
 
 
-def read_log(path, warn=True):
+def read_log(path):
     """The records of a JSON-lines log (list of dicts; [] if there is no file). A last line cut short
     by a crash is dropped, with a warning on stderr; a damaged line before it raises CheckpointError."""
     if not os.path.isfile(path):
@@ -116,8 +115,7 @@ def read_log(path, warn=True):
         except ValueError:
             if i < len(lines) - 1 and any(l.strip() for l in lines[i + 1:]):
                 raise CheckpointError(f'{path}, line {i + 1}: not a JSON record (a damaged log)') from None
-            if warn:
-                print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
+            print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
     return records
 
 
@@ -130,16 +128,13 @@ def resume_log(path, step):
     if len(keep) < len(records):
         print(f'warning: {path}: dropped {len(records) - len(keep)} records after step {step}, the checkpoint\'s '
               '(the run that wrote them stopped before its next checkpoint)', file=sys.stderr)
-    with open(path + '.tmp', 'w') as f:
-        f.writelines(json.dumps(r) + '\n' for r in keep)
-    os.replace(path + '.tmp', path)
+    write_atomic(path, ''.join(json.dumps(r) + '\n' for r in keep))
 
 
 def lock_run(out_dir):
-    """Hold an exclusive lock on the run folder for this process's life -> the open lock file (keep
-    it). The OS releases the lock when the process dies, however it dies, so a killed run never
-    blocks the next. Raises CheckpointError naming the run (its pid) that holds it, or when the
-    folder cannot be written."""
+    """Hold an exclusive lock on the run folder for this process's life -> the open lock file (keep it). The
+    OS releases the lock when the process dies, however it dies, so a killed run never blocks the next.
+    Raises CheckpointError naming the run (its pid) that holds it, or when the folder cannot be written."""
     try:
         import fcntl
     except ImportError:                         # not POSIX: no lock
@@ -227,13 +222,10 @@ def strip_prefixes(state):
 
 
 def load_checkpoint(path, device='cpu'):
-    """Load a checkpoint -> (model in eval mode on `device`, tiktoken.Encoding, checkpoint dict).
-
-    The tokenizer is the rank-file text embedded in the checkpoint, checked against
-    its SHA-256; a checkpoint written before tokenizers were embedded (only 'file'
-    and 'sha256') loads the file it records instead. Raises CheckpointError on a
-    missing or corrupt checkpoint, a missing, corrupt or different tokenizer, or weights that are not all
-    finite (NaN or inf: nothing the model computes would be a number; checked once, here)."""
+    """Load a checkpoint -> (model in eval mode on `device`, tiktoken.Encoding (checkpoint_tokenizer),
+    checkpoint dict). Raises CheckpointError on a missing or corrupt checkpoint, a missing, corrupt or
+    different tokenizer, or weights that are not all finite (NaN or inf: nothing the model computes
+    would be a number; checked once, here)."""
     ckpt = read_checkpoint(path, device)
     try:
         model = mixer.build_model(mixer.ModelConfig(**ckpt['model_config']))
@@ -246,10 +238,9 @@ def load_checkpoint(path, device='cpu'):
 
 
 def checkpoint_tokenizer(ckpt, path='checkpoint'):
-    """The tiktoken.Encoding of a checkpoint dict: its embedded rank file text
-    (ckpt['tokenizer']['text']) or, for an older checkpoint without one, the file
-    at ckpt['tokenizer']['file']; either must match ckpt['tokenizer']['sha256'].
-    `path` names the checkpoint in errors. Raises CheckpointError otherwise."""
+    """The tiktoken.Encoding of a checkpoint dict: its embedded rank file text (ckpt['tokenizer']['text'])
+    or, for an older checkpoint without one, the file at ckpt['tokenizer']['file']; either must match
+    ckpt['tokenizer']['sha256']. `path` names the checkpoint in errors. Raises CheckpointError otherwise."""
     tok = ckpt.get('tokenizer')
     if not isinstance(tok, dict) or 'sha256' not in tok or not ('text' in tok or 'file' in tok):
         raise CheckpointError(f'checkpoint {path!r} records no tokenizer (not from train.py)')
@@ -259,16 +250,14 @@ def checkpoint_tokenizer(ckpt, path='checkpoint'):
             raise CheckpointError(f'the tokenizer embedded in checkpoint {path!r} does not match its '
                                   'SHA-256 (a damaged file, or the data dir\'s tokenizer changed after '
                                   'data/prepare.py wrote it)')
-        try:
-            return tokenizer_from_text(tok['text'], f'tokenizer embedded in {path!r}')
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-    if not os.path.isfile(tok['file']):
+    elif not os.path.isfile(tok['file']):
         raise CheckpointError(f"tokenizer {tok['file']!r} recorded in the checkpoint not found "
                               '(an older checkpoint without its tokenizer: run data/prepare.py)')
-    if tokenizer_sha256(tok['file']) != tok['sha256']:
+    elif tokenizer_sha256(tok['file']) != tok['sha256']:
         raise CheckpointError(f"tokenizer {tok['file']!r} differs from the one the model was trained with")
     try:
+        if 'text' in tok:
+            return tokenizer_from_text(tok['text'], f'tokenizer embedded in {path!r}')
         return load_tokenizer(tok['file'])
     except ValueError as e:
         raise CheckpointError(str(e)) from None
@@ -346,5 +335,4 @@ def gather_rng(batch_gen, env):
 
 
 if __name__ == '__main__':
-    from cli import fail
     fail("the checkpoint format's module, not a command: train.py writes checkpoints, sample.py reads them", 'checkpoint.py')

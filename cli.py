@@ -101,18 +101,12 @@ def run_command(prog, work, *args, kept=None, exits=False):
     return value, None read as 0; a SystemExit it raises, e.g. fail()'s 2, goes through as it is).
     stdout is flushed before returning: a reader that went away, or a full disk, is seen here (begin()).
 
-    Ctrl-C (KeyboardInterrupt) anywhere in the work: one line on stderr, 'PROG: interrupted (Ctrl-C)',
-    followed by '; ' + `kept` when given (what the run keeps, e.g. 'what finished is cached'), and the
-    status 130; a second Ctrl-C while it stops is ignored. The work's own `finally` blocks run first,
-    so it leaves no half-written file. The caller exits with the status (or returns it, where its callers
-    want a number: data/prepare.py); Python's SIGINT handler (or begin()'s) is the caller's again afterwards,
-    unless `exits` (the caller exits at once, e.g. an experiment whose pool's finalizers run at exit; so
-    does every command begin() started) and the work was stopped by Ctrl-C: then SIGINT stays ignored, so
-    a second Ctrl-C during those finalizers is no traceback:
-
-        def main(argv=None):
-            sys.exit(run_command('sample.py', sample, argv))
-    """
+    Ctrl-C (KeyboardInterrupt) anywhere in the work, after the work's own `finally` blocks (no
+    half-written file): one line 'PROG: interrupted (Ctrl-C)' on stderr, followed by '; ' + `kept` when
+    given (e.g. 'what finished is cached'), and the status 130; a second Ctrl-C while it stops is ignored.
+    SIGINT's handler is the caller's again afterwards, unless `exits` (the caller exits at once, e.g. an
+    experiment whose pool's finalizers run at exit; so does every command begin() started) and Ctrl-C
+    stopped the work: then SIGINT stays ignored, so a second Ctrl-C during those finalizers is no traceback."""
     handler = signal.getsignal(signal.SIGINT)
     own = handler in (signal.default_int_handler, _interrupted)
     own = own and threading.current_thread() is threading.main_thread()
@@ -190,18 +184,16 @@ def number(cast=int, low=1, above=False, high=None):
     return parse
 
 
-# An argparse type for a --seed: an integer in [0, 2**32 - 1], which every generator takes (torch's, numpy's
-# default_rng and its legacy seed); a negative or larger one was a traceback from inside numpy or torch
+# An argparse type for a --seed: an integer in [0, 2**32 - 1], which every generator takes (torch's, numpy's)
 random_seed = number(int, 0, high=2 ** 32 - 1)
 
 
 def listing(cast=str, choices=None, empty=False, items='values', what='name'):
-    """The one list parser of the command lines, an argparse type: a comma-separated list 'a,b,c' ->
-    [cast(a), ...], each item once and among `choices` when given. argparse.ArgumentTypeError (one line)
-    on an item named twice, (unless `empty`) no item at all, an item not among the choices ('unknown WHAT
-    x; choose from ...'), or a bad item: cast's own argparse.ArgumentTypeError (a type of its own words,
-    e.g. number()) says why, its ValueError names what the items must be (`items`; int, float and str
-    name their own)."""
+    """The one list parser of the command lines, an argparse type: 'a,b,c' -> [cast(a), ...], each item once
+    and among `choices` when given. argparse.ArgumentTypeError (one line) on an item named twice, (unless
+    `empty`) no item at all, an item not among the choices ('unknown WHAT x; choose from ...'), or a bad
+    item: cast's own ArgumentTypeError says why (e.g. number()'s), its ValueError names what the items
+    must be (`items`; int, float and str name their own)."""
     items = {int: 'integers', float: 'numbers', str: 'names'}.get(cast, items)
 
     def parse(text):
@@ -242,10 +234,9 @@ def assignments(text):
 
 
 def distinct_files(paths, flag):
-    """Raise ValueError (one line) when the list of file paths `paths` (str, given by a repeatable
-    `flag`, e.g. '--ckpt') names one file twice, also through two spellings (os.path.realpath:
-    'a/ckpt.pt' and './a/../a/ckpt.pt', a link and its target): the project refuses a duplicate
-    rather than computing it twice."""
+    """Raise ValueError (one line) when the file paths `paths` (str, given by a repeatable `flag`, e.g.
+    '--ckpt') name one file twice, also through two spellings (os.path.realpath: 'a/x' and './a/../a/x', a
+    link and its target): the project refuses a duplicate rather than computing it twice."""
     seen = {}
     for path in paths:
         real = os.path.realpath(path)
@@ -258,9 +249,8 @@ def distinct_files(paths, flag):
 # ----------------------------------------------------------------------------- devices
 
 def device_error(dev):
-    """Why the torch device named `dev` cannot be used on this machine (one line), or None
-    if it can: an unknown name, CUDA absent, a CUDA index beyond the GPUs, a type other
-    than cpu / cuda / an available mps."""
+    """Why the torch device named `dev` cannot be used on this machine (one line: an unknown name, CUDA
+    absent, a CUDA index beyond the GPUs, a type other than cpu / cuda / an available mps), or None."""
     import torch                        # here, not above: data/prepare.py runs without importing torch
     try:
         d = torch.device(dev)
@@ -280,10 +270,9 @@ def device_error(dev):
 # ----------------------------------------------------------------------------- results written whole
 
 def check_folder_writable(folder, what="output folder"):
-    """Raise ValueError (one line) unless files can be made in `folder` now: it, or its
-    nearest existing ancestor (the folders are made when written), is a folder that
-    takes a new file. Makes nothing; call it before the work, so that a long run never
-    ends unable to save its results."""
+    """Raise ValueError (one line) unless files can be made in `folder` now: it, or its nearest existing
+    ancestor (the folders are made when written), is a folder that takes a new file. Makes nothing; call
+    it before the work, so that a long run never ends unable to save its results."""
     folder = os.path.abspath(folder)
     probe = folder
     while not os.path.exists(probe):
@@ -298,9 +287,8 @@ def check_folder_writable(folder, what="output folder"):
 
 
 def check_writable(path, overwrite=True, what="output file"):
-    """Raise ValueError (one line) unless the file `path` can be written now
-    (check_folder_writable on its folder); an empty path is refused, an existing
-    file unless `overwrite`, and a folder always."""
+    """Raise ValueError (one line) unless the file `path` can be written now (check_folder_writable on its
+    folder); an empty path is refused, an existing file unless `overwrite`, and a folder always."""
     if not path:
         raise ValueError(f"the {what} is an empty path; give a file's path")
     if os.path.isdir(path):
@@ -332,9 +320,7 @@ def save_results(path, results, prog, indent=2):
     try:
         write_atomic(path, json.dumps(results, indent=indent))
     except OSError as e:
-        print(f'{prog}: error: could not write {path} ({e.strerror or e}); the results are the tables above',
-              file=sys.stderr)
-        sys.exit(1)
+        fail(f'could not write {path} ({e.strerror or e}); the results are the tables above', prog, 1)
 
 
 if __name__ == '__main__':

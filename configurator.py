@@ -1,15 +1,14 @@
-"""train.py's settings: its module-level defaults, overridden by config files and then by
---key=value arguments, type- and range-checked, and on --init_from=resume restored
-from the checkpoint (nanoGPT's configurator.py, made strict).
+"""train.py's settings: its module-level defaults, overridden by config files and then by --key=value
+arguments, type- and range-checked, and on --init_from=resume restored from the checkpoint (nanoGPT's
+configurator.py, made strict).
 
     python train.py config/tinystories_cpu.py --variant=toeplitz --max_iters=500
 
-A config file holds plain Python assignments (`n_layer = 4`). Values given as
---key=value are Python literals (`--lr_decay_iters=None`, `--compile=True`) or bare
-strings (`--variant=toeplitz`). Unknown keys, wrong types, values out of range,
-non-finite numbers and config files that do not run are a one-line error and exit
-status 2, wherever the value came from: the merged settings are checked, not the
-argument strings.
+A config file holds plain Python assignments (`n_layer = 4`). Values given as --key=value are Python
+literals (`--lr_decay_iters=None`, `--compile=True`) or bare strings (`--variant=toeplitz`). Unknown keys,
+wrong types, values out of range, non-finite numbers and config files that do not run are a one-line
+error and exit status 2, wherever the value came from: the merged settings are checked, not the argument
+strings.
 """
 
 import ast
@@ -50,9 +49,8 @@ def coerce(defaults, key, value):
 
 
 def read_config_file(path):
-    """The public assignments of a config file -> list of (key, value). A missing file or
-    one that does not run (a syntax error, a name error) is a one-line error naming
-    the file and line."""
+    """The public assignments of a config file -> list of (key, value). A missing file or one that does not
+    run (a syntax error, a name error) is a one-line error naming the file and line."""
     if not os.path.isfile(path):
         fail(f'config file {path!r} not found')
     ns = {}
@@ -127,11 +125,10 @@ def check_settings(cfg):
 
 
 def resolve_settings(overrides, defaults, model_keys):
-    """The run's settings: defaults < the variant's (mixer.VARIANTS) < config files and
-    --key=value for a fresh run; for init_from='resume', the saved run's settings
-    (ckpt['config'], and its architecture ckpt['model_config']) < the explicit
-    overrides, each change printed. -> (settings dict, checkpoint dict or None). Model
-    settings cannot change on resume; that and an unreadable checkpoint are one-line
+    """The run's settings -> (settings dict, checkpoint dict or None): defaults < the variant's
+    (mixer.VARIANTS) < config files and --key=value for a fresh run; for init_from='resume', the saved run's
+    settings (ckpt['config'], and its architecture ckpt['model_config']) < the explicit overrides, each
+    change printed. Model settings cannot change on resume; that and an unreadable checkpoint are one-line
     errors, exit 2."""
     cfg = dict(defaults)
     var = overrides.get('variant', cfg['variant'])

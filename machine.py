@@ -21,15 +21,13 @@ from cli import fail
 
 
 def keep_freed_memory():
-    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep
-    freed memory, instead of mmap-ing each block over its threshold (32 MiB at most)
-    afresh and unmapping it on free. Such blocks come and go on every CPU training
-    step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the softmax and
-    its gradient), and each new mapping is page-faulted in again at a few GB/s.
-    Measured on 2 cores: cross entropy forward+backward on those logits 67 -> 23-28
-    ms; a CPU-config training step about 250 -> 170 ms. The cost: memory freed by
-    tensors stays with the process. Returns True if applied, False without glibc
-    (macOS, Windows, musl); never raises."""
+    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep freed memory, instead of
+    mmap-ing each block over its threshold (32 MiB at most) afresh and unmapping it on free. Such blocks
+    come and go on every CPU training step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the
+    softmax and its gradient), and each new mapping is page-faulted in again at a few GB/s. Measured on 2
+    cores: cross entropy forward+backward on those logits 67 -> 23-28 ms; a CPU-config training step about
+    250 -> 170 ms. The cost: memory freed by tensors stays with the process. Returns True if applied,
+    False without glibc (macOS, Windows, musl); never raises."""
     try:
         libc = ctypes.CDLL('libc.so.6')
     except OSError:
@@ -69,14 +67,13 @@ def matmul_size(device):
 
 
 def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0):
-    """Measured dense matmul throughput of this machine, FLOP/s (float): the best batch of 4
-    n x n x n products of `dtype` on `device` over about `seconds`, after 3 warm-up products.
-    n defaults to matmul_size(device): 8192 on CUDA, 1024 on the CPU. A GPU is measured as GPUs are: products large
-    enough to fill it, timed by CUDA events around the queued work. (1024^3 bf16 products timed by
-    the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at about 790: an MFU
-    against that low peak read 195%.) A CPU: one torch thread's rate, timed by its own CPU clock (time.thread_time
-    counts no time other processes take the core), times the threads (by the wall clock, a second of a shared
-    2-core machine halved the peak: 'MFU n/a' on 3,390 of 3,400 lines); more threads than cores overstate it."""
+    """Measured dense matmul throughput of this machine, FLOP/s (float): the best batch of 4 n x n x n
+    products of `dtype` on `device` (n: matmul_size(device) by default) over about `seconds`, after 3
+    warm-up products. A GPU is measured as GPUs are: products large enough to fill it, timed by CUDA events
+    around the queued work (1024^3 bf16 products timed by the host clock gave an H200 150 TFLOP/s, where
+    8192^3 products run at about 790). A CPU: one torch thread's rate, timed by its own CPU clock
+    (time.thread_time counts no time other processes take the core: by the wall clock, a second of a
+    shared 2-core machine halved the peak), times the threads; more threads than cores overstate it."""
     cuda, threads = torch.device(device).type == 'cuda', torch.get_num_threads()
     n, clock = n or matmul_size(device), time.perf_counter if cuda else time.thread_time
     a = torch.randn(n, n, device=device, dtype=dtype)
@@ -128,10 +125,9 @@ _MEASURED_PEAK = {}      # (device, dtype, torch threads) -> FLOP/s, measured on
 
 def peak_flops(device, dtype):
     """The peak MFU is reported against -> (FLOP/s, what it is): a GPU's nominal dense bf16 peak where
-    NOMINAL_PEAK knows it (MFU's convention: the datasheet, not what a library reaches), else this
-    machine's measured `dtype` matmul peak (measure_matmul_flops, about a second), measured once a
-    process for each device, dtype and thread count: a pool process of claims.py trains dozens of
-    runs."""
+    NOMINAL_PEAK knows it (MFU's convention: the datasheet, not what a library reaches), else this machine's
+    measured `dtype` matmul peak (measure_matmul_flops, about a second), measured once a process for each
+    device, dtype and thread count: a pool process of claims.py trains dozens of runs."""
     nominal = nominal_peak(device)
     if nominal:
         name = torch.cuda.get_device_name(device)
@@ -144,16 +140,13 @@ def peak_flops(device, dtype):
 
 
 # Settings that change speed, never results, tuned per device type (bench.py's "Token-mixing paths"
-# table measures them): the Toeplitz mixing's FFT threshold and the recurrent mixing's and linear
-# attention's chunk. CPU: measured on 2 cores (docs/performance.md). CUDA: measured on one H200
-# (docs/performance.md, "On a GPU"; batch 32, d_model 1024, 4 heads, bf16, forward + backward):
-# - the Toeplitz FFT beat the T x T matrix from T = 128 on (128: 1.02 against 1.65 ms; 512: 1.86
-#   against 12.90; at 64 the two were even, 1.28 against 1.23): the FFT from 128;
-# - the recurrent mixing in one chunk beat chunks of 256 at every length measured (512: 1.72 against
-#   2.81 ms; 2048: 6.48 against 10.57; 8192: 41.6 against 68.6), and at 4096 chunks of 2048 were as
-#   fast as one chunk (15.58 against 15.59): chunks of 2048, one chunk for every training length up
-#   to 2048. Not longer: linear attention shares chunk_size, and its chunk holds a [B, H, C, C]
-#   product, which at C = 8192 is naive attention's memory.
+# table measures them; the numbers: docs/performance.md): the Toeplitz mixing's FFT threshold and the
+# recurrent mixing's and linear attention's chunk. CPU: measured on 2 cores. CUDA: on one H200 (batch 32,
+# d_model 1024, 4 heads, bf16, forward + backward), the Toeplitz FFT beat the T x T matrix from T = 128 on
+# (at 64 the two were even); the recurrent mixing in one chunk beat chunks of 256 at every length, and at
+# 4096 chunks of 2048 were as fast as one: chunks of 2048, one chunk for every training length up to 2048.
+# Not longer: linear attention shares chunk_size, and its chunk holds a [B, H, C, C] product, at C = 8192
+# naive attention's memory.
 DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=128, chunk_size=2048)}
 
 
@@ -170,13 +163,12 @@ def memory_error(need, device, what):
 # ----------------------------------------------------------------------------- device and processes
 
 def setup_device(cfg):
-    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is
-    started here, NCCL on CUDA, gloo on CPU) and the precision of train.py's settings
-    cfg -> SimpleNamespace(dev, cuda, ddp, rank, world, local, master, dtype ('float32' |
-    'bfloat16'), autocast context). dev always names its GPU ('cuda:N'): a bare 'cuda' or 'auto' on a
-    CUDA machine is the current device (cuda:0 unless CUDA_VISIBLE_DEVICES or the caller chose
-    another), under torchrun cuda:LOCAL_RANK; CUDA calls that want an index (torch.cuda.set_device)
-    get one. An unavailable device: one-line error, exit 2."""
+    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is started here, NCCL
+    on CUDA, gloo on CPU) and the precision of train.py's settings cfg -> SimpleNamespace(dev, cuda, ddp,
+    rank, world, local, master, dtype ('float32' | 'bfloat16'), autocast context). dev always names its GPU
+    ('cuda:N'): a bare 'cuda' or 'auto' on a CUDA machine is the current device (cuda:0 unless
+    CUDA_VISIBLE_DEVICES or the caller chose another), under torchrun cuda:LOCAL_RANK; CUDA calls that want
+    an index (torch.cuda.set_device) get one. An unavailable device: one-line error, exit 2."""
     ddp = int(os.environ.get('RANK', -1)) != -1
     dev = cfg['device']
     if dev == 'auto':
@@ -201,8 +193,7 @@ def setup_device(cfg):
                                 timeout=datetime.timedelta(seconds=cfg.get('ddp_timeout', 300)))
     elif kind == 'cuda':
         # Without torchrun: make the device current, or every argument-less call (synchronize, the
-        # caches) would use GPU 0. A bare 'cuda' (so also 'auto') is the current device, named with its
-        # index: torch.cuda.set_device refuses a device without one.
+        # caches) would use GPU 0; torch.cuda.set_device refuses a device without an index.
         if torch.device(dev).index is None:
             dev = f'cuda:{torch.cuda.current_device()}'
         try:

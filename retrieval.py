@@ -91,13 +91,12 @@ fail = failing(PROG)                # 'retrieval.py: error: msg' on stderr, exit
 def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=None, pool='last'):
     """Embeddings float [len(seqs), d] of token id lists (each non-empty, <= n_ctx).
 
-    A language model's embedding is, after block `layer` (default the last), the
-    hidden vector of a text's last token (pool='last', Badger 2024's choice) or the
-    mean of the hidden vectors of all its tokens (pool='mean'). Texts are sorted by
-    length and right-padded per batch; since the model is causal, a text's vectors
-    at its own real tokens are the same as alone. An autoencoder uses its encoder's
-    last token (layer must be None, pool 'last'). progress(done, total) is called
-    after each batch. Raises ValueError for an empty sequence or an unknown pool."""
+    A language model's embedding is, after block `layer` (default the last), the hidden vector of a text's
+    last token (pool='last', Badger 2024's choice) or the mean of the hidden vectors of all its tokens
+    (pool='mean'). Texts are sorted by length and right-padded per batch; since the model is causal, a
+    text's vectors at its own real tokens are the same as alone. An autoencoder uses its encoder's last
+    token (layer must be None, pool 'last'). progress(done, total) is called after each batch. Raises
+    ValueError for an empty sequence or an unknown pool."""
     if pool not in ('last', 'mean'):
         raise ValueError(f"pool must be 'last' or 'mean', got {pool!r}")
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
@@ -267,14 +266,13 @@ class RetrievalMixer(nn.Module):
 
 def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, weight_decay=0.05,
                     seed=1337, log=None, val_loss=None, test_loss=None, every=50):
-    """Train `model` on pairs (q [P, d_in], t [P, d_in], stories [P]) with n candidates
-    per query (negatives from other stories, fresh each step); AdamW, cosine decay.
+    """Train `model` on pairs (q [P, d_in], t [P, d_in], stories [P]) with n candidates per query
+    (negatives from other stories, fresh each step); AdamW, cosine decay.
 
-    Every `every` steps (and at the end) the held-out losses (nats) val_loss() and
-    test_loss() are measured, when given, and log(step, train loss, val, test) called.
-    Early stopping: with val_loss, the model ends with its parameters of the lowest
-    validation loss. Returns {'train_loss': mean of the last 50 steps' losses (nats),
-    'curve': [(step, train loss of the last `every` steps, val loss, test loss)],
+    Every `every` steps (and at the end) the held-out losses (nats) val_loss() and test_loss() are
+    measured, when given, and log(step, train loss, val, test) called. Early stopping: with val_loss, the
+    model ends with its parameters of the lowest validation loss. Returns {'train_loss': mean of the last
+    50 steps' losses (nats), 'curve': [(step, train loss of the last `every` steps, val loss, test loss)],
     'kept_step': the step whose parameters the model ends with}."""
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
@@ -476,9 +474,8 @@ def check_args(args):
 
 
 def fit_retrieval_model(args, name, q, t, sp):
-    """(model, train_retrieval's dict): a RetrievalMixer (torch seed --seed) trained
-    on the embeddings q, t float [P, d] of plan_splits' `sp`.fit pairs, early-stopped on
-    its val pairs, logged to stderr as `name`."""
+    """(model, train_retrieval's dict): a RetrievalMixer (torch seed --seed) trained on the embeddings q, t
+    float [P, d] of plan_splits' `sp`.fit pairs, early-stopped on its val pairs, logged to stderr as `name`."""
     tr, va, te = torch.tensor(sp.fit), torch.tensor(sp.val, dtype=torch.long), torch.tensor(sp.test)
     torch.manual_seed(args.seed)            # same init whether or not embeddings were cached
     model = RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)

@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 
@@ -108,9 +107,8 @@ DEFAULTS = configurator.collect_defaults(globals(), skip=('MODEL_KEYS', 'TUNING_
 # ----------------------------------------------------------------------------- data and evaluation
 
 def load_tokens(path, vocab_size=None):
-    """uint16 token ids of one split, memory-mapped (numpy [N]). A missing, empty or odd-sized file,
-    or ids at or above vocab_size (the data's tokenizer is not the one meta.json names): one line,
-    exit 2."""
+    """uint16 token ids of one split, memory-mapped (numpy [N]). A missing, empty or odd-sized file, or ids
+    at or above vocab_size (the data's tokenizer is not the one meta.json names): one line, exit 2."""
     if not os.path.isfile(path):
         fail(f'{path} not found: run data/prepare.py first (or set --data_dir)')
     size = os.path.getsize(path)
@@ -143,12 +141,10 @@ def load_data(cfg):
 
 
 def draw_windows(gen, n_tokens, n_ctx, batch_size, grad_accum, world):
-    """Start positions of one optimiser step's windows for every rank and micro-step:
-    long [world, grad_accum, batch_size], uniform over the n_tokens - n_ctx - 1 starts.
-    Every rank holds the same generator and takes its own row, so the windows of a
-    step depend on the global batch alone: 2 ranks x batch 4 draw exactly what one
-    process with batch 8, or batch 4 and grad_accum 2, draws (test_train checks the
-    parameters agree)."""
+    """Start positions of one optimiser step's windows for every rank and micro-step: long [world,
+    grad_accum, batch_size], uniform over the n_tokens - n_ctx - 1 starts. Every rank holds the same
+    generator and takes its own row, so the windows of a step depend on the global batch alone: 2 ranks x
+    batch 4 draw exactly what one process with batch 8, or batch 4 and grad_accum 2, draws."""
     n = world * grad_accum * batch_size
     return torch.randint(n_tokens - n_ctx - 1, (n,), generator=gen).view(world, grad_accum, batch_size)
 
@@ -205,15 +201,14 @@ def train_step(model, optimizers, data, starts, lr, cfg, env):
     for micro, s in enumerate(starts):
         x, y = get_batch(data, s, cfg['n_ctx'], cfg['task'], env.dev)
         sync = not env.ddp or micro == len(starts) - 1
-        with (nullcontext() if sync else model.no_sync()), env.autocast:
+        with (contextlib.nullcontext() if sync else model.no_sync()), env.autocast:
             _, loss = model(x, y)
             (loss / len(starts)).backward()
         loss_sum = loss_sum + loss.detach()
     if cfg['grad_clip'] > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg['grad_clip'])
-    for _, opt in optimizers:
+    for _, opt in optimizers:           # disjoint parameters: one's zero_grad leaves the others' gradients
         opt.step()
-    for _, opt in optimizers:
         opt.zero_grad(set_to_none=True)
     return loss_sum / len(starts)
 
@@ -295,7 +290,8 @@ def wrap_model(raw_model, cfg, env):
 def build_run(cfg, ckpt, env, meta):
     """The model, its optimisers and the window generator of the settings -> Run (a resumed run gets its
     saved states). A model config the settings make invalid, a model whose parameters (counted on the meta
-    device) need more than the device's memory, or a tokenizer other than the checkpoint's: one line, exit 2."""
+    device) need more than the device's memory, or a tokenizer other than the checkpoint's: one line, exit 2;
+    a saved optimiser state that does not fit: checkpoint.CheckpointError."""
     tuned = {k: cfg[k] if cfg[k] is not None else machine.DEVICE_TUNING[env.dev.split(':')[0]][k]
              for k in TUNING_KEYS}
     try:
@@ -317,10 +313,7 @@ def build_run(cfg, ckpt, env, meta):
     batch_gen = torch.Generator().manual_seed(cfg['seed'])      # the same on every rank: see draw_windows
     step, best_val = 0, float('inf')
     if ckpt is not None:
-        try:
-            step, best_val = checkpoint.restore(ckpt, raw_model, optimizers, batch_gen, env)
-        except checkpoint.CheckpointError as e:
-            fail(str(e))
+        step, best_val = checkpoint.restore(ckpt, raw_model, optimizers, batch_gen, env)
         if env.master:
             print(f'resumed from {os.path.join(cfg["out_dir"], "ckpt.pt")} at step {step}')
     return Run(cfg, env, meta, model_cfg, raw_model, wrap_model(raw_model, cfg, env), optimizers, batch_gen,
@@ -345,16 +338,13 @@ def deferred_interrupt():
 
 
 def save(run, rng):
-    """Write the run's checkpoint (rank 0). A failed write: Stop naming the cause, the previous
-    checkpoint kept."""
-    try:
-        with deferred_interrupt():
-            checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), run.cfg, run.step,
-                                       run.best_val, rng, os.path.join(run.cfg['data_dir'], run.meta['tokenizer']),
-                                       run.meta['tokenizer_sha256'], run.optimizers)
-            run.saved_step = run.step
-    except checkpoint.CheckpointError as e:
-        raise Stop(str(e)) from None
+    """Write the run's checkpoint (rank 0). A failed write: checkpoint.CheckpointError naming the cause, the
+    previous checkpoint kept."""
+    with deferred_interrupt():
+        checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), run.cfg, run.step,
+                                   run.best_val, rng, os.path.join(run.cfg['data_dir'], run.meta['tokenizer']),
+                                   run.meta['tokenizer_sha256'], run.optimizers)
+        run.saved_step = run.step
 
 
 def write_log(run, rec):
@@ -418,7 +408,7 @@ def evaluate_and_save(run, clock):
             if cfg['save_checkpoint'] and run.step > 0:
                 try:
                     save(run, rng)
-                except Stop as e:                  # every rank stops, not rank 0 alone
+                except checkpoint.CheckpointError as e:     # every rank stops, not rank 0 alone
                     reason = str(e)
         else:
             reason = f'non-finite val loss {ev["val_loss"]} at step {run.step}'
@@ -450,18 +440,13 @@ def log_train(run, loss, lr, steps, clock):
 
 
 def log_summary(run, clock, t_wall):
-    """The 'summary' event and line: final and best validation loss (nats/token, bits per
-    byte), steps, tokens and epochs, wall and training time; tokens/s and MFU over the whole
-    training time (tokens_per_s, mfu) and steady (steady_tokens_per_s, steady_mfu: the logged
-    intervals after the first, whose warm-up, e.g. torch.compile's, they leave out, as nanoGPT's
-    running MFU does; None before a second interval); on CUDA the peak memory the run's tensors
-    took (peak_memory_gib, torch.cuda.max_memory_allocated, GiB)."""
+    """The 'summary' event and line: final and best validation loss (nats/token, bits per byte), steps,
+    tokens and epochs, wall and training time; tokens/s and MFU over the whole training time (tokens_per_s,
+    mfu) and steady (steady_tokens_per_s, steady_mfu: the logged intervals after the first, whose warm-up,
+    e.g. torch.compile's, they leave out, as nanoGPT's running MFU does; None before a second interval); on
+    CUDA the peak memory the run's tensors took (peak_memory_gib, torch.cuda.max_memory_allocated, GiB)."""
     cfg, env, step = run.cfg, run.env, run.step
-    if run.last_ev is None or run.last_ev['step'] != step:       # e.g. resumed past its max_iters
-        run.last_ev = {'step': step, **evaluate_splits(run.raw_model, run.train_data, run.val_data, cfg, env.dev,
-                                                       env.autocast, run.meta['val']['bytes_per_token'])}
-        run.best_val = min(run.best_val, run.last_ev['val_loss'])
-    ev, tokens_seen = run.last_ev, step * tokens_per_step(cfg, env)
+    ev, tokens_seen = run.last_ev, step * tokens_per_step(cfg, env)      # train() evaluated the last step
     tok_s = (step - run.start_step) * tokens_per_step(cfg, env) / clock.total if clock.total > 0 else 0.0
     steady = run.steady_steps * tokens_per_step(cfg, env) / run.steady_seconds if run.steady_seconds > 0 else None
     mfu_of = lambda t: None if t is None else run.flops * t / env.world / run.peak      # noqa: E731
@@ -517,14 +502,13 @@ def train(run, clock):
             clock.interval, interval_steps = 0.0, 0
 
 
-def stop_line(run, what):
-    """The line a stopped run ends with: what happened, the step reached, what the checkpoint holds
-    and how to go on."""
-    held = (f'{run.ckpt_path} holds step {run.saved_step}' if run.saved_step is not None
-            else 'no checkpoint was written')
-    resume = (f'; resume: python train.py --init_from=resume --out_dir={run.cfg["out_dir"]}'
-              if run.saved_step is not None else '')
-    return f'train.py: {what} at step {run.step}; {held}{resume}'
+def stopped(run, what, code):
+    """Print the line a stopped run ends with on stderr (what happened, the step reached, what the
+    checkpoint holds and how to go on) -> `code`, its exit status."""
+    held = (f'{run.ckpt_path} holds step {run.saved_step}; resume: python train.py --init_from=resume '
+            f'--out_dir={run.cfg["out_dir"]}' if run.saved_step is not None else 'no checkpoint was written')
+    print(f'train.py: {what} at step {run.step}; {held}', file=sys.stderr)
+    return code
 
 
 def collective_failure(e, cfg, env):
@@ -552,13 +536,10 @@ def main(argv):
     rank = int(os.environ.get('RANK', 0))
     try:
         lock = checkpoint.claim_run_folder(cfg, ckpt, rank)     # rank 0's; out_dir is locked while main runs
-    except checkpoint.CheckpointError as e:
-        fail(str(e))
-    env = machine.setup_device(cfg)
-    meta, train_data, val_data = load_data(cfg)
-    run = build_run(cfg, ckpt, env, meta)
-    run.train_data, run.val_data = train_data, val_data
-    try:
+        env = machine.setup_device(cfg)
+        meta, train_data, val_data = load_data(cfg)
+        run = build_run(cfg, ckpt, env, meta)
+        run.train_data, run.val_data = train_data, val_data
         run.ckpt_path, run.log = checkpoint.prepare_run_folder(cfg, ckpt, rank)
     except checkpoint.CheckpointError as e:
         fail(str(e))
@@ -570,17 +551,14 @@ def main(argv):
         if env.master:
             log_summary(run, clock, t_wall)
     except Stop as e:
-        print(stop_line(run, f'error: {e}; stopping'), file=sys.stderr)
-        code = 1
+        code = stopped(run, f'error: {e}; stopping', 1)
     except KeyboardInterrupt:
-        print(stop_line(run, 'interrupted (Ctrl-C)'), file=sys.stderr)
-        code = 130
+        code = stopped(run, 'interrupted (Ctrl-C)', 130)
     except RuntimeError as e:
         what = collective_failure(e, cfg, env) if env.ddp else None
         if what is None:
             raise
-        print(stop_line(run, f'error: {what}; stopping'), file=sys.stderr)
-        code = 1
+        code = stopped(run, f'error: {what}; stopping', 1)
     finally:
         if run.log:
             run.log.close()

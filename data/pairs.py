@@ -1,25 +1,21 @@
-"""(query, target) pairs of texts for retrieval.py (Badger 2024, "Masked Mixers for
-Language Generation and Retrieval", arXiv 2409.01482).
+"""(query, target) pairs of texts for retrieval.py (Badger 2024, "Masked Mixers for Language Generation and
+Retrieval", arXiv 2409.01482).
 
-A pair is a dict {'query': str, 'target': str, 'cut': int or None, 'story': int}.
-A retrieval model must find a query's target among N candidates: the true
-target and the targets of other stories. 'story' names the story the pair came
-from: the train / test split is by story (split_by_story), so no story is on
-both sides, and negatives never come from the query's own story. 'cut' is the
-character offset in the target where the query was taken out (None for pairs
-read from a file).
+A pair is a dict {'query': str, 'target': str, 'cut': int or None, 'story': int}. A retrieval model must
+find a query's target among N candidates: the true target and the targets of other stories. 'story' names
+the story the pair came from: the train / test split is by story (split_by_story), so no story is on both
+sides, and negatives never come from the query's own story. 'cut' is the character offset in the target
+where the query was taken out (None for pairs read from a file).
 
-Inverse cloze task (Lee et al. 2019; ict_pairs): the query is one sentence
-(split_sentences) taken out of a story, the target is the story without it, so
-the query never appears in its target. The stories are those of a prepared data
-dir's {split}.bin (read_data_dir_stories) or of a raw text file split on
-<|endoftext|> (read_text_stories); a pairs file (read_pairs_file) instead holds
-{"query": ..., "target": ...} objects, one per line. encode_pairs makes the token ids.
+Inverse cloze task (Lee et al. 2019; ict_pairs): the query is one sentence (split_sentences) taken out of
+a story, the target is the story without it, so the query never appears in its target. The stories are
+those of a prepared data dir's {split}.bin (read_data_dir_stories) or of a raw text file split on
+<|endoftext|> (read_text_stories); a pairs file (read_pairs_file) instead holds {"query": ...,
+"target": ...} objects, one per line. encode_pairs makes the token ids.
 
-load_pairs makes the pairs that retrieval.py's options ask for; plan_splits splits
-them by story (train, test, and training stories held out for early stopping) and
-fixes the candidate draws every method is scored on (candidate_draws). Bad input
-raises UsageError with a one-line message.
+load_pairs makes the pairs that retrieval.py's options ask for; plan_splits splits them by story (train,
+test, and training stories held out for early stopping) and fixes the candidate draws every method is
+scored on (candidate_draws). Bad input raises UsageError with a one-line message.
 """
 
 import hashlib
@@ -35,7 +31,7 @@ if __name__ == '__main__':       # before the imports that need the repository r
     print("pairs.py: error: retrieval.py's pairs, not a command: python retrieval.py --help", file=sys.stderr)
     sys.exit(2)
 
-from data.prepare import load_tokenizer, read_stories, tokenizer_sha256  # noqa: E402
+from data.prepare import check_file, load_tokenizer, split_stories, tokenizer_sha256  # noqa: E402
 
 
 class UsageError(Exception):
@@ -47,12 +43,10 @@ SENTENCE_END = re.compile(r'[.!?]+[\"\'\u201d\u2019)\]]*(?=\s|$)')
 
 
 def split_sentences(text):
-    """Sentences of `text` (str) as a list of (start, end) character spans (int),
-    in order, whitespace excluded; [] for a blank text. Raises nothing.
-
-    A sentence ends at a run of '.', '!' or '?' (with any closing quotes or
-    brackets) followed by whitespace or the end of the text ("Mr." too); trailing
-    text without such an ending is a last sentence."""
+    """Sentences of `text` (str) as a list of (start, end) character spans (int), in order, whitespace
+    excluded; [] for a blank text. Raises nothing. A sentence ends at a run of '.', '!' or '?' (with any
+    closing quotes or brackets) followed by whitespace or the end of the text ("Mr." too); trailing text
+    without such an ending is a last sentence."""
     spans, start = [], 0
     for end in [m.end() for m in SENTENCE_END.finditer(text)] + [len(text)]:   # the rest: a last sentence
         piece = text[start:end]
@@ -64,9 +58,8 @@ def split_sentences(text):
 
 
 def remove_span(text, start, end):
-    """`text` (str) without text[start:end], the whitespace around the cut merged into
-    one (a newline if there was one). Returns (new text: str, offset of the cut in
-    it: int). Raises nothing."""
+    """`text` (str) without text[start:end], the whitespace around the cut merged into one (a newline if
+    there was one) -> (new text: str, offset of the cut in it: int). Raises nothing."""
     left, right = text[:start].rstrip(), text[end:].lstrip()
     gap = text[len(left):start] + text[end:len(text) - len(right)]
     sep = ('\n' if '\n' in gap else ' ') if left and right else ''
@@ -74,14 +67,12 @@ def remove_span(text, start, end):
 
 
 def ict_pairs(stories, seed=1337, max_pairs=None, per_story=1, min_sentences=3, min_words=4):
-    """Inverse cloze pairs from `stories`, a sequence of str (a list, or a TokenStories).
-
-    Stories are visited in a seeded random order; each story with >= min_sentences
-    sentences gives up to per_story pairs with distinct query sentences. Returns a
-    list of pair dicts ('story': the story's index in `stories`). The query is chosen
-    among sentences of >= min_words words (all sentences if none has that many) that
-    do not occur in the target. At most max_pairs pairs (None: no limit); [] if no
-    story has enough sentences. Raises nothing itself."""
+    """Inverse cloze pairs from `stories`, a sequence of str (a list, or a TokenStories) -> a list of pair
+    dicts ('story': the story's index in `stories`), at most max_pairs (None: no limit); [] if no story has
+    enough sentences. Stories are visited in a seeded random order; each story with >= min_sentences
+    sentences gives up to per_story pairs with distinct query sentences, chosen among sentences of
+    >= min_words words (all sentences if none has that many) that do not occur in the target. Raises
+    nothing itself."""
     rng = np.random.default_rng(seed)
     out = []
     for si in rng.permutation(len(stories)).tolist():
@@ -106,11 +97,10 @@ def ict_pairs(stories, seed=1337, max_pairs=None, per_story=1, min_sentences=3, 
 
 
 def read_pairs_file(path, max_pairs=None, seed=1337):
-    """Pairs (list of dicts, see the module docstring; 'cut' None, 'story' the 1-based
-    line number) from a JSONL file of {"query": str, "target": str} objects (blank
-    lines skipped); each line is its own story. With max_pairs, a seeded random
-    subset in file order. Raises UsageError if the file is missing, not UTF-8 or
-    has no pairs, and naming the line of the first malformed line."""
+    """Pairs (list of dicts, see the module docstring; 'cut' None, 'story' the 1-based line number) from a
+    JSONL file of {"query": str, "target": str} objects (blank lines skipped); each line is its own story.
+    With max_pairs, a seeded random subset in file order. Raises UsageError if the file is missing, not
+    UTF-8 or has no pairs, and naming the line of the first malformed line."""
     if not os.path.isfile(path):
         raise UsageError(f'pairs file {path!r} not found')
     out = []
@@ -140,10 +130,9 @@ def read_pairs_file(path, max_pairs=None, seed=1337):
 
 
 class TokenStories:
-    """The non-empty stories of a token file as a read-only sequence of str, each
-    decoded when indexed: ids is the file's uint16 memmap, spans [N, 2] int64 the
-    token range of each story (the eot separators excluded). Only the stories that
-    ict_pairs visits are ever decoded, so a split of any size costs its memmap."""
+    """The non-empty stories of a token file as a read-only sequence of str, each decoded when indexed: ids
+    is the file's uint16 memmap, spans [N, 2] int64 the token range of each story (the eot separators
+    excluded). Only the stories that ict_pairs visits are ever decoded: a split of any size costs its memmap."""
 
     def __init__(self, ids, spans, enc):
         self.ids, self.spans, self.enc = ids, spans, enc
@@ -157,11 +146,10 @@ class TokenStories:
 
 
 def read_data_dir_stories(data_dir, split):
-    """Stories of data_dir's {split}.bin (uint16 tokens, stories separated by the eot
-    id of meta.json), decoded with the data dir's tokenizer (byte-level BPE: the exact
-    text): a TokenStories. Raises UsageError if meta.json or the .bin file is missing
-    or damaged, the tokenizer cannot be loaded or is not the one meta.json records
-    (its SHA-256), or the file holds token ids the tokenizer does not have."""
+    """Stories of data_dir's {split}.bin (uint16 tokens, stories separated by the eot id of meta.json),
+    decoded with the data dir's tokenizer (byte-level BPE: the exact text): a TokenStories. Raises
+    UsageError if meta.json or the .bin file is missing or damaged, the tokenizer cannot be loaded or is
+    not the one meta.json records (its SHA-256), or the file holds token ids the tokenizer does not have."""
     meta_path = os.path.join(data_dir, 'meta.json')
     if not os.path.isfile(meta_path):
         raise UsageError(f'{meta_path} not found: run data/prepare.py, or pass --text or --pairs')
@@ -197,21 +185,27 @@ def read_data_dir_stories(data_dir, split):
 
 
 def read_text_stories(path):
-    """Stories (list of str) of a raw UTF-8 text file separated by <|endoftext|>
-    (data/prepare.py's rule). Raises UsageError if the file is missing, not UTF-8
-    or has no story."""
+    """Stories (list of str) of a raw UTF-8 text file separated by <|endoftext|> (data/prepare.py's
+    split_stories). Raises UsageError if the file is missing, not UTF-8 or has no story."""
     try:
-        return read_stories(path)
-    except (OSError, ValueError) as e:
+        check_file(path)
+        with open(path, 'rb') as f:
+            text = f.read().decode('utf-8')
+    except OSError as e:
         raise UsageError(str(e))
+    except UnicodeDecodeError as e:
+        raise UsageError(f'{path} is not valid UTF-8 (byte offset {e.start})') from None
+    stories = split_stories(text)
+    if not stories:
+        raise UsageError(f'{path} has no text (empty file or only separators)')
+    return stories
 
 
 def load_pairs(args):
-    """(pairs, source): the pairs that retrieval.py's options ask for (`args`, a namespace
-    with pairs, text, data_dir, split, max_pairs, per_story, seed): --pairs FILE's, or
-    else inverse cloze pairs of the stories of --text or of --data_dir's --split.bin;
-    source (str) describes them in one line. Raises UsageError for a bad source or when
-    no story has 3 or more sentences."""
+    """(pairs, source): the pairs that retrieval.py's options ask for (`args`, a namespace with pairs, text,
+    data_dir, split, max_pairs, per_story, seed): --pairs FILE's, or else inverse cloze pairs of the stories
+    of --text or of --data_dir's --split.bin; source (str) describes them in one line. Raises UsageError
+    for a bad source or when no story has 3 or more sentences."""
     if args.pairs:
         return read_pairs_file(args.pairs, args.max_pairs, args.seed), f'pairs file {args.pairs}'
     if args.text:
@@ -225,10 +219,9 @@ def load_pairs(args):
 
 
 def split_by_story(pairs, test_frac=0.2, seed=1337):
-    """Indices (train, test), two lists of int, of `pairs`: a seeded random test_frac
-    of the distinct stories (at least one, and at least one left for training) go
-    to test, with all their pairs; no story is on both sides. Raises UsageError if
-    the pairs come from fewer than 2 stories."""
+    """Indices (train, test), two lists of int, of `pairs`: a seeded random test_frac of the distinct
+    stories (at least one, and at least one left for training) go to test, with all their pairs; no story
+    is on both sides. Raises UsageError if the pairs come from fewer than 2 stories."""
     stories = sorted({p['story'] for p in pairs})
     if len(stories) < 2:
         raise UsageError(f'need pairs from at least 2 stories, got {len(stories)}')
@@ -241,13 +234,11 @@ def split_by_story(pairs, test_frac=0.2, seed=1337):
 
 
 def encode_pairs(pairs, enc, n_ctx, prefix_eot=True):
-    """Token id lists (queries, targets), each a list of len(pairs) lists of int, of
-    `pairs` for a model of context n_ctx, encoded by `enc` (a tiktoken.Encoding).
-
-    Each text is [eot] + tokens (without the eot if prefix_eot is False), at most
-    n_ctx ids. A query, or a target without a 'cut', keeps its first tokens; a
-    target with a 'cut' (inverse cloze) keeps a window centred on the cut.
-    Raises UsageError if n_ctx leaves no room for text."""
+    """Token id lists (queries, targets), each a list of len(pairs) lists of int, of `pairs` for a model of
+    context n_ctx, encoded by `enc` (a tiktoken.Encoding). Each text is [eot] + tokens (without the eot if
+    prefix_eot is False), at most n_ctx ids. A query, or a target without a 'cut', keeps its first tokens;
+    a target with a 'cut' (inverse cloze) keeps a window centred on the cut. Raises UsageError if n_ctx
+    leaves no room for text."""
     pre = [enc.eot_token] if prefix_eot else []
     room = n_ctx - len(pre)
     if room < 1:
@@ -277,10 +268,9 @@ DEFAULT_NS = (2, 8, 32, 128)      # candidate counts N evaluated by default
 
 
 def draw_candidates(rng, stories, pos, n):
-    """Candidates for the queries of pairs `pos` (int array [B]): each query's own
-    target and n - 1 targets of pairs from other stories (stories: int array, one
-    per pair), drawn uniformly without replacement, in random order.
-    Returns (indices int [B, n], labels int [B] = the position of the own target)."""
+    """Candidates for the queries of pairs `pos` (int array [B]): each query's own target and n - 1 targets
+    of pairs from other stories (stories: int array, one per pair), drawn uniformly without replacement, in
+    random order -> (indices int [B, n], labels int [B] = the position of the own target)."""
     pos = np.asarray(pos)
     if n > 1:
         keys = rng.random((len(pos), len(stories)))
@@ -302,10 +292,9 @@ def candidate_draws(stories, n, rounds, seed):
 
 
 def candidate_counts(args, n_train_stories, n_test_stories):
-    """(ns: sorted list of int, the N to evaluate: --n_candidates or the defaults that fit
-    the test set; train_n: int, --train_n at most n_train_stories; notes: list of str).
-    Raises UsageError if an asked-for N exceeds n_test_stories, no default N fits, or
-    there are fewer than 2 training stories."""
+    """(ns: sorted list of int, the N to evaluate: --n_candidates or the defaults that fit the test set;
+    train_n: int, --train_n at most n_train_stories; notes: list of str). Raises UsageError if an asked-for
+    N exceeds n_test_stories, no default N fits, or there are fewer than 2 training stories."""
     notes = []
     if args.n_candidates:
         ns = sorted(set(args.n_candidates))

@@ -28,7 +28,6 @@ if __name__ == "__main__":     # run as data/prepare.py: the repository root on 
     import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
-import hashlib
 import json
 import re
 import shutil
@@ -39,7 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from cli import ArgumentParser, run_command
-from data.tokenizer import EOT, check_file, load_tokenizer, save_tokenizer, tokenizer_sha256, train_bpe  # noqa: E402
+from data.tokenizer import (EOT, check_file, file_sha256, load_tokenizer, save_tokenizer,  # noqa: E402
+                            tokenizer_sha256, train_bpe)
 
 EOT_BYTES = EOT.encode("ascii")
 URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
@@ -79,27 +79,9 @@ def download(name, raw_dir):
     return path
 
 
-def read_stories(path):
-    """Read a UTF-8 text file and return its stories (see split_stories). Raises
-    FileNotFoundError if path is not a file (check_file), ValueError if not UTF-8 or no
-    non-empty story."""
-    check_file(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not valid UTF-8 (byte offset {e.start})") from None
-    stories = split_stories(text)
-    if not stories:
-        raise ValueError(f"{path} has no text (empty file or only separators)")
-    return stories
-
-
 def encode_split(enc, stories, chunk=10_000):
-    """Encode a list of stories (str), each followed by <|endoftext|>, all at once;
-    returns a uint16 numpy array [n_tokens]. The in-memory reference that the
-    streaming encoder (encode_stream) must reproduce byte for byte."""
+    """Encode a list of stories (str), each followed by <|endoftext|>, all at once -> uint16 numpy array
+    [n_tokens]: the in-memory reference that encode_stream must reproduce byte for byte."""
     parts = []
     for start in range(0, len(stories), chunk):
         ids = []
@@ -112,13 +94,11 @@ def encode_split(enc, stories, chunk=10_000):
     return np.concatenate(parts)
 
 
-def bpe_sample(stories, max_bytes):
-    """The leading stories up to about max_bytes of text (all if max_bytes <= 0), from
-    a list of stories or any iterable of lists of stories (a StoryStream, which is
-    then read only as far as needed): the BPE is trained on this sample, as is usual
-    for large corpora. Counts characters (= bytes for ASCII text); the story that
+def bpe_sample(chunks, max_bytes):
+    """The leading stories up to about max_bytes of text (all if max_bytes <= 0) of an iterable of
+    lists of stories (a StoryStream, then read only as far as needed): the BPE is trained on this
+    sample, as is usual for large corpora. Counts characters (= bytes for ASCII text); the story that
     crosses max_bytes is included. Returns a list of str."""
-    chunks = [stories] if isinstance(stories, list) and (not stories or isinstance(stories[0], str)) else stories
     out, total = [], 0
     for chunk in chunks:
         for s in chunk:
@@ -132,28 +112,23 @@ def bpe_sample(stories, max_bytes):
 class StoryStream:
     """The stories of a UTF-8 text file, read in chunks of about chunk_bytes bytes.
 
-    Iterating yields one list of stories (stripped, non-empty str, as split_stories
-    gives) per chunk. A chunk is cut after its last <|endoftext|> separator and the
-    tail is carried over to the next one, so no story is ever cut in two and the
-    concatenated lists equal split_stories(whole text). Memory is bounded by
-    chunk_bytes plus the longest story, whatever the file size.
+    Iterating yields one list of stories (stripped, non-empty str, as split_stories gives) per chunk. A
+    chunk is cut after its last <|endoftext|> separator and the tail is carried over to the next one, so
+    no story is ever cut in two and the concatenated lists equal split_stories(whole text). Memory is
+    bounded by chunk_bytes plus the longest story, whatever the file size.
 
-    A byte sequence that is not UTF-8 raises ValueError naming the file, its byte
-    offset and story number (1-based: 1 + the number of separators before it);
-    with skip_bad_utf8=True that story is left out instead and recorded in
-    self.skipped as (byte offset, story number). Counters after (or during)
-    iteration: bytes_read, chunks, skipped, saw_separator, size (file bytes).
-    Raises FileNotFoundError if path is not a file (check_file), ValueError if chunk_bytes < 1."""
+    A byte sequence that is not UTF-8 raises ValueError naming the file, its byte offset and story number
+    (1-based: 1 + the number of separators before it); with skip_bad_utf8=True that story is left out
+    instead and recorded in self.skipped as (byte offset, story number). Counters after (or during)
+    iteration: bytes_read, chunks, skipped, saw_separator, size (file bytes). Raises FileNotFoundError if
+    path is not a file (check_file), ValueError if chunk_bytes < 1."""
 
     def __init__(self, path, chunk_bytes=8 << 20, skip_bad_utf8=False):
         check_file(path)
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
         self.path, self.chunk_bytes, self.skip_bad_utf8 = path, chunk_bytes, skip_bad_utf8
-        self.size = os.path.getsize(path)
-        self.bytes_read = self.chunks = self.segments = 0
-        self.skipped = []
-        self.saw_separator = False
+        self.size = os.path.getsize(path)       # the counters are set by each iteration (__iter__)
 
     def _stories(self, part, offset):
         """Stories of `part` (bytes from file offset `offset` up to a separator or the
@@ -210,17 +185,16 @@ class StoryStream:
 
 
 def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
-    """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream),
-    each followed by <|endoftext|>, writing uint16 token ids to the binary file
-    object `out` as they come. The result equals encode_split(enc, all stories).
+    """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream), each followed by
+    <|endoftext|>, writing uint16 token ids to the binary file object `out` as they come: the result
+    equals encode_split(enc, all stories).
 
-    Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..." that
-    tiktoken encodes on num_threads threads (default: all cores) straight into numpy
-    (tiktoken encodes the pieces between special tokens independently, so this is
-    per-story encoding). Prints progress (MB done, MB/s, ETA) every progress_s
-    seconds when the stream has a `size`. Returns {"tokens", "bytes", "stories"}
-    (bytes: UTF-8 bytes of the stripped stories). Raises ValueError if a token id
-    does not fit in uint16, OSError if writing fails."""
+    Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..." that tiktoken encodes on
+    num_threads threads (default: all cores) straight into numpy (tiktoken encodes the pieces between
+    special tokens independently, so this is per-story encoding). Prints progress (MB done, MB/s, ETA)
+    every progress_s seconds when the stream has a `size`. Returns {"tokens", "bytes", "stories"} (bytes:
+    UTF-8 bytes of the stripped stories). Raises ValueError if a token id does not fit in uint16, OSError
+    if writing fails."""
     threads = num_threads or os.cpu_count() or 1
     allowed = {EOT}
     n_tok = n_bytes = n_stories = 0
@@ -314,11 +288,7 @@ def prepare_settings(args, paths):
     and VERSION. --chunk_bytes is not among them (the outputs do not depend on it). Raises OSError if
     a text file can't be read."""
     def file_id(path):
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
-        return {"bytes": os.path.getsize(path), "sha256": digest.hexdigest()}
+        return {"bytes": os.path.getsize(path), "sha256": file_sha256(path)}
     return {"version": VERSION, "train": file_id(paths[0]), "valid": file_id(paths[1]),
             "vocab_size": args.vocab_size or (None if args.tokenizer else 4096),
             "bpe_max_bytes": None if args.tokenizer else args.bpe_max_bytes,
@@ -409,10 +379,9 @@ def text_paths(args):
 
 
 def write_tokenizer(args, train, path):
-    """Write the tokenizer file to `path`: a copy of --tokenizer, or else a BPE of
-    --vocab_size (default 4096) trained on the first --bpe_max_bytes of the stories of
-    `train` (a StoryStream). Raises ValueError if the training text is empty or too
-    small for the vocabulary, OSError if reading or writing fails."""
+    """Write the tokenizer file to `path`: a copy of --tokenizer, or else a BPE of --vocab_size (default
+    4096) trained on the first --bpe_max_bytes of the stories of `train` (a StoryStream). Raises ValueError
+    if the training text is empty or too small for the vocabulary, OSError if reading or writing fails."""
     if args.tokenizer is not None:
         shutil.copyfile(args.tokenizer, path)
         return
@@ -427,11 +396,10 @@ def write_tokenizer(args, train, path):
 
 
 def encode_splits(enc, streams, tmp):
-    """Encode each split's stories (streams: {split: StoryStream}, in order) with `enc`
-    into the file tmp(f"{split}.bin") (tmp: name -> temporary path), printing a summary
-    line per split. Returns {split: encode_stream's counts + "bytes_per_token",
-    "skipped_bad_utf8"}. Raises ValueError if a split has no story or a token id does
-    not fit in uint16, OSError if writing fails."""
+    """Encode each split's stories (streams: {split: StoryStream}, in order) with `enc` into the file
+    tmp(f"{split}.bin") (tmp: name -> temporary path), printing a summary line per split. Returns {split:
+    encode_stream's counts + "bytes_per_token", "skipped_bad_utf8"}. Raises ValueError if a split has no
+    story or a token id does not fit in uint16, OSError if writing fails."""
     out = {}
     for split, stream in streams.items():   # val first: a bad file is found early
         with open(tmp(f"{split}.bin"), "wb") as f:
@@ -492,11 +460,10 @@ def run(argv):
         tok_tmp = tmp("tokenizer.tiktoken")
         write_tokenizer(args, streams["train"], tok_tmp)
         enc = load_tokenizer(tok_tmp)
-        meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token,
-                "tokenizer": "tokenizer.tiktoken", "tokenizer_sha256": tokenizer_sha256(tok_tmp)}
-        meta.update(encode_splits(enc, streams, tmp))
-        meta = {k: meta[k] for k in ("vocab_size", "eot_id", "tokenizer", "tokenizer_sha256", "train", "val")}
-        meta["settings"] = settings
+        splits = encode_splits(enc, streams, tmp)
+        meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
+                "tokenizer_sha256": tokenizer_sha256(tok_tmp), "train": splits["train"], "val": splits["val"],
+                "settings": settings}
         with open(tmp("meta.json"), "w") as f:
             json.dump(meta, f, indent=2)
         for t, name in tmps:

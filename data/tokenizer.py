@@ -20,10 +20,9 @@ GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(
 
 
 def train_bpe(text_or_stories, vocab_size, verbose=False):
-    """Train a byte-level BPE on a str (split on <|endoftext|>) or a list of stories.
-    Returns mergeable ranks {token bytes: rank} with exactly vocab_size-1 entries:
-    the 256 single bytes (rank = byte value) and the merges in order (256..);
-    rank vocab_size-1 is left for <|endoftext|>. Raises ValueError if vocab_size
+    """Train a byte-level BPE on a str (split on <|endoftext|>) or a list of stories -> mergeable ranks
+    {token bytes: rank} with exactly vocab_size-1 entries: the 256 single bytes (rank = byte value) and the
+    merges in order (256..); rank vocab_size-1 is left for <|endoftext|>. Raises ValueError if vocab_size
     is out of range or the text runs out of pairs to merge before that."""
     if not 257 <= vocab_size <= 65536:
         raise ValueError(f"vocab_size must be in [257, 65536], got {vocab_size}")
@@ -140,11 +139,10 @@ def load_tokenizer(path):
 
 
 def tokenizer_from_text(text, where="tokenizer"):
-    """A tiktoken.Encoding from the content of a tokenizer.tiktoken file (str or
-    bytes), as load_tokenizer builds it; `where` names the source in errors (str).
-    This is how a checkpoint's embedded tokenizer is loaded. Raises ValueError if
-    the content is malformed (bad line, duplicate, ranks not 0..n-1, single bytes
-    not ranked by byte value)."""
+    """A tiktoken.Encoding from the content of a tokenizer.tiktoken file (str or bytes), as load_tokenizer
+    builds it (a checkpoint's embedded tokenizer too); `where` names the source in errors (str). Raises
+    ValueError if the content is malformed (bad line, duplicate, ranks not 0..n-1, single bytes not ranked
+    by byte value)."""
     if isinstance(text, str):
         try:
             text = text.encode("ascii")
