@@ -212,11 +212,14 @@ def _reason(e):
 
 
 def strip_prefixes(state):
-    """A state dict with torch.compile's '_orig_mod.' and DDP's 'module.' prefixes removed."""
+    """A state dict with torch.compile's '_orig_mod.' and DDP's 'module.' prefixes removed, and an older
+    checkpoint's masked-mixing W1 [H, k, x n_ctx, n_ctx] and c1 named W and c (W1's k = 1 axis dropped)."""
     out = {}
     for k, v in state.items():
         while k.startswith(PREFIXES):
             k = k.split('.', 1)[1]
+        if k.endswith(('.W1', '.c1')):
+            k, v = k[:-1], v[:, 0] if v.dim() == 4 and v.shape[1] == 1 else v
         out[k] = v
     return out
 

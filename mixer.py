@@ -197,12 +197,6 @@ class MaskedMixing(HeadMixing):
             self.W.copy_(torch.eye(self.n_ctx).expand_as(self.W))
         return self
 
-    def _load_from_state_dict(self, state, prefix, *args):   # an older checkpoint's W1 [H, k, x n_ctx, n_ctx]
-        for old, new in (('W1', 'W'), ('c1', 'c')):          # and c1: renamed, reshaped
-            if prefix + old in state and prefix + new not in state:
-                state[prefix + new] = state.pop(prefix + old).reshape(getattr(self, new).shape)
-        super()._load_from_state_dict(state, prefix, *args)
-
 
 class KernelMixing(MaskedMixing):
     """The "fully convolutional" mixer (Badger 2024): y_i = sum_u sum_{j <= i} M_u[i, j] shift_u(z_j) + c_i,

@@ -461,6 +461,28 @@ class TestRecurrent(unittest.TestCase):
 
 
 
+class TestOldCheckpoints(unittest.TestCase):
+
+    def test_the_masked_mixings_older_names_load_to_the_same_logits(self):
+        """A state dict of the layout before the masked mixings' W lost its tap axis (W1 [H, 1, x n_ctx, n_ctx]
+        or [H, k, n_ctx, n_ctx], c1), as checkpoint.read_checkpoint reads it (strip_prefixes), loads into
+        today's model of every masked variant with the same logits."""
+        import checkpoint
+        for name in ('flat', 'multihead', 'expanded', 'kernel', 'hybrid'):
+            model = tiny_model(name)
+            old = {}
+            for k, v in model.state_dict().items():
+                if k.endswith(('.W', '.c')):
+                    k, v = k + '1', v[:, None] if k.endswith('.W') and name != 'kernel' else v
+                old[k] = v
+            fresh = mixer.build_model(model.cfg).eval()
+            fresh.load_state_dict(checkpoint.strip_prefixes(old))
+            idx = torch.randint(0, 64, (2, TINY['n_ctx']))
+            with self.subTest(variant=name), torch.no_grad():
+                self.assertTrue(any(k.endswith('.W1') for k in old))
+                torch.testing.assert_close(fresh(idx)[0], model(idx)[0], atol=0, rtol=0)
+
+
 # ----------------------------------------------------------------------------- autoencoder
 
 class TestAutoencoder(unittest.TestCase):
