@@ -222,12 +222,11 @@ class KernelMixing(MaskedMixing):
 
 
 class ExpandedMixing(MaskedMixing):
-    """The expanded mixer (Badger 2024): the MLP-Mixer's token MLP made causal, two masked mixings with a
-    GELU between. The first is MaskedMixing's (W, c) over `expansion` hidden rows a position (row r at
-    position r // expansion, reading positions <= r // expansion): g = GELU(M z + c); the second reads the
-    hidden rows of positions <= i: y_i = sum_r M2[i, r] g_r + c2_i, M2 = W2 * mask2. W float [H, x n_ctx,
-    n_ctx], W2 [H, n_ctx, x n_ctx] (x the expansion). Init: M copies z_{r // x} to row r, M2 is the prefix
-    mean over the hidden rows times out_scale: one averaging, as the flat mixer's (docs/claims.md)."""
+    """The expanded mixer (Badger 2024): the MLP-Mixer's token MLP made causal. The first mixing is
+    MaskedMixing's (W, c) over x = `expansion` hidden rows a position (row r at position r // x, reading
+    positions <= r // x): g = GELU(M z + c); the second reads the hidden rows of positions <= i:
+    y_i = sum_r M2[i, r] g_r + c2_i, M2 = W2 * mask2. W float [H, x n_ctx, n_ctx], W2 [H, n_ctx, x n_ctx].
+    Init: M copies z_{r // x} to row r, M2 the prefix mean times out_scale (one averaging: docs/claims.md)."""
     BIASES = ('c', 'c2')
 
     def __init__(self, n_ctx, d_model, n_head=1, expansion=2, out_scale=1.0):
@@ -313,10 +312,8 @@ class ToeplitzMixing(HeadMixing):
 
     init_state, step, product = MaskedMixing.init_state, MaskedMixing.step, staticmethod(mix_tokens)
 
-    def flops(self, T):
-        if T >= self.fft_threshold:                   # rfft(z) + irfft of length 2T + the product
-            return int(self.d_model * (10 * math.log2(2 * T) + 6))
-        return 2 * T * self.d_model
+    def flops(self, T):                      # the FFT: rfft(z) + irfft of length 2T + the product
+        return int(self.d_model * (10 * math.log2(2 * T) + 6)) if T >= self.fft_threshold else 2 * T * self.d_model
 
     def identity_start(self):               # w = (1, 0, 0, ...): M = I
         with torch.no_grad():
@@ -329,8 +326,7 @@ class ToeplitzMixing(HeadMixing):
 
 
 class RecurrentMixing(HeadMixing):
-    """Masked recurrent mixing (blog post "Masked Recurrent Mixers"). Per head a decay
-    a = sigmoid(decay_logit) in (0, 1), per position v and c:
+    """Masked recurrent mixing (blog post "Masked Recurrent Mixers"), a head's decay a = sigmoid(decay_logit):
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
       row form     M[i, j] = v[j] a^(i-j):  h_t = a h_{t-1} + v_t z_t,  y_t = h_t + c_t
     'mixed': even heads column, odd heads row. forward and step are scan(): chunks of chunk_size (a^(i-j)
@@ -452,8 +448,7 @@ class Block(nn.Module):
         return self.residual(x, lambda z: self.mixing.step(z, state, pos))
 
     def residual(self, x, mix):
-        """The block's two residual branches in its order, with `mix` (z float [B, T, d] -> the same) as
-        the sequence mixing: its forward, or its step."""
+        """The two residual branches in the block's order, `mix` the sequence mixing's forward or step."""
         if self.ff_first:
             x = x + self.drop(self.ff(self.norm2(x)))
             return x + self.drop(mix(self.norm1(x)))
@@ -506,10 +501,9 @@ class _Model(nn.Module):
 
 
 class LanguageModel(_Model):
-    """Causal language model of any kind: forward(idx long [B, T], targets long [B, T] or None) ->
-    (logits float [B, T, vocab], mean next-token cross entropy in nats or None). T <= n_ctx, else
-    ValueError (max_len None: linear attention without posenc has no limit). init_state() and step():
-    decoding, on each layer's buffers (sample.Decoder drives them)."""
+    """Causal language model of any kind: forward(idx long [B, T], targets long [B, T] or None) -> (logits
+    float [B, T, vocab], mean next-token cross entropy in nats or None); T <= n_ctx, else ValueError (max_len
+    None: linear attention without posenc has no limit). init_state, step: decoding (sample.Decoder)."""
     def __init__(self, cfg):
         super().__init__()
         self._build_io(cfg)
@@ -518,8 +512,7 @@ class LanguageModel(_Model):
         self._init_weights(cfg.n_layer)
         self.max_len = None if cfg.kind == 'linear_attention' and not cfg.posenc else cfg.n_ctx
 
-    def hidden(self, idx, layer=None):
-        """Residual stream after block `layer` (default the last; before norm_f): float [B, T, d]; ValueError past n_ctx."""
+    def hidden(self, idx, layer=None):      # the residual stream after block `layer` (default the last): [B, T, d]
         return self.hidden_from_embeddings(self.wte(idx), layer)
 
     def hidden_from_embeddings(self, x, layer=None):
