@@ -1,17 +1,16 @@
 """What every command of the project shares, a leaf that imports nothing of the project: the one-line
 error and its exit status (`fail`), its first instruction (`begin`: Ctrl-C and stdout's faults), the one
 Ctrl-C handler of its work (`run_command`), the flags' parser and types (`ArgumentParser`, `number`,
-`random_seed`, `listing`, `assignments`, `distinct_files`), the device check, and results written whole
-(`write_atomic`, `save_results`).
+`random_seed`, `distinct_files`; the experiments' lists: experiments/flags.py), the device check, and
+results written whole (`write_atomic`, `save_results`).
 
     fail('no such file', 'sample.py')          # 'sample.py: error: no such file' on stderr, exit 2
     begin('sample.py', __name__)               # the first instruction, before torch: Ctrl-C one line from here
     sys.exit(run_command('sample.py', sample, argv))   # Ctrl-C: one line, exit 130
-    p = ArgumentParser('mqar.py', __doc__); p.add_argument('--lrs', type=listing(number(float, 0, above=True)))
+    p = ArgumentParser('sample.py', __doc__); p.add_argument('--temperature', type=number(float, 0))
 """
 
 import argparse
-import ast
 import json
 import math
 import os
@@ -186,51 +185,6 @@ def number(cast=int, low=1, above=False, high=None):
 
 # An argparse type for a --seed: an integer in [0, 2**32 - 1], which every generator takes (torch's, numpy's)
 random_seed = number(int, 0, high=2 ** 32 - 1)
-
-
-def listing(cast=str, choices=None, empty=False, items='values', what='name'):
-    """The one list parser of the command lines, an argparse type: 'a,b,c' -> [cast(a), ...], each item once
-    and among `choices` when given. argparse.ArgumentTypeError (one line) on an item named twice, (unless
-    `empty`) no item at all, an item not among the choices ('unknown WHAT x; choose from ...'), or a bad
-    item: cast's own ArgumentTypeError says why (e.g. number()'s), its ValueError names what the items
-    must be (`items`; int, float and str name their own)."""
-    items = {int: 'integers', float: 'numbers', str: 'names'}.get(cast, items)
-
-    def parse(text):
-        parts = [x.strip() for x in text.split(',') if x.strip()]
-        try:
-            values = [cast(x) for x in parts]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'must be {items} separated by commas, got {text!r}') from None
-        twice = [x for i, x in enumerate(parts) if x in parts[:i] or values[i] in values[:i]]
-        if twice:
-            raise argparse.ArgumentTypeError(f'names {twice[0]} twice (got {text!r}); give each once')
-        if not values and not empty:
-            raise argparse.ArgumentTypeError('is empty; give at least one value')
-        bad = [x for x, v in zip(parts, values) if choices is not None and v not in choices]
-        if bad:
-            raise argparse.ArgumentTypeError(f'unknown {what} {",".join(bad)}; choose from '
-                                             f'{",".join(map(str, choices))}')
-        return values
-    return parse
-
-
-def assignments(text):
-    """An argparse type: 'key=value,...' (e.g. ModelConfig fields; values Python literals or bare names)
-    -> dict; argparse.ArgumentTypeError (one line) on a malformed item or a key given twice. What the
-    keys may be is the caller's to check."""
-    out = {}
-    for item in listing(empty=True)(text):
-        key, eq, value = item.partition('=')
-        if not eq or not key.isidentifier():
-            raise argparse.ArgumentTypeError(f'expected key=value, got {item!r}')
-        if key in out:
-            raise argparse.ArgumentTypeError(f'names {key} twice (got {text!r}); give each once')
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
-    return out
 
 
 def distinct_files(paths, flag):

@@ -46,7 +46,8 @@ import mixer
 import sample
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
                                       bench_loaded, bench_sdpa, bench_serving, build, nbytes)
-from cli import ArgumentParser, listing, number
+from cli import ArgumentParser, number
+from experiments.flags import listing
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa', 'loaded')   # loaded: asked for only

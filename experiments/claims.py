@@ -65,7 +65,8 @@ import numpy as np
 # the compared models (MODELS, ...) are claims_report's, which turns the finished runs into the report
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
-from cli import ArgumentParser, check_folder_writable, fail, listing, number, write_atomic
+from cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
+from experiments.flags import listing
 from configurator import read_config_file
 from experiments.runner import (ROOT, Runner, command, fmt_s, job, reset_dir, say, step_times, train_job, train_run,
                                window_loss_job)

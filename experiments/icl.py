@@ -39,7 +39,8 @@ if __name__ == '__main__':       # run as a file too (python experiments/icl.py)
 
 import torch
 
-from cli import ArgumentParser, check_folder_writable, fail, listing, number, write_atomic
+from cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
+from experiments.flags import listing
 from experiments import icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, build, check_noise, fixed_prompts,

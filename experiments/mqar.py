@@ -32,9 +32,9 @@ training stopped once its accuracy is above 0.99. --warmup W adds a linear warm-
 the first fraction W of all the run's steps (epochs x steps an epoch, the most it may take) the rate
 rises from 0, one step at a time, then follows that cosine. The window protocol has W = 0.1 by
 default (issue 58's check: with a 10% warm-up the transformer recalled at 1e-3, where it sat at
-1/kv without), every other protocol 0 (Zoology's trainer has none). A cell's number is the best test accuracy over its
-learning rates (Zoology's figure: "the maximum performance for each model over four learning
-rates"), with that rate. The reading of the results is docs/mqar.md's (the window's: docs/mqar_window.md);
+1/kv without), every other protocol 0 (Zoology's trainer has none). A cell's number is the best test
+accuracy over its learning rates (Zoology's figure: "the maximum performance for each model over four
+learning rates"), with that rate. The reading of the results is docs/mqar.md's (the window's: docs/mqar_window.md);
 experiments/mqar_report.py writes OUT/mqar.md (tables, command, wall time), OUT/mqar.png (accuracy against
 d_model, a panel per T, a line per kind) and OUT/results.json (every run).
 """
@@ -57,7 +57,8 @@ import torch
 import torch.nn.functional as F
 
 import mixer
-from cli import ArgumentParser, assignments, check_folder_writable, fail, listing, number
+from cli import ArgumentParser, check_folder_writable, fail, number
+from experiments.flags import assignments, listing
 from experiments import mqar_report
 from experiments.mqar_data import FILLER, POWER_A, check_cell, load_split, make_data, mqar, split_files
 from experiments.mqar_report import N_LAYER, best
@@ -209,8 +210,7 @@ def plateaued(accs, patience, rise=0.01):
 
 
 def warmup_steps(warmup, steps):
-    """The warm-up's steps: the fraction `warmup` (in [0, 1)) of `steps`, rounded, at least 1 when
-    warmup > 0; 0 when warmup is 0."""
+    """The warm-up's steps: the fraction `warmup` (in [0, 1)) of `steps`, rounded, at least 1 if warmup > 0."""
     return max(1, round(warmup * steps)) if warmup else 0
 
 

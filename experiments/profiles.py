@@ -39,7 +39,8 @@ from torch.profiler import ProfilerActivity, profile
 import machine
 import mixer
 import sample
-from cli import ArgumentParser, listing, number
+from cli import ArgumentParser, number
+from experiments.flags import listing
 from experiments.bench import device_and_dtype
 from experiments.bench_decode import build, decode_ms
 from experiments.runner import md_table, say, time_calls, train_run

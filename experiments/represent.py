@@ -50,8 +50,9 @@ import torch
 
 import mixer
 from checkpoint import CheckpointError, load_checkpoint
-from cli import (ArgumentParser, check_writable, distinct_files, failing, listing, number, random_seed,
-                 run_command, save_results)
+from cli import (ArgumentParser, check_writable, distinct_files, failing, number, random_seed, run_command,
+                 save_results)
+from experiments.flags import listing
 from experiments.runner import md_table
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
