@@ -48,8 +48,7 @@ def write(buf, rows, x):
 
 
 def new_state(module, *shape, device=None, dtype=None):
-    """A decoding buffer: zeros of `shape` on `device` in `dtype`, by default those of module's parameters
-    (the meta device gives shapes without memory)."""
+    """A decoding buffer: zeros of `shape` on `device` in `dtype`, by default those of module's parameters."""
     p = next(module.parameters())
     return torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype)
 
@@ -62,9 +61,8 @@ def causal_mask(T, rows=slice(None), device=None):
 
 
 def chunk_starts(T, chunk_size):
-    """Start positions 0, chunk_size, ... of a length-T sequence's chunks (LinearAttention's, and
-    mixer.RecurrentMixing's). (Counting the
-    chunks first: under torch.compile, range(0, T, chunk_size) would recompile per T.)"""
+    """Start positions 0, chunk_size, ... of a length-T sequence's chunks (linear attention's, the recurrent
+    mixing's), counted first: under torch.compile, range(0, T, chunk_size) would recompile per T."""
     return [i * chunk_size for i in range((T + chunk_size - 1) // chunk_size)]
 
 
@@ -95,8 +93,7 @@ class Attention(nn.Module):
         self.register_buffer('sin', sin, persistent=False)
 
     def project(self, x, rows):
-        """q, k, v of x float [B, t, d] at the positions `rows` (a slice or long [t]): each float [B, H, t, e],
-        RoPE on q and k."""
+        """q, k, v of x float [B, t, d] at positions `rows` (a slice or long [t]): each [B, H, t, e], RoPE'd."""
         q, k, v = rearrange(self.qkv(x), 'b t (three h e) -> three b h t e', three=3, h=self.n_head)
         if self.rope:
             cos, sin = self.cos[rows], self.sin[rows]
@@ -105,9 +102,8 @@ class Attention(nn.Module):
 
     @staticmethod
     def softmax(q, k, mask):
-        """The attention weights softmax(q k^T / sqrt(e)) over the keys `mask` allows: q float [B, H, T, e],
-        k [B, H, n, e], mask bool [T, n] -> float [B, H, T, n], rows summing to 1 (what the naive path
-        multiplies V by)."""
+        """softmax(q k^T / sqrt(e)) over the keys `mask` allows: q float [B, H, T, e], k [B, H, n, e], mask
+        bool [T, n] -> float [B, H, T, n], rows summing to 1 (what the naive path multiplies V by)."""
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         return scores.masked_fill(~mask, float('-inf')).softmax(-1)
 
@@ -161,10 +157,9 @@ class LinearAttention(nn.Module):
         return F.elu(q) + 1, F.elu(k) + 1, v
 
     def weights(self, x):
-        """The weights linear attention puts on the values, as one matrix: A[i, j] = phi(q_i) . phi(k_j) /
-        (sum_{j' <= i} phi(q_i) . phi(k_j') + eps) for j <= i, else 0; x float [B, T, d] at positions
-        0..T-1 -> float [B, H, T, T], rows summing to 1 up to eps (y_i = sum_j A[i, j] v_j before
-        proj_out). O(T^2): for looking, not for the forward pass."""
+        """Its weights on the values as one matrix, A[i, j] = phi(q_i) . phi(k_j) / (sum_{j' <= i} phi(q_i) .
+        phi(k_j') + eps) for j <= i, else 0: x float [B, T, d] -> float [B, H, T, T], rows summing to 1 up to
+        eps. O(T^2): for looking, not for the forward pass."""
         q, k, _ = self.features(x)
         A = (q @ k.transpose(-1, -2)).tril()
         return A / (A.sum(-1, keepdim=True) + self.eps)
@@ -173,8 +168,7 @@ class LinearAttention(nn.Module):
         return self.scan(x, None, None)[0]
 
     def init_state(self, batch_size, device=None, dtype=None):
-        """{'S': float [B, H, e, e], the sum of phi(k_j) v_j^T over the positions seen; 's': [B, H, e], the sum
-        of phi(k_j)} (constant size)."""
+        """{'S': float [B, H, e, e], the sum of phi(k_j) v_j^T over the positions seen; 's': [B, H, e], of phi(k_j)}."""
         e = self.qkv.in_features // self.n_head
         return {'S': new_state(self, batch_size, self.n_head, e, e, device=device, dtype=dtype),
                 's': new_state(self, batch_size, self.n_head, e, device=device, dtype=dtype)}

@@ -96,16 +96,13 @@ def _interrupt_once(signum, frame):
 
 
 def run_command(prog, work, *args, kept=None, exits=False):
-    """The one way a command of the project runs its work: work(*args) -> its exit status (work's
-    return value, None read as 0; a SystemExit it raises, e.g. fail()'s 2, goes through as it is).
-    stdout is flushed before returning: a reader that went away, or a full disk, is seen here (begin()).
-
-    Ctrl-C (KeyboardInterrupt) anywhere in the work, after the work's own `finally` blocks (no
-    half-written file): one line 'PROG: interrupted (Ctrl-C)' on stderr, followed by '; ' + `kept` when
-    given (e.g. 'what finished is cached'), and the status 130; a second Ctrl-C while it stops is ignored.
-    SIGINT's handler is the caller's again afterwards, unless `exits` (the caller exits at once, e.g. an
-    experiment whose pool's finalizers run at exit; so does every command begin() started) and Ctrl-C
-    stopped the work: then SIGINT stays ignored, so a second Ctrl-C during those finalizers is no traceback."""
+    """The one way a command runs its work: work(*args) -> its exit status (its return value, None read as
+    0; a SystemExit, e.g. fail()'s 2, goes through), stdout flushed (a gone reader or a full disk is seen
+    here: begin()). Ctrl-C in the work, after its `finally` blocks (no half-written file): one line 'PROG:
+    interrupted (Ctrl-C)' on stderr, '; ' + `kept` after it when given ('what finished is cached'), status
+    130; a second Ctrl-C while it stops is ignored. SIGINT's handler is the caller's again after, unless
+    `exits` (the caller exits at once, as a pool's finalizers run, and every command begin() started) and
+    Ctrl-C stopped the work: SIGINT then stays ignored, so a second Ctrl-C in those finalizers is no traceback."""
     handler = signal.getsignal(signal.SIGINT)
     own = handler in (signal.default_int_handler, _interrupted)
     own = own and threading.current_thread() is threading.main_thread()

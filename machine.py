@@ -21,12 +21,10 @@ from cli import fail
 
 
 def keep_freed_memory():
-    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep freed memory, instead of
-    mmap-ing each block over its threshold (32 MiB at most) afresh and unmapping it on free. Such blocks
-    come and go on every CPU training step (the CPU config's [2048, 4096] fp32 logits are 32 MiB, plus the
-    softmax and its gradient), and each new mapping is page-faulted in again at a few GB/s. Measured on 2
-    cores: cross entropy forward+backward on those logits 67 -> 23-28 ms; a CPU-config training step about
-    250 -> 170 ms. The cost: memory freed by tensors stays with the process. Returns True if applied,
+    """Make glibc's malloc (Linux) serve blocks up to 1 GiB from its heap and keep freed memory, not mmap a
+    block over 32 MiB afresh each time (the CPU config's [2048, 4096] fp32 logits, their softmax and
+    gradient come and go every step, each new mapping page-faulted in at a few GB/s; measured on 2 cores:
+    a CPU-config step about 250 -> 170 ms). Freed memory stays with the process. -> True if applied,
     False without glibc (macOS, Windows, musl); never raises."""
     try:
         libc = ctypes.CDLL('libc.so.6')
@@ -104,9 +102,8 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0)
 
 
 def fmt_mfu(mfu):
-    """An MFU (achieved FLOP/s over a peak, float) as '43.9%'. Above 1 the peak is wrong (below
-    what the model achieved: e.g. a GPU measured with products too small to fill it), and it
-    reads 'n/a (peak below the achieved rate)' instead of a number over 100%; None reads 'n/a'."""
+    """An MFU (achieved FLOP/s over a peak, float) as '43.9%'; None 'n/a'; above 1 (a peak below what the
+    model achieved, e.g. a GPU measured with products too small to fill it) 'n/a (peak below ...)'."""
     if mfu is None:
         return 'n/a'
     return f'{100 * mfu:.1f}%' if mfu <= 1 else 'n/a (peak below the achieved rate)'

@@ -72,11 +72,10 @@ class ModelConfig:
         check(not (self.expansion > 1 and self.kernel > 1), 'expansion > 1 and kernel > 1 cannot be combined')
         check(self.expansion == 1 and self.kernel == 1 or self.mixing == 'dense',
               'expansion and kernel apply to the dense mixing only')
-        if self.kind in ('transformer', 'hybrid'):
-            check((self.d_model // self.n_head) % 2 == 0, 'RoPE needs an even head size d_model / n_head')
-        if self.kind == 'hybrid':
-            check(self.mixing in ('dense', 'toeplitz') and self.expansion == 1 and self.kernel == 1,
-                  "the hybrid's mixing is dense or toeplitz, with expansion = kernel = 1")
+        check(self.kind not in ('transformer', 'hybrid') or (self.d_model // self.n_head) % 2 == 0,
+              'RoPE needs an even head size d_model / n_head')
+        check(self.kind != 'hybrid' or self.mixing in ('dense', 'toeplitz') and self.expansion == self.kernel == 1,
+              "the hybrid's mixing is dense or toeplitz, with expansion = kernel = 1")
         check(0.0 <= self.dropout < 1.0, f'dropout must be in [0, 1), got {self.dropout}')
         check(self.mixing_init == 'decay' or self.mixing == 'toeplitz', "mixing_init='normal' is the Toeplitz mixing's")
 

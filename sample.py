@@ -10,12 +10,10 @@ that drives each token mixing's step (gpt-fast's generate.py, for every model ki
     logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
 
 Generation is incremental: the prompt is read once, then each new token is one step of every layer's
-token mixing (mixer.py: each mixing's step) on the buffers its init_state allocated: the dense and
-Toeplitz mixers' inputs z_j and the transformer's K and V (their caches, at n_ctx), the recurrent mixer's
-and linear attention's constant-size state. Eager, a step at position p reads positions 0..p; --compile
-runs the step through torch.compile with the position a 0-dim tensor on the device, one graph over n_ctx
-for every position, compiled on the first new token (seconds to a minute). Every LanguageModel kind;
-the Autoencoder has no decoding.
+token mixing on the buffers its init_state allocated (mixer.py): eager, a step at position p reads
+positions 0..p; --compile runs it through torch.compile with the position a 0-dim tensor, one graph
+over n_ctx for every position (compiled on the first new token: seconds to a minute). Every
+LanguageModel kind; the Autoencoder has no decoding.
 """
 
 import argparse
@@ -54,12 +52,11 @@ def sample_next(logits, temperature=1.0, top_k=None):
 
 @torch.no_grad()
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None):
-    """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long [B, T +
-    max_new_tokens]: one parallel prefill of the prompt, then one Decoder step a token (compiled with
-    `compile`; pass `decoder` to reuse one, and its compiled graph, across calls). Once a position-indexed
-    model holds n_ctx tokens its window slides: a fresh prefill of the last n_ctx / 2 tokens (one recompute
-    a n_ctx / 2 new tokens). temperature 0 is greedy; top_k keeps the k most likely tokens. Raises
-    ValueError for a prompt longer than n_ctx (a position-indexed model)."""
+    """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long [B, T + max_new_tokens]:
+    one parallel prefill of the prompt, then one Decoder step a token (compiled with `compile`; `decoder`
+    reuses one, its compiled graph too). Once a position-indexed model holds n_ctx tokens its window
+    slides: a fresh prefill of the last n_ctx / 2. temperature 0 is greedy; top_k keeps the k most likely
+    tokens. ValueError for a prompt longer than n_ctx (a position-indexed model)."""
     dec = decoder or Decoder(model, idx.shape[0], compile=compile)
     logits, out = dec.prefill(idx), [idx]
     for i in range(max_new_tokens):
@@ -76,26 +73,20 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=Fa
 # ----------------------------------------------------------------------------- the decoder
 
 class Decoder:
-    """Incremental decoding of batch_size sequences by one LanguageModel (in eval mode): every layer's
-    state, allocated once here by the model's init_state (each buffer's shape is in its mixing's
-    init_state), and the model's step on it. The buffers are in the model's dtype, or autocast's when
-    the decoder is made under autocast.
-
-    prefill(idx long [b, T]) starts fresh sequences: the prompt in one parallel step -> logits float
-    [b, vocab] after it. step(idx long [B, 1]) -> logits after that token; the position advances.
-    Eager, a step at position p reads the positions 0..p it has seen (attention.span). With compile=True
-    the step runs through torch.compile(dynamic=False) with the position a 0-dim tensor on the device,
-    advanced in place (no host-to-device copy a token): one graph over n_ctx serves every position
-    (`compiles` counts the compilations; `backend` names torch.compile's: 'inductor', or 'eager' for a
-    trace-only check). On CUDA the compiled step is captured as a CUDA graph (mode 'reduce-overhead':
-    one launch a token), which replays fixed addresses: the buffers and the input token, allocated here
-    and written in place. On the CPU a small step (batch_size x d_model <= ONE_THREAD_WIDTH) runs on one
-    torch thread (`threads`). Raises ValueError past n_ctx for position-indexed kinds (model.max_len)."""
+    """Incremental decoding of batch_size sequences by one LanguageModel (in eval mode): every layer's state,
+    allocated once here by the model's init_state (in its dtype, or autocast's if made under autocast),
+    and the model's step on it. prefill(idx long [b, T]) starts fresh sequences: the prompt in one
+    parallel step -> logits float [b, vocab] after it; step(idx long [B, 1]) -> logits after that token.
+    Eager, a step at position p reads positions 0..p (attention.span). compile=True: the step through
+    torch.compile(dynamic=False), the position a 0-dim tensor on the device advanced in place (no copy
+    from the host a token), one graph over n_ctx for every position (`compiles` counts compilations;
+    `backend`: 'inductor', or 'eager' to trace only); on CUDA a CUDA graph (one launch a token) replaying
+    the buffers and input token, allocated here and written in place. On the CPU a small step (batch_size
+    x d_model <= ONE_THREAD_WIDTH) runs on one torch thread (`threads`). ValueError past n_ctx (max_len)."""
 
     def __init__(self, model, batch_size=1, compile=False, backend='inductor', cuda_graphs=None):
         p = next(model.parameters())
-        small = p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH
-        self.threads = 1 if small else None
+        self.threads = 1 if p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH else None
         autocast = p.device.type in ('cpu', 'cuda') and torch.is_autocast_enabled(p.device.type)
         self.layers = model.init_state(batch_size, dtype=torch.get_autocast_dtype(p.device.type) if autocast else None)
         self.model, self.max_len, self.batch, self.compiles, self.pos = model, model.max_len, batch_size, 0, 0
@@ -114,13 +105,6 @@ class Decoder:
             return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
         self._compiled = torch.compile(model.step, backend=counted, dynamic=False) if compile else None
 
-    def reset(self):
-        """Back to position 0: every buffer zeroed in place (no reallocation, so no recompile)."""
-        for buf in self.buffers():
-            buf.zero_()
-        self._pos.zero_()
-        self.pos = 0
-
     def buffers(self):
         """Every cache and state tensor of every layer."""
         return [b for layer in self.layers for b in _tensors(layer)]
@@ -134,10 +118,9 @@ class Decoder:
 
     @torch.no_grad()
     def prefill(self, idx, seqs=slice(None)):
-        """Start fresh sequences: the prompt idx long [b, T] at positions 0..T-1 in one parallel, eager step,
-        written into the sequences `seqs` of the buffers (all by default; a slice prefills a batch a slice
-        at a time, each at the same T) -> logits float [b, vocab] after its last token. The position
-        becomes T. Raises ValueError for T past n_ctx (a position-indexed model)."""
+        """Start fresh sequences: the prompt idx long [b, T] at positions 0..T-1 in one parallel, eager step
+        into the sequences `seqs` (a slice: a batch prefilled a slice at a time, each at the same T) of the
+        buffers -> logits float [b, vocab] after it; the position becomes T. ValueError for T past n_ctx."""
         T = idx.shape[1]
         if self.max_len is not None and T > self.max_len:
             raise ValueError(f'prompt of {T} tokens is longer than n_ctx={self.max_len}')

@@ -110,12 +110,10 @@ def bpe_sample(chunks, max_bytes):
 
 
 class StoryStream:
-    """The stories of a UTF-8 text file, read in chunks of about chunk_bytes bytes.
-
-    Iterating yields one list of stories (stripped, non-empty str, as split_stories gives) per chunk. A
-    chunk is cut after its last <|endoftext|> separator and the tail is carried over to the next one, so
-    no story is ever cut in two and the concatenated lists equal split_stories(whole text). Memory is
-    bounded by chunk_bytes plus the longest story, whatever the file size.
+    """The stories of a UTF-8 text file, read in chunks of about chunk_bytes bytes: iterating yields one
+    list of stories (stripped, non-empty str, as split_stories gives) per chunk, cut after its last
+    <|endoftext|> (the tail carried over), so no story is cut in two and the lists together equal
+    split_stories(whole text). Memory: chunk_bytes plus the longest story, whatever the file size.
 
     A byte sequence that is not UTF-8 raises ValueError naming the file, its byte offset and story number
     (1-based: 1 + the number of separators before it); with skip_bad_utf8=True that story is left out
@@ -187,9 +185,7 @@ class StoryStream:
 def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
     """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream), each followed by
     <|endoftext|>, writing uint16 token ids to the binary file object `out` as they come: the result
-    equals encode_split(enc, all stories).
-
-    Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..." that tiktoken encodes on
+    equals encode_split(enc, all stories). Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..." that tiktoken encodes on
     num_threads threads (default: all cores) straight into numpy (tiktoken encodes the pieces between
     special tokens independently, so this is per-story encoding). Prints progress (MB done, MB/s, ETA)
     every progress_s seconds when the stream has a `size`. Returns {"tokens", "bytes", "stories"} (bytes:

@@ -188,11 +188,12 @@ def bench_decode(args):
             with machine.autocast(args.device, args.dtype):
                 eager = [eager_ms(model, start, args, wait) for start in (early, late)]
                 dec = sample.Decoder(model, compile=True)
+                dec.prefill(prompt[:, :1])
                 t0 = time.perf_counter()
-                dec.step(prompt[:, :1])                    # the first step compiles
+                dec.step(prompt[:, 1:2])                   # the first step compiles
                 compile_s = time.perf_counter() - t0
-                dec.reset()
-                compiled = decode_ms(dec.step, prompt, args.decode_tokens, wait)
+                dec.prefill(prompt[:, :1])                 # the sequence again, its buffers zeroed
+                compiled = decode_ms(dec.step, prompt[:, 1:], args.decode_tokens, wait)
             print(md_row([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
                           f'{limit:.3f}', *(f'{ms:.3f}' for ms in eager), f'{compiled:.3f}',
                           f'{compiled / limit:.1f}x', f'{compile_s:.0f}', dec.compiles]), flush=True)
