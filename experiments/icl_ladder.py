@@ -121,6 +121,26 @@ def save_state(path, **state):
     write_atomic(path, buf.getvalue())
 
 
+def rung_start(spec, run_dir, resume, fork, fork_state):
+    """The state segment_job starts from: its own resume.pt `resume` when it is this rung's (and before the
+    fork, or past it with the fork's state.pt `fork_state` saved), else the stable state the previous rung
+    left (its counters cleared), else None (from initialisation). With no usable previous state, a result
+    instead: {'rc': 0, 'finished': False, ...} when that rung diverged, else {'rc': 1, 'line': why}."""
+    if resume is not None and resume['spec'] == spec and (resume['step'] <= fork or (
+            fork_state is not None and fork_state['spec'] == spec)):
+        return resume
+    if not spec['prev']:
+        return None
+    prev_dir = os.path.join(os.path.dirname(run_dir), spec['prev'])
+    start, prev = load_state(os.path.join(prev_dir, 'state.pt')), load_json(os.path.join(prev_dir, 'result.json'))
+    if start is None or prev is None or start['spec'] != prev.get('argv'):
+        if prev is not None and not prev.get('finished', True):
+            return {'rc': 0, 'finished': False, 'eval': math.inf, 'sweep': math.inf, 'curve': [], 'branch': [],
+                    'line': 'diverged at an earlier rung'}
+        return {'rc': 1, 'line': f'no stable state from the rung before ({spec["prev"]})'}
+    return {**start, 'curve': [], 'branch': [], 'acc': [], 'train_seconds': [0.0, 0.0], 'seconds': 0.0}
+
+
 def segment_job(spec, run_dir, device='cpu'):
     """Runner job: one rung of one run (a model, noise, batch, peak rate, seed). From the stable state the
     previous rung left at its fork (spec 'prev': that rung's folder beside run_dir; None: from
@@ -149,20 +169,9 @@ def segment_job(spec, run_dir, device='cpu'):
     st = {'step': 0, 'curve': [], 'branch': [], 'acc': [], 'train_seconds': [0.0, 0.0], 'seconds': 0.0}
     state_path, resume_path = os.path.join(run_dir, 'state.pt'), os.path.join(run_dir, 'resume.pt')
     resume, fork_state = load_state(resume_path), load_state(state_path, quiet=True)   # the runner said it
-    if resume is not None and resume['spec'] == spec and (resume['step'] <= fork or (
-            fork_state is not None and fork_state['spec'] == spec)):
-        start = resume
-    elif spec['prev']:
-        prev_dir = os.path.join(os.path.dirname(run_dir), spec['prev'])
-        start, prev = load_state(os.path.join(prev_dir, 'state.pt')), load_json(os.path.join(prev_dir, 'result.json'))
-        if start is None or prev is None or start['spec'] != prev.get('argv'):
-            if prev is not None and not prev.get('finished', True):
-                return {'rc': 0, 'finished': False, 'eval': math.inf, 'sweep': math.inf, 'curve': [], 'branch': [],
-                        'line': 'diverged at an earlier rung'}
-            return {'rc': 1, 'line': f'no stable state from the rung before ({spec["prev"]})'}
-        start = {**start, 'curve': [], 'branch': [], 'acc': [], 'train_seconds': [0.0, 0.0], 'seconds': 0.0}
-    else:
-        start = None
+    start = rung_start(spec, run_dir, resume, fork, fork_state)
+    if start is not None and 'rc' in start:     # no state to start from: the job's result
+        return start
     if start is not None:
         model.load_state_dict(start['model'])
         opt.load_state_dict(start['opt'])
@@ -371,6 +380,22 @@ def fmt_count(n):
     return f'{n / 1e6:.2f}M' if n >= 1e6 else f'{n / 1e3:.0f}k' if n >= 1e4 else f'{n:,}'
 
 
+def sweep_rows(plan, c, zero):
+    """The ladder's sweep-table rows of config c, one a swept rung: each rate's adjusted loss on the sweep
+    prompts (seed 0) and the best rate, '(edge)' when it lies at the edge of a sweep that is not flat (its
+    rates differ by more than 1% of `zero`, the predict-0 loss)."""
+    rows = []
+    for r, by_rate in sorted(plan['sweep'][c].items()):
+        vals = {a: x.get('sweep', math.inf) if x['rc'] == 0 else math.inf for a, x in by_rate.items()}
+        finite = [v for v in vals.values() if math.isfinite(v)]
+        best = min(vals, key=vals.get)
+        edge = best in (min(vals), max(vals)) and len(finite) > 1 and max(finite) - min(finite) > 0.01 * zero
+        rows.append([label(c), c[3], noise_label(c[2]), f'{r:g}x', ', '.join(f'{a:g}: {v:.4g}' for a, v in
+                                                                       sorted(vals.items())),
+                     f'{best:g}' + (' (edge)' if edge else '')])
+    return rows
+
+
 def ladder_report(plan, L, meta=''):
     """The ladder's markdown section (the plan's results) -> str: the ladder table (adjusted eval loss
     per rung, mean +- half range over seeds), the budgets (steps, prompts, seconds), each mixer's first
@@ -419,16 +444,7 @@ def ladder_report(plan, L, meta=''):
         summary.append([label(c), c[3], noise_label(c[2]), where, f'{c[4][-1]:g}x: {cell(c, c[4][-1])}',
                         f'{zero[c[2]]:.4g}', f'{gd[c[2]]:.3g}', mean_range(tf[c[2]]) if tf.get(c[2]) else '-', closed,
                         falling])
-    sweeps = []
-    for c in cfgs + refs:
-        for r, by_rate in sorted(plan['sweep'][c].items()):
-            vals = {a: x.get('sweep', math.inf) if x['rc'] == 0 else math.inf for a, x in by_rate.items()}
-            finite = [v for v in vals.values() if math.isfinite(v)]
-            best = min(vals, key=vals.get)
-            edge = best in (min(vals), max(vals)) and len(finite) > 1 and max(finite) - min(finite) > 0.01 * zero[c[2]]
-            sweeps.append([label(c), c[3], noise_label(c[2]), f'{r:g}x',
-                           ', '.join(f'{a:g}: {v:.4g}' for a, v in sorted(vals.items())),
-                           f'{best:g}' + (' (edge)' if edge else '')])
+    sweeps = [row for c in cfgs + refs for row in sweep_rows(plan, c, zero[c[2]])]
     probes = []
     for c in cfgs + refs:
         top = plan['runs'][c][c[4][-1]]
