@@ -42,8 +42,8 @@ def sample_next(logits, temperature=1.0, top_k=None):
     (a smaller one is 0 there: 0 / 0): near 0, a draw among the best tokens, the limit."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    logits = logits.float() - logits.float().amax(-1, keepdim=True)
-    logits = logits / max(temperature, torch.finfo(torch.float32).tiny)
+    logits = logits.float()
+    logits = (logits - logits.amax(-1, keepdim=True)) / max(temperature, torch.finfo(torch.float32).tiny)
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float('-inf'))

@@ -43,9 +43,8 @@ import torch
 
 import machine
 import mixer
-import sample
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
-                                      bench_loaded, bench_sdpa, bench_serving, build, nbytes)
+                                      bench_loaded, bench_sdpa, bench_serving, build, meta_bytes)
 from cli import ArgumentParser, number
 from experiments.flags import listing
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
@@ -461,7 +460,7 @@ def check_memory(p, args):
              for k in dict.fromkeys(name for name, _ in GEN_METHODS) if 'generation' in args.tables]
     for name, d_model, n_layer, n_ctx in rows:
         model = build(name, args, 'meta', d_model=d_model, n_layer=n_layer, n_ctx=n_ctx)
-        need = nbytes([*model.parameters(), *model.buffers()]) + nbytes(sample.Decoder(model).buffers())
+        need = sum(meta_bytes(model))
         why = machine.memory_error(need, args.device, f'{name} at d_model {d_model}, n_layer {n_layer}, n_ctx '
                                    f'{n_ctx} (its weights and decoder buffers)')
         if why:

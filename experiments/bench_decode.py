@@ -213,7 +213,12 @@ def serve_bytes(name, n_ctx, args):
     meta device: the real tensors' shapes and dtypes, no memory (nothing is allocated before a cell is
     known to fit)."""
     d_model, n_layer = args.serve_size
-    model = build(name, args, 'meta', d_model=d_model, n_layer=n_layer, n_ctx=n_ctx).to(serve_dtype(args))
+    return meta_bytes(build(name, args, 'meta', d_model=d_model, n_layer=n_layer, n_ctx=n_ctx).to(serve_dtype(args)))
+
+
+def meta_bytes(model):
+    """(bytes of its parameters and buffers, of a sample.Decoder's state at batch 1) of a model on the meta
+    device (the serving table's cells, bench.py's memory check)."""
     return nbytes([*model.parameters(), *model.buffers()]), nbytes(sample.Decoder(model).buffers())
 
 
