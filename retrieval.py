@@ -64,7 +64,7 @@ import sys
 import time
 from dataclasses import asdict
 
-import cli
+from harness import cli
 cli.begin('retrieval.py', __name__)    # the first instruction: Ctrl-C is one line from here, torch's import included
 
 import numpy as np
@@ -73,10 +73,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mixer
-from checkpoint import CheckpointError, load_checkpoint, read_checkpoint
+from harness.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
                         plan_splits)
-from cli import (ArgumentParser, check_folder_writable, check_writable, device_error, distinct_files, failing,
+from harness.cli import (ArgumentParser, check_folder_writable, check_writable, device_error, distinct_files, failing,
                  number, random_seed, run_command, save_results, write_atomic)
 from data.tokenizer import file_sha256
 

@@ -20,14 +20,14 @@ import argparse
 import contextlib
 import sys
 
-import cli
+from harness import cli
 cli.begin('sample.py', __name__)       # the first instruction: Ctrl-C is one line from here, torch's import included
 
 import torch
 import torch.nn.functional as F
 
-from checkpoint import CheckpointError, load_checkpoint
-from cli import ArgumentParser, device_error, failing, number, random_seed, run_command
+from harness.checkpoint import CheckpointError, load_checkpoint
+from harness.cli import ArgumentParser, device_error, failing, number, random_seed, run_command
 
 fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 

@@ -5,10 +5,10 @@
     python train.py config/tinystories_cpu.py --init_from=resume     # continue out_dir/ckpt.pt
 
 Settings are the module-level defaults below; a config file (plain Python
-assignments) and then --key=value arguments override them (configurator.py).
+assignments) and then --key=value arguments override them (harness/configurator.py).
 `--variant=NAME` applies mixer.VARIANTS[NAME] on top of the defaults, below anything
 set explicitly. Unknown keys, wrong types and values out of range are an error.
-`python train.py --help` lists every setting. The optimisers and the schedule: optim.py.
+`python train.py --help` lists every setting. The optimisers and the schedule: harness/optim.py.
 """
 
 import contextlib
@@ -24,7 +24,7 @@ import warnings
 from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 
-from cli import begin, fail, run_command
+from harness.cli import begin, fail, run_command
 begin('train.py', __name__, keep=True)     # first: Ctrl-C is one line from here; a closed stdout never stops the run
 
 import numpy as np
@@ -32,11 +32,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import checkpoint
-import configurator
-import machine
+from harness import checkpoint
+from harness import configurator
+from harness import machine
 import mixer
-import optim
+from harness import optim
 
 # ----------------------------------------------------------------------------- defaults
 # I/O
@@ -525,7 +525,7 @@ def collective_failure(e, cfg, env):
 
 def main(argv):
     """Train with the settings of `argv` (config files and --key=value). Writes out_dir/ckpt.pt
-    (checkpoint.py's format) and log.jsonl (events config, schedule, train, eval, summary), under a
+    (harness/checkpoint.py's format) and log.jsonl (events config, schedule, train, eval, summary), under a
     lock on out_dir. Exits 2 on bad settings, data, checkpoint or folder (one line); 1 when the run
     stops early (a non-finite loss on any rank, a failed write, a stalled rank), 130 on Ctrl-C, each
     with one line saying what the checkpoint holds."""

@@ -25,7 +25,7 @@ import sys
 
 if __name__ == "__main__":     # run as data/prepare.py: the repository root on the path, for data.tokenizer and cli;
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
+    from harness import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
 import json
@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from cli import ArgumentParser, run_command
+from harness.cli import ArgumentParser, run_command
 from data.tokenizer import (EOT, check_file, file_sha256, load_tokenizer, save_tokenizer,  # noqa: E402
                             tokenizer_sha256, train_bpe)
 

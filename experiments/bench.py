@@ -36,16 +36,16 @@ import time
 
 if __name__ == '__main__':       # run as a file too (python experiments/bench.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('bench.py')
 
 import torch
 
-import machine
+from harness import machine
 import mixer
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
                                       bench_loaded, bench_sdpa, bench_serving, build, meta_bytes)
-from cli import ArgumentParser, number
+from harness.cli import ArgumentParser, number
 from experiments.flags import listing
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
@@ -509,5 +509,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    from cli import run_command
+    from harness.cli import run_command
     sys.exit(run_command('bench.py', main))

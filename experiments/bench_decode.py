@@ -37,7 +37,7 @@ from contextlib import nullcontext
 
 import torch
 
-import machine
+from harness import machine
 import mixer
 import sample
 from experiments.runner import fmt_bytes, md_row, md_table, say, time_calls

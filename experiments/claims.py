@@ -56,7 +56,7 @@ import time
 
 if __name__ == '__main__':       # run as a file too (python experiments/claims.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('claims.py', keep=True)
 
 import numpy as np
@@ -65,9 +65,9 @@ import numpy as np
 # the compared models (MODELS, ...) are claims_report's, which turns the finished runs into the report
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
-from cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
+from harness.cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
 from experiments.flags import listing
-from configurator import read_config_file
+from harness.configurator import read_config_file
 from experiments.runner import (ROOT, Runner, command, fmt_s, job, reset_dir, say, step_times, train_job, train_run,
                                window_loss_job)
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there

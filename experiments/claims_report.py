@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from cli import write_atomic
+from harness.cli import write_atomic
 from experiments.runner import NO_PLOT, md_table, mean_range, pyplot, save_figure
 
 # name -> (train.py arguments, family). Families decide the "best of" row.

@@ -61,14 +61,14 @@ from dataclasses import asdict
 
 if __name__ == '__main__':       # run as a file too (python experiments/convert.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('convert.py', keep=True)
 
 import torch
 
-import checkpoint
+from harness import checkpoint
 import mixer
-from cli import ArgumentParser, check_folder_writable, check_writable, failing, run_command
+from harness.cli import ArgumentParser, check_folder_writable, check_writable, failing, run_command
 from data.tokenizer import EOT, tokenizer_from_text
 
 fail = failing('convert.py')
@@ -344,7 +344,7 @@ def paper_to_model(state, aliases, hf_ids):
 # ----------------------------------------------------------------------------- the two directions
 
 def import_reference(args):
-    """--reference, --tokenizer -> --out: a checkpoint in checkpoint.py's format (no optimiser state, step
+    """--reference, --tokenizer -> --out: a checkpoint in harness/checkpoint.py's format (no optimiser state, step
     0, train.py's settings with the imported architecture and the paper's learning rate), written whole.
     Raises ConvertError (one line) for bad input; OSError for a failed write."""
     enc, text, hf_ids = read_tokenizer(args.tokenizer)

@@ -1,4 +1,4 @@
-"""The experiments' list flags, argparse types beside cli.py's (the core's commands take no lists):
+"""The experiments' list flags, argparse types beside harness/cli.py's (the core's commands take no lists):
 
     p.add_argument('--lrs', type=listing(number(float, 0, above=True)))     # '1e-3,3e-3' -> [0.001, 0.003]
     p.add_argument('--fields', type=assignments)                             # 'n_head=4,kind=mixer' -> dict

@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 
 if __name__ == '__main__':       # run as a file too (python experiments/gpu_check.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('gpu_check.py', keep=True)
 
 import torch
 
-import machine
-from cli import ArgumentParser, failing, number, write_atomic
+from harness import machine
+from harness.cli import ArgumentParser, failing, number, write_atomic
 from experiments.runner import ROOT, fmt_s, md_table, read_log, say
 
 BUDGET_S = 480                 # the whole check, so that it fits a 15-minute GPU loan with the start-up

@@ -34,12 +34,12 @@ import time
 
 if __name__ == '__main__':       # run as a file too (python experiments/icl.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('icl.py', keep=True)
 
 import torch
 
-from cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
+from harness.cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
 from experiments.flags import listing
 from experiments import icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS

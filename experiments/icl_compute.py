@@ -47,7 +47,7 @@ FIGURE = 'icl_compute.png'
 def flops_per_prompt(variant, n_layer, d_model):
     """Training FLOPs of one prompt (21 tokens: 20 pairs and the query) through the model (forward and
     backward: machine.flops_per_token's count of every Linear and the token mixing)."""
-    from machine import flops_per_token
+    from harness.machine import flops_per_token
     model = initialised(variant, n_layer, d_model, False, 0)
     T = model.cfg.n_ctx
     return flops_per_token(model, T) * T

@@ -41,12 +41,12 @@ from functools import partial
 
 import torch
 
-from cli import write_atomic
+from harness.cli import write_atomic
 from experiments.icl_mixers import (PROBE_HEADER, adam_step, adjusted_loss, diagnose, initialised, probe_cells,
                                    untrained_probes, zero_loss)
 from experiments.regression import VERSION, fixed_prompts
 from experiments.runner import NO_PLOT, fmt_s, job, load_json, md_table, mean_range, pyplot, save_figure, say, step_times
-from optim import fit_state
+from harness.optim import fit_state
 
 MIXERS = tuple((v, L, '0') for v in ('flat', 'toeplitz', 'recurrent') for L in (2, 4)) + (('flat', 4, '5'),)
 SETTINGS = {

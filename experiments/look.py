@@ -51,15 +51,15 @@ from dataclasses import dataclass, field
 
 if __name__ == '__main__':       # run as a file too (python experiments/look.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('look.py', keep=True)
 
 import numpy as np
 import torch
 
-import checkpoint
+from harness import checkpoint
 import mixer
-from cli import ArgumentParser, check_writable, failing, number, run_command
+from harness.cli import ArgumentParser, check_writable, failing, number, run_command
 
 fail = failing('look.py')            # 'PROG: error: msg' on stderr, exit 2
 

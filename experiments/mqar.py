@@ -49,7 +49,7 @@ import time
 
 if __name__ == '__main__':       # run as a file too (python experiments/mqar.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('mqar.py', keep=True)
 
 import numpy as np
@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 
 import mixer
-from cli import ArgumentParser, check_folder_writable, fail, number
+from harness.cli import ArgumentParser, check_folder_writable, fail, number
 from experiments.flags import assignments, listing
 from experiments import mqar_report
 from experiments.mqar_data import FILLER, POWER_A, check_cell, load_split, make_data, mqar, split_files
@@ -195,7 +195,7 @@ def evaluate(model, inputs, targets, batch_size):
 def optimizer(model, lr, weight_decay=WEIGHT_DECAY):
     """Zoology's AdamW (betas 0.9, 0.999) at peak rate lr, weight decay `weight_decay` on matrices
     (optim.param_groups: not on biases, norms or the mixing bias)."""
-    from optim import param_groups
+    from harness.optim import param_groups
     groups = param_groups(model, {'weight_decay': weight_decay, 'mixing_weight_decay': None, 'mixing_lr_mult': 1.0})
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999))
 
@@ -395,7 +395,7 @@ def best_mixer(grid, n_layer, fields=None):
 def train_flops(s, kind, n_layer, T, kv, d_model):
     """Training FLOPs of one job if it runs all its epochs (machine.flops_per_token, with the head
     counted at the kv answer positions of a sequence alone, as answer_logits computes it)."""
-    from machine import flops_per_token
+    from harness.machine import flops_per_token
     model = mixer.build_model(model_config(kind, T, s['vocab_size'], d_model, n_layer, s['attention_heads'],
                                            s['fields']))
     head = 3 * 2 * d_model * s['vocab_size']

@@ -17,7 +17,7 @@ import zipfile
 import numpy as np
 import torch
 
-from cli import write_atomic
+from harness.cli import write_atomic
 from experiments.runner import say
 
 POWER_A = 0.01            # Zoology's train_power_a = test_power_a

@@ -19,7 +19,7 @@ import platform
 
 import torch
 
-from cli import write_atomic
+from harness.cli import write_atomic
 from experiments.runner import NO_PLOT, fmt_s, md_table, pyplot, save_figure
 
 N_LAYER = 2               # every kind, as Zoology's attention; the best mixer again at deep_layers

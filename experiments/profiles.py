@@ -29,17 +29,17 @@ import time
 
 if __name__ == '__main__':       # run as a file too (python experiments/profiles.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('profiles.py')
 
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-import machine
+from harness import machine
 import mixer
 import sample
-from cli import ArgumentParser, number
+from harness.cli import ArgumentParser, number
 from experiments.flags import listing
 from experiments.bench import device_and_dtype
 from experiments.bench_decode import build, decode_ms
@@ -196,5 +196,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    from cli import run_command
+    from harness.cli import run_command
     sys.exit(run_command('profiles.py', main, sys.argv[1:]))

@@ -42,15 +42,15 @@ import time
 
 if __name__ == '__main__':       # run as a file too (python experiments/represent.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
-    import cli                   # and from here Ctrl-C is one line, torch's import included
+    from harness import cli                   # and from here Ctrl-C is one line, torch's import included
     cli.begin('represent.py')
 
 import numpy as np
 import torch
 
 import mixer
-from checkpoint import CheckpointError, load_checkpoint
-from cli import (ArgumentParser, check_writable, distinct_files, failing, number, random_seed, run_command,
+from harness.checkpoint import CheckpointError, load_checkpoint
+from harness.cli import (ArgumentParser, check_writable, distinct_files, failing, number, random_seed, run_command,
                  save_results)
 from experiments.flags import listing
 from experiments.runner import md_table

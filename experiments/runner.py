@@ -35,7 +35,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any, Callable, NamedTuple, Optional
 
-import cli
+from harness import cli
 from experiments.commands import CHILD, ROOT, run_command
 
 
@@ -131,7 +131,7 @@ def window_loss_job(argv, run_dir):
     train.bin and of val.bin (train.evaluate; CPU, fp32) -> {'rc', 'train_loss',
     'val_loss' (nats/token), 'line'}: the generalisation gap of a finished run."""
     import train
-    from checkpoint import load_checkpoint
+    from harness.checkpoint import load_checkpoint
     os.chdir(ROOT)
     try:
         model, _, ckpt = load_checkpoint(argv[0])
@@ -148,7 +148,7 @@ def time_calls(fn, n, warmup=0, device=None):
     """Seconds of each of n calls of fn() after `warmup` untimed ones, `device` (a torch device or a
     name; None: none) synchronised before each clock read (machine.sync: CUDA's work done, not only
     launched) -> list of n floats. Every timing loop of the experiments (step times, bench's tables)."""
-    from machine import sync
+    from harness.machine import sync
     wait = (lambda: sync(device)) if device is not None else (lambda: None)
     for _ in range(warmup):
         fn()
@@ -202,8 +202,8 @@ def train_run(argv):
     written -> (run: train.build_run's namespace, with .train_data; cfg: the settings; step(): one
     train.train_step on freshly drawn windows at the peak learning rate -> its loss tensor). Bad settings
     or data: train.py's one line, exit 2."""
-    import configurator
-    import machine
+    from harness import configurator
+    from harness import machine
     import train
     cfg, _ = configurator.resolve_settings(configurator.parse_overrides(argv, train.DEFAULTS, train.__doc__),
                                            train.DEFAULTS, [k for k in train.MODEL_KEYS if k not in train.TUNING_KEYS])
@@ -252,7 +252,7 @@ def _pool_init(threads):
 def read_log(path):
     """Events of a train.py log.jsonl: (evals [(step, val_loss, val_bpb, val_acc)], summary or None).
     checkpoint.read_log reads it: a last line torn by a crash is dropped with a warning."""
-    from checkpoint import read_log as read_records
+    from harness.checkpoint import read_log as read_records
     evals, summary = [], None
     for rec in read_records(path):
         if rec.get('event') == 'eval':
@@ -488,7 +488,7 @@ def step_times(runner, parent, builders, steps, version, what, fresh=False):
 def cache(path, obj):
     """Write obj as JSON to the cache file `path`, whole or not at all (cli.write_atomic). A
     failed write (a full disk) is a one-line warning: the job runs again next time."""
-    from cli import write_atomic
+    from harness.cli import write_atomic
     try:
         write_atomic(path, json.dumps(obj))
     except OSError as e:

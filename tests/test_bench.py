@@ -12,7 +12,7 @@ import torch
 
 import mixer
 import sample
-from cli import ArgumentParser
+from harness.cli import ArgumentParser
 from experiments import bench, bench_decode
 from experiments.runner import fmt_bytes
 

@@ -19,7 +19,7 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 
-import checkpoint
+from harness import checkpoint
 from experiments import convert
 from tests.common import HAVE_TEXT, NO_TEXT, TEXT_DIR, run_in_process
 

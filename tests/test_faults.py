@@ -252,7 +252,7 @@ class TestRunCommand(unittest.TestCase):
         """run_command('prog.py', work, kept=kept, exits=exits), stdout and stderr captured -> (status,
         stdout, stderr)."""
         from tests.common import captured_output
-        from cli import run_command
+        from harness.cli import run_command
         try:
             with captured_output() as got:
                 code = run_command('prog.py', work, kept=kept, exits=exits)
@@ -261,7 +261,7 @@ class TestRunCommand(unittest.TestCase):
         return code, got.stdout, got.stderr
 
     def test_the_status_and_a_bad_inputs_exit_go_through(self):
-        import cli
+        from harness import cli
         self.assertEqual(self.run_work(lambda: None)[0], 0)
         self.assertEqual(self.run_work(lambda: 3)[0], 3)
         with self.assertRaises(SystemExit) as stop:
@@ -322,7 +322,7 @@ class TestRunCommand(unittest.TestCase):
 
     def test_a_closed_stdout_is_a_quiet_exit_1(self):
         """A print to a reader that went away, on the stdout of a command cli.begin started: exit 1, quietly."""
-        import cli
+        from harness import cli
 
         def work():
             sys.stdout = cli._Stdout(sys.stdout, 'prog.py', keep=False)      # (captured_output puts it back)

@@ -30,7 +30,7 @@ from unittest import mock
 
 import torch
 
-from cli import check_folder_writable
+from harness.cli import check_folder_writable
 from experiments import claims, icl, icl_ladder, icl_report, mqar
 from experiments.commands import run_command
 from experiments.runner import Runner, job, save_figure, spec_key
@@ -388,13 +388,13 @@ class TestModules(unittest.TestCase):
                 'experiments/mqar.py', 'experiments/represent.py', 'experiments/profiles.py', 'experiments/convert.py'}
 
     def test_a_module_that_is_not_a_command_says_so(self):
-        """Every .py file of the repository root, data/ and experiments/ that is not a command: run as one
+        """Every .py file of the repository root, data/, harness/ and experiments/ that is not a command: run as one
         (a file, or -m for the packages' modules), one line saying so, exit 2, nothing on stdout."""
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        modules = sorted({os.path.join(d, f) for d in ('', 'data', 'experiments')
+        modules = sorted({os.path.join(d, f) for d in ('', 'data', 'harness', 'experiments')
                           for f in os.listdir(os.path.join(root, d))
                           if f.endswith('.py') and f != '__init__.py'} - self.COMMANDS)
-        self.assertTrue({'mixer.py', 'experiments/runner.py', 'data/pairs.py'} <= set(modules), modules)
+        self.assertTrue({'mixer.py', 'experiments/runner.py', 'data/pairs.py', 'harness/cli.py'} <= set(modules), modules)
         for path in modules:
             args = ['-m', path[:-3].replace('/', '.')] if '/' in path else [path]
             with self.subTest(module=path):

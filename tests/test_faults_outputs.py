@@ -172,7 +172,7 @@ class TestCachesAndOutputs(Base):
     def test_write_atomic_keeps_the_old_file_when_the_write_fails(self):
         """cli.write_atomic (retrieval's and represent's outputs): a failed write leaves the old
         file byte-identical and no temporary file."""
-        from cli import write_atomic
+        from harness.cli import write_atomic
         path = write(os.path.join(self.f.tmp, 'atomic', 'results.json'), '{"old": 1}\n')
         with mock.patch('os.replace', side_effect=OSError(errno.ENOSPC, 'No space left on device')), \
                 self.assertRaises(OSError):
@@ -215,7 +215,7 @@ class TestCachesAndOutputs(Base):
         """--json passes the check before the work but its write fails at the end (a full disk): the
         tables are on stdout, one line names the failure, exit 1, the old --json byte-identical. And an
         embedding cache that cannot be written is a warning, not a crash (the cache only saves time)."""
-        import cli
+        from harness import cli
         import retrieval
         out = {'source': 'src', 'train_pairs': 1, 'val_pairs': 0, 'test_pairs': 1, 'train_n': 2, 'eval_trials': 1,
                'ns': [2], 'notes': [], 'results': []}

@@ -30,7 +30,7 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 
-import machine
+from harness import machine
 import mixer
 import sample
 import train

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from einops import rearrange
 
-import checkpoint
+from harness import checkpoint
 from experiments import look
 import mixer
 from attention import Attention

@@ -467,7 +467,7 @@ class TestOldCheckpoints(unittest.TestCase):
         """A state dict of the layout before the masked mixings' W lost its tap axis (W1 [H, 1, x n_ctx, n_ctx]
         or [H, k, n_ctx, n_ctx], c1), as checkpoint.read_checkpoint reads it (strip_prefixes), loads into
         today's model of every masked variant with the same logits."""
-        import checkpoint
+        from harness import checkpoint
         for name in ('flat', 'multihead', 'expanded', 'kernel', 'hybrid'):
             model = tiny_model(name)
             old = {}

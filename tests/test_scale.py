@@ -317,7 +317,7 @@ class TestCheckpointTravels(unittest.TestCase):
         self.assertNotIn('HEAD START', r.stdout)
 
     def test_old_checkpoints_and_damaged_tokenizers(self):
-        import checkpoint
+        from harness import checkpoint
         ckpt = torch.load(self.alone, map_location='cpu', weights_only=True)
         tok_file = os.path.join(self.tmp, 'tok.tiktoken')
         with open(tok_file, 'wb') as f:

@@ -23,7 +23,7 @@ import unittest
 import torch
 
 import mixer
-import optim
+from harness import optim
 from tests.common import finished, prepared_data, read_log, run, run_in_process, start
 
 TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
@@ -222,10 +222,10 @@ class TestTrainPy(Base):
         self.assertEqual(torch.load(os.path.join(out, 'ckpt.pt'), weights_only=True)['step'], 2)
 
     def test_checkpoint_with_a_compile_prefix_loads_and_a_corrupt_one_is_one_line(self):
-        """checkpoint.py: a state dict saved from a torch.compile'd model ('_orig_mod.'
+        """harness/checkpoint.py: a state dict saved from a torch.compile'd model ('_orig_mod.'
         keys) loads in load_checkpoint, sample.py and --init_from=resume; an unreadable
         ckpt.pt on resume is one line and exit 2, not a traceback."""
-        import checkpoint
+        from harness import checkpoint
         out = tempfile.mkdtemp(prefix='mixer_ckpt_')
         self.assert_ok(train('--max_iters=2', '--eval_interval=2', f'--out_dir={out}'))
         path = os.path.join(out, 'ckpt.pt')

@@ -275,4 +275,4 @@ def save_results(path, results, prog, indent=2):
 
 
 if __name__ == '__main__':
-    fail("the commands' shared helpers, not a command: python train.py --help, python sample.py --help", 'cli.py')
+    fail("the commands' shared helpers, not a command: python train.py --help, python sample.py --help", 'harness/cli.py')

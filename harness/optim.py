@@ -79,5 +79,5 @@ def lr_at(it, cfg):
 
 
 if __name__ == '__main__':
-    from cli import fail
-    fail("train.py's optimisers and schedule, not a command: python train.py --help", 'optim.py')
+    from harness.cli import fail
+    fail("train.py's optimisers and schedule, not a command: python train.py --help", 'harness/optim.py')

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import mixer
-from cli import fail
+from harness.cli import fail
 
 
 def keep_freed_memory():
@@ -254,4 +254,4 @@ def hms(seconds):
 
 
 if __name__ == '__main__':
-    fail('the device and timing module, not a command: python -m experiments.bench measures this machine', 'machine.py')
+    fail('the device and timing module, not a command: python -m experiments.bench measures this machine', 'harness/machine.py')

@@ -17,9 +17,9 @@ import os
 import sys
 import traceback
 
-import checkpoint
+from harness import checkpoint
 import mixer
-from cli import fail
+from harness.cli import fail
 
 # Settings with a fixed set of values, and the numeric settings' lower bounds.
 CHOICES = {'init_from': ('scratch', 'resume'), 'task': ('lm', 'autoencode'), 'optimizer': ('adamw', 'muon'),
@@ -166,4 +166,4 @@ def resolve_settings(overrides, defaults, model_keys):
 
 
 if __name__ == '__main__':
-    fail("train.py's settings, not a command: python train.py --help lists them", 'configurator.py')
+    fail("train.py's settings, not a command: python train.py --help lists them", 'harness/configurator.py')

@@ -37,8 +37,8 @@ import torch
 import torch.distributed as dist
 
 import mixer
-import optim
-from cli import fail, write_atomic
+from harness import optim
+from harness.cli import fail, write_atomic
 from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
@@ -338,4 +338,4 @@ def gather_rng(batch_gen, env):
 
 
 if __name__ == '__main__':
-    fail("the checkpoint format's module, not a command: train.py writes checkpoints, sample.py reads them", 'checkpoint.py')
+    fail("the checkpoint format's module, not a command: train.py writes checkpoints, sample.py reads them", 'harness/checkpoint.py')
