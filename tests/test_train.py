@@ -483,7 +483,7 @@ class TestMachine(unittest.TestCase):
         """A 48 MiB tensor made and freed 5 times page-faults its memory in every time
         under glibc's defaults, and (once the heap has settled) about never after
         keep_freed_memory() is applied."""
-        code = ("import resource, torch, machine\n"
+        code = ("import resource, torch\nfrom harness import machine\n"
                 "def faults():\n"
                 "    torch.zeros(12 << 20)\n"
                 "    f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
