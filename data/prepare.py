@@ -29,7 +29,6 @@ if __name__ == "__main__":     # run as data/prepare.py: the repository root on 
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
 import json
-import re
 import shutil
 import time
 import urllib.request
@@ -37,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from harness.cli import ArgumentParser, run_command
+from harness.cli import TEMP_NAME, ArgumentParser, remove_stale_temps, run_command, written
 from data.tokenizer import (EOT, check_file, file_sha256, load_tokenizer, save_tokenizer,  # noqa: E402
                             tokenizer_sha256, train_bpe)
 
@@ -56,26 +55,19 @@ def split_stories(text):
 
 
 def download(name, raw_dir):
-    """Download URL+name into raw_dir (skipped if already there), via a .part file
-    renamed when complete. Returns the local path; raises OSError on failure."""
+    """Download URL+name into raw_dir (skipped if already there), via a temporary file
+    renamed when complete (cli.written). Returns the local path; raises OSError on failure."""
     path = os.path.join(raw_dir, name)
     if os.path.exists(path):
         return path
-    os.makedirs(raw_dir, exist_ok=True)
-    tmp = path + ".part"
-    try:
-        with urllib.request.urlopen(URL + name, timeout=30) as r, open(tmp, "wb") as f:
-            total, done = int(r.headers.get("Content-Length") or 0), 0
-            while chunk := r.read(1 << 20):
-                f.write(chunk)
-                done += len(chunk)
-                pct = f" ({100 * done / total:.1f}%)" if total else ""
-                print(f"\rdownloading {name}: {done / 1e6:.1f} MB{pct}", end="", flush=True)
-        print()
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with written(path) as tmp, urllib.request.urlopen(URL + name, timeout=30) as r, open(tmp, "wb") as f:
+        total, done = int(r.headers.get("Content-Length") or 0), 0
+        while chunk := r.read(1 << 20):
+            f.write(chunk)
+            done += len(chunk)
+            pct = f" ({100 * done / total:.1f}%)" if total else ""
+            print(f"\rdownloading {name}: {done / 1e6:.1f} MB{pct}", end="", flush=True)
+    print()
     return path
 
 
@@ -230,18 +222,6 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
 
 OUTPUTS = ("tokenizer.tiktoken", "train.bin", "val.bin", "meta.json")
 VERSION = "prepare 1"       # the output format and the BPE trainer: a change here makes every --out "other"
-TEMP_NAME = re.compile(r"^\.(.+)\.tmp(\d+)$")     # main's temporary files: .NAME.tmpPID
-
-
-def pid_alive(pid):
-    """True if a process `pid` runs on this machine (another user's included)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:            # alive, but another user's
-        pass
-    return True
 
 
 def lock_out(out):
@@ -263,18 +243,6 @@ def lock_out(out):
                          + (f" (pid {', '.join(map(str, pids))})" if pids else "")
                          + "; wait for it, or choose another --out") from None
     return fd
-
-
-def remove_stale_temps(out):
-    """Remove the temporary files (.NAME.tmpPID) that a killed run left in `out`: those of
-    pids no longer alive, never a live run's; print a note naming them (stderr)."""
-    stale = [f for f in sorted(os.listdir(out))
-             if (m := TEMP_NAME.match(f)) and int(m.group(2)) != os.getpid() and not pid_alive(int(m.group(2)))]
-    for f in stale:
-        os.remove(os.path.join(out, f))
-    if stale:
-        print(f"prepare.py: note: removed {len(stale)} temporary files left in {out} by a run that stopped: "
-              f"{', '.join(stale)}", file=sys.stderr)
 
 
 def prepare_settings(args, paths):
@@ -427,12 +395,11 @@ def run(argv):
     splits into temporary files and rename them into place at the end -> 0, or 2 after a one-line
     error. Its temporary files are removed however it stops (KeyboardInterrupt included)."""
     t0 = time.time()
-    tmps = []
     lock = None
     try:
         args = parse_args(argv)
         lock = lock_out(args.out)
-        remove_stale_temps(args.out)
+        remove_stale_temps(args.out, "prepare.py")      # a killed run's temporary files (cli.written's)
         paths = text_paths(args)
         streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
                    "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
@@ -447,31 +414,24 @@ def run(argv):
                              "other" else f"that is damaged: {held}") + "; pass --overwrite to replace it, or "
                              "choose another --out")
 
-        def tmp(name):  # temp file in the out dir, renamed to name at the end
-            tmps.append((os.path.join(args.out, f".{name}.tmp{os.getpid()}"), name))
-            return tmps[-1][0]
-
         if not sum(len(stories) for stories in streams["val"]):   # a bad valid file fails before the BPE
             raise ValueError(f"{paths[1]} has no text (empty file or only separators)")
-        tok_tmp = tmp("tokenizer.tiktoken")
-        write_tokenizer(args, streams["train"], tok_tmp)
-        enc = load_tokenizer(tok_tmp)
-        splits = encode_splits(enc, streams, tmp)
-        meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
-                "tokenizer_sha256": tokenizer_sha256(tok_tmp), "train": splits["train"], "val": splits["val"],
-                "settings": settings}
-        with open(tmp("meta.json"), "w") as f:
-            json.dump(meta, f, indent=2)
-        for t, name in tmps:
-            os.replace(t, os.path.join(args.out, name))
-        tmps.clear()
+        # temporary files in the out dir (.NAME.tmpPID), renamed to OUTPUTS in their order at the end
+        with written(*(os.path.join(args.out, name) for name in OUTPUTS)) as tmps:
+            tmp = dict(zip(OUTPUTS, tmps)).get
+            tok_tmp = tmp("tokenizer.tiktoken")
+            write_tokenizer(args, streams["train"], tok_tmp)
+            enc = load_tokenizer(tok_tmp)
+            splits = encode_splits(enc, streams, tmp)
+            meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
+                    "tokenizer_sha256": tokenizer_sha256(tok_tmp), "train": splits["train"], "val": splits["val"],
+                    "settings": settings}
+            with open(tmp("meta.json"), "w") as f:
+                json.dump(meta, f, indent=2)
     except (OSError, ValueError) as e:
         print(f"prepare.py: error: {e}", file=sys.stderr)
         return 2
     finally:
-        for t, _ in tmps:
-            if os.path.exists(t):
-                os.remove(t)
         if lock is not None:
             os.close(lock)
     print(f"wrote {args.out} in {time.time() - t0:.1f}s total")

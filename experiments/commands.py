@@ -29,11 +29,11 @@ IN_PROCESS = ('retrieval', 'sample', 'experiments.represent')
 
 def run_command(args, out_path):
     """Run a project script (python args...: 'script.py ...' or '-m module ...') from the repository
-    root, its stdout and stderr to out_path (OUT_PATH.tmp until it ends) -> exit status. An IN_PROCESS
-    module runs in this process (run_main); any other in a process of its own."""
-    tmp = out_path + '.tmp'
+    root, its stdout and stderr to out_path (written whole when it ends: cli.written) -> exit status. An
+    IN_PROCESS module runs in this process (run_main); any other in a process of its own."""
+    from harness.cli import written
     module, argv = (args[1], args[2:]) if args[0] == '-m' else (args[0][:-3].replace('/', '.'), args[1:])
-    with open(tmp, 'w') as f:
+    with written(out_path) as tmp, open(tmp, 'w') as f:
         if module in IN_PROCESS:
             rc = run_main(module, argv, f)
         else:
@@ -44,7 +44,6 @@ def run_command(args, out_path):
                 rc = child.wait()
             finally:
                 CHILD.remove(child)
-    os.replace(tmp, out_path)
     return rc
 
 

@@ -515,23 +515,21 @@ def fmt_bytes(nbytes):
 
 
 def save_figure(fig, path, dpi=90):
-    """Lay out a matplotlib figure, write it to `path` (PNG) whole (its folders made, as cli.write_atomic
-    makes them and cli.check_folder_writable promises; a temporary file beside it, then a rename: a
-    stopped run leaves no half-written image) and close it -> 'plot: path', or 'plot not written: path
-    (why)' when the write fails (a full disk: no temporary file left, the old figure as it was; the
-    experiment's tables stand without it)."""
+    """Lay out a matplotlib figure, write it to `path` (PNG) whole (cli.written: its folders made, as
+    cli.check_folder_writable promises; a temporary file beside it, then a rename: a stopped run leaves no
+    half-written image) and close it -> 'plot: path', or 'plot not written: path (why)' when the write
+    fails (a full disk: no temporary file left, the old figure as it was; the experiment's tables stand
+    without it)."""
     import matplotlib.pyplot as plt
+    from harness.cli import written
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         fig.tight_layout()
-        fig.savefig(path + '.tmp.png', dpi=dpi)
-        os.replace(path + '.tmp.png', path)
+        with written(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, format='png')
     except OSError as e:
         return f'plot not written: {path} ({e.strerror or e})'
     finally:
         plt.close(fig)
-        if os.path.exists(path + '.tmp.png'):
-            os.remove(path + '.tmp.png')
     return f'plot: {path}'
 
 

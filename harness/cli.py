@@ -2,18 +2,23 @@
 error and its exit status (`fail`), its first instruction (`begin`: Ctrl-C and stdout's faults), the one
 Ctrl-C handler of its work (`run_command`), the flags' parser and types (`ArgumentParser`, `number`,
 `random_seed`, `distinct_files`; the experiments' lists: experiments/flags.py), the device check, and
-results written whole (`write_atomic`, `save_results`).
+outputs written whole (`written`, the one way a file or folder is written; `write_atomic`, `save_results`)
+and what a killed process left of them (`remove_stale_temps`).
 
     fail('no such file', 'sample.py')          # 'sample.py: error: no such file' on stderr, exit 2
     begin('sample.py', __name__)               # the first instruction, before torch: Ctrl-C one line from here
     sys.exit(run_command('sample.py', sample, argv))   # Ctrl-C: one line, exit 130
     p = ArgumentParser('sample.py', __doc__); p.add_argument('--temperature', type=number(float, 0))
+    with written(path) as tmp: torch.save(state, tmp)      # path replaced whole, or left as it was
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -249,20 +254,122 @@ def check_writable(path, overwrite=True, what="output file"):
     check_folder_writable(os.path.dirname(os.path.abspath(path)), f"folder of the {what}")
 
 
-def write_atomic(path, text):
-    """Write `text` (str, as UTF-8, or bytes) to `path` whole or not at all: a temporary file
-    beside it (.NAME.tmpPID), then os.replace; the folders are made. A failed write removes
-    the temporary file, leaves `path` as it was and raises OSError."""
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
+TEMP_NAME = re.compile(r"^\.(.+)\.(?:tmp|old)(\d+)$")    # written()'s names beside NAME: .NAME.tmpPID, .NAME.oldPID
+
+
+def temp_path(path, kind="tmp"):
+    """The name beside `path` (FOLDER/NAME) that written() gives this process's temporary: FOLDER/.NAME.tmpPID
+    (kind 'old': an old folder moved aside, .NAME.oldPID)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.{kind}{os.getpid()}")
+
+
+@contextlib.contextmanager
+def written(*paths):
+    """Write files or folders whole or not at all, the one way the project writes an output:
+
+        with written(path) as tmp:          # tmp: FOLDER/.NAME.tmpPID beside path (temp_path)
+            torch.save(state, tmp)          # the block makes a file, or a folder, at tmp
+        # here path is the new file or folder
+
+    Yields the temporary path of each of `paths` (one path: a str; several: a list, replaced in their order
+    at the end, as data/prepare.py commits its four files); their folders are made. When the block ends
+    without an exception, each replaces its path: a file by os.replace; a folder that replaces a folder
+    by two renames, the old one aside (.NAME.oldPID) until the new one is in place, then removed. The files
+    made get the modes the umask gives (open()'s: a library that makes its files private, as safetensors
+    does, makes them so no more). On any exception (KeyboardInterrupt included), in the block or while
+    replacing, every temporary is removed, every path not yet replaced is as it was (an old folder moved
+    aside is renamed back) and the exception goes through. A process killed between a folder's two renames
+    leaves its old folder aside, and remove_stale_temps renames it back."""
+    tmps, aside = [temp_path(p) for p in paths], []
     try:
-        os.makedirs(folder, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
-        os.replace(tmp, path)
+        for p in paths:
+            os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+        yield tmps[0] if len(paths) == 1 else tmps
+        for tmp, path in zip(tmps, paths):
+            _umask_modes(tmp)
+            if os.path.isdir(tmp) and os.path.isdir(path) and not os.path.islink(path):
+                aside.append((temp_path(path, "old"), path))
+                os.rename(path, aside[-1][0])
+            os.replace(tmp, path)
+    except BaseException:
+        for old, path in aside:
+            if not os.path.lexists(path):       # between the two renames: the old folder goes back
+                os.rename(old, path)
+        raise
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        for p in tmps + [old for old, path in aside if os.path.lexists(path)]:
+            _remove(p)
+
+
+def _umask_modes(path):
+    """Give the file or folder `path` and everything under it the mode the umask gives a new one."""
+    umask = os.umask(0o022)                     # read by setting it, for a moment
+    os.umask(umask)
+    if not os.path.isdir(path):
+        return os.chmod(path, 0o666 & ~umask)
+    for folder, _, files in os.walk(path):
+        os.chmod(folder, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~umask)
+
+
+def _remove(path):
+    """Remove the file or folder `path` if it is there."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def pid_alive(pid):
+    """True if a process `pid` runs on this machine (another user's included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:            # alive, but another user's
+        pass
+    return True
+
+
+def remove_stale_temps(folder, prog, name=None):
+    """Clear what written() left in `folder` in a process that was killed (only its pid no longer alive;
+    never this process's or a live one's; of the output `name` only, when given): a temporary file or
+    folder (.NAME.tmpPID) is removed, and an old folder moved aside (.NAME.oldPID) renamed back to NAME
+    when NAME is missing (the process died between its two renames), else removed. A note on stderr
+    ('PROG: note: ...') says what was done. What cannot be removed is left as it is."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:                             # no folder yet: nothing left in it
+        return
+    removed = []
+    for f in names:
+        m = TEMP_NAME.match(f)
+        if not m or name is not None and m.group(1) != name or int(m.group(2)) == os.getpid() \
+                or pid_alive(int(m.group(2))):
+            continue
+        path, target = os.path.join(folder, f), os.path.join(folder, m.group(1))
+        try:
+            if f.endswith(f".old{m.group(2)}") and not os.path.lexists(target):
+                os.rename(path, target)
+                print(f"{prog}: note: {target} was moved aside by a run that stopped while replacing it "
+                      f"(pid {m.group(2)}); renamed back from {f}", file=sys.stderr)
+            else:
+                _remove(path)
+                removed.append(f)
+        except OSError:
+            continue
+    if removed:
+        print(f"{prog}: note: removed {len(removed)} temporary files left in {folder} by a run that stopped: "
+              f"{', '.join(removed)}", file=sys.stderr)
+
+
+def write_atomic(path, text):
+    """Write `text` (str, as UTF-8, or bytes) to `path` whole or not at all (written): a failed write
+    leaves `path` as it was, no temporary file, and raises OSError."""
+    with written(path) as tmp, open(tmp, "wb") as f:
+        f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
 
 
 def save_results(path, results, prog, indent=2):

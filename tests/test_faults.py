@@ -239,9 +239,11 @@ def entry_point(argv):
 # ----------------------------------------------------------------------------- Ctrl-C in every command
 
 def leftovers(folder):
-    """The temporary files under `folder` (names with '.tmp': write_atomic's, save_figure's, prepare's,
-    retrieval's cache) -> sorted list of paths."""
-    return sorted(os.path.join(d, n) for d, _, ns in os.walk(folder) for n in ns if '.tmp' in n)
+    """The temporary files and folders under `folder` (names with '.tmp', or cli.written's .NAME.tmpPID and
+    .NAME.oldPID: every output's, checkpoints' and prepare's among them) -> sorted list of paths."""
+    from harness.cli import TEMP_NAME
+    return sorted(os.path.join(d, n) for d, ds, ns in os.walk(folder) for n in ns + ds
+                  if '.tmp' in n or TEMP_NAME.match(n))
 
 
 class TestRunCommand(unittest.TestCase):
@@ -509,11 +511,11 @@ class TestRunFolder(Base):
 
     def assert_save_failed(self, r, out, before, words):
         """A resumed run whose save at step 10 failed: one line (words), exit 1; ckpt.pt is the step-5
-        one, byte-identical; no ckpt.pt.tmp; the log parses."""
+        one, byte-identical; no temporary file (cli.written's .ckpt.pt.tmpPID); the log parses."""
         line = self.assert_fault(r, 1, ['could not write', 'holds step 5', 'resume: python train.py', *words])
         self.assertIn('at step 10', line)
         self.assertEqual(hashes(os.path.join(out, 'ckpt.pt')), before)
-        self.assertFalse(os.path.exists(os.path.join(out, 'ckpt.pt.tmp')))
+        self.assertEqual(leftovers(out), [])
         records(os.path.join(out, 'log.jsonl'))
 
     def test_disk_full_during_a_save(self):
@@ -570,7 +572,7 @@ class TestRunFolder(Base):
         self.assertEqual(self.interrupted(out, line), (7, 5))
 
     def test_ctrl_c_during_a_save(self):
-        """Ctrl-C while the second checkpoint (step 10) is being written: no ckpt.pt.tmp is left, and the
+        """Ctrl-C while the second checkpoint (step 10) is being written: no temporary file is left, and the
         line says which step ckpt.pt holds, as it does (5, or 10 if the save was let finish first)."""
         out = self.folder('ctrl_c_in_save')
         r = run(self.f.wrapper, f'--data_dir={self.f.data}', *TINY, '--max_iters=1000', '--eval_interval=5',

@@ -4,6 +4,8 @@ tests/test_faults.py, tests/faults.py): python test_mixer.py test_faults_outputs
     TestCachesAndOutputs prepare.py's stale temporary files, its lock and Ctrl-C; the runner's
                          damaged caches and torn logs; write_atomic; retrieval's --json failing
                          at the end and its cache failing; Ctrl-C during claims' pool
+    TestWritten          cli.written (an output whole, or as it was; the umask's modes) and
+                         remove_stale_temps (a killed process's temporaries; an old folder put back)
     TestDistributed      slow (about 30 s): two gloo ranks under torchrun, one stopped (SIGSTOP)
                          or with a NaN loss: the other ends with one line, nothing hangs
     TestICLNoise         icl --noise inf refused
@@ -19,6 +21,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import unittest
 from types import SimpleNamespace
@@ -252,6 +255,84 @@ class TestCachesAndOutputs(Base):
 # ----------------------------------------------------------------------------- two ranks (slow)
 
 @unittest.skipUnless(LINUX, 'reads /proc')
+class TestWritten(unittest.TestCase):
+    """cli.written, the one way the project writes an output (a checkpoint, an export, a result, a figure, prepare's
+    four files), and cli.remove_stale_temps, which clears what a killed process left of it."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+
+    def test_an_output_is_replaced_whole_or_kept_as_it_was(self):
+        """Ctrl-C (a KeyboardInterrupt) in the block, and between the two renames that replace a folder (the
+        old one aside, the new one not yet in place), leaves each path byte-identical and no temporary; the
+        exception goes through. Without one, files and folders are replaced, several in their order."""
+        from harness.cli import written
+        a, b, folder = (os.path.join(self.dir, n) for n in ('a.txt', 'b.txt', 'out'))
+        for path in (a, b, os.path.join(folder, 'x'), os.path.join(folder, 'y')):
+            write(path, f'old {os.path.basename(path)}')
+        before = hashes(self.dir)
+        with self.assertRaises(KeyboardInterrupt), written(a, b) as (ta, tb):
+            write(ta, 'new a')
+            write(tb, 'half of')
+            raise KeyboardInterrupt
+        self.assertEqual(hashes(self.dir), before)
+        real = os.replace
+
+        def replace(src, dst, *args, **kw):
+            if dst == folder:
+                self.assertFalse(os.path.exists(folder))        # between the two renames
+                raise KeyboardInterrupt
+            return real(src, dst, *args, **kw)
+        with self.assertRaises(KeyboardInterrupt), mock.patch('os.replace', replace), written(folder) as tmp:
+            write(os.path.join(tmp, 'z'), 'new z')
+        self.assertEqual(hashes(self.dir), before)
+        self.assertEqual(sorted(os.listdir(self.dir)), ['a.txt', 'b.txt', 'out'])
+        with written(folder) as tmp, written(a, b) as (ta, tb):
+            for path in (os.path.join(tmp, 'z'), ta, tb):
+                write(path, 'new')
+        self.assertEqual((sorted(os.listdir(self.dir)), os.listdir(folder)), (['a.txt', 'b.txt', 'out'], ['z']))
+        self.assertEqual(set(hashes(a, b).values()), set(hashes(os.path.join(folder, 'z')).values()))
+
+    def test_modes_are_the_umask_s(self):
+        """A file the block makes private (as safetensors makes its files) ends with the umask's mode."""
+        from harness.cli import written
+        mask = os.umask(0o022)
+        os.umask(mask)
+        path = os.path.join(self.dir, 'weights.bin')
+        with written(path) as tmp:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600))
+        self.assertEqual(oct(os.stat(path).st_mode & 0o777), oct(0o666 & ~mask))
+
+    def test_stale_temporaries_are_cleared_and_an_old_folder_put_back(self):
+        """A dead process's .NAME.tmpPID is removed; its .NAME.oldPID renamed back to NAME when NAME is missing
+        (killed between the two renames), else removed; a live process's and this one's are kept; `name`
+        limits it to one output. One note a kind, on stderr."""
+        from harness.cli import remove_stale_temps
+        dead = subprocess.Popen(['true'])
+        dead.wait()
+        for name in (f'.out.old{dead.pid}/x', f'.out.tmp{dead.pid}/x', f'.kept.old{dead.pid}/x', 'kept/x',
+                     f'.a.txt.tmp{dead.pid}', f'.a.txt.tmp{os.getppid()}', f'.a.txt.tmp{os.getpid()}'):
+            write(os.path.join(self.dir, name), name)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            remove_stale_temps(self.dir, 'prog.py', 'out')
+        self.assertEqual(sorted(os.listdir(self.dir)), sorted(['out', f'.kept.old{dead.pid}', 'kept',
+                         f'.a.txt.tmp{dead.pid}', f'.a.txt.tmp{os.getppid()}', f'.a.txt.tmp{os.getpid()}']))
+        with open(os.path.join(self.dir, 'out', 'x')) as fh:
+            self.assertEqual(fh.read(), f'.out.old{dead.pid}/x')
+        with contextlib.redirect_stderr(err):
+            remove_stale_temps(self.dir, 'prog.py')
+        self.assertEqual(sorted(os.listdir(self.dir)), sorted(['out', 'kept', f'.a.txt.tmp{os.getppid()}',
+                                                               f'.a.txt.tmp{os.getpid()}']))
+        self.assertEqual(err.getvalue().splitlines(), [
+            f'prog.py: note: {self.dir}/out was moved aside by a run that stopped while replacing it (pid {dead.pid}); '
+            f'renamed back from .out.old{dead.pid}',
+            f'prog.py: note: removed 1 temporary files left in {self.dir} by a run that stopped: .out.tmp{dead.pid}',
+            f'prog.py: note: removed 2 temporary files left in {self.dir} by a run that stopped: '
+            f'.a.txt.tmp{dead.pid}, .kept.old{dead.pid}'])
+
+
 class TestDistributed(Base):
     """Slow (about 30 s in all, run in every suite): two gloo ranks under torchrun, each rank's stderr in
     its own file (torchrun --log-dir -r 3: torchrun's own report of a failed worker is torchrun's, not
