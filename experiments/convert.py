@@ -42,9 +42,12 @@ the tokenizer's SHA-256), DIR/model.safetensors (the state dict; tied weights st
 in the file's metadata, as safetensors.torch.save_model writes shared tensors) and DIR/tokenizer.tiktoken.
 Every command that takes --ckpt reads such a folder (checkpoint.read_exported), unpickling nothing.
 
-Outputs are written whole or not at all (a temporary name, then a rename); an existing --out is replaced
-only with --overwrite (a folder only if it holds nothing but an export's files). Bad input: one line, exit 2;
-a failed write: one line, exit 1; Ctrl-C: one line, exit 130.
+Outputs are written whole or not at all (cli.written: a temporary name, then a rename; an old --out folder
+is kept until the new one is in place, and is there again whatever stops the command), with the modes the
+umask gives, as every output of the project; what a killed run left beside --out is cleared first, with a
+note. An existing --out is replaced only with --overwrite (a folder only if it holds nothing but an export's
+files). Weights that are not finite, not floating point, or tied yet different are refused, naming the key.
+Bad input: one line, exit 2; a failed write (a full disk): one line, exit 1; Ctrl-C: one line, exit 130.
 """
 
 import argparse
@@ -55,7 +58,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 from dataclasses import asdict
 
@@ -68,11 +70,12 @@ import torch
 
 from harness import checkpoint
 import mixer
-from harness.cli import ArgumentParser, check_folder_writable, check_writable, failing, run_command
+from harness.cli import (ArgumentParser, check_folder_writable, check_writable, failing, remove_stale_temps,
+                         run_command, written)
 from data.tokenizer import EOT, tokenizer_from_text
 
 fail = failing('convert.py')
-EXPORT_FILES = ('config.json', 'model.safetensors', 'tokenizer.tiktoken')    # an exported folder
+EXPORT_FILES = checkpoint.EXPORT_FILES      # an exported folder: config.json, model.safetensors, tokenizer.tiktoken
 REFERENCE_FILES = ('model.safetensors', 'pytorch_model.bin')                 # the Trainer's, in its order
 PAPER_LR = 5e-4                 # mixer_trainer_tinystories.py's learning_rate, for a resumed import
 # The paper's block keys, mixerblocks.N.KEY -> (ours, blocks.N.NAME; its shape there: d = d_model, n = n_ctx,
@@ -93,6 +96,10 @@ PROBES = ('Once upon a time, there was a little girl named Lily. She loved to pl
 
 class ConvertError(ValueError):
     """An input that cannot be converted (the message is one line, naming what and why)."""
+
+
+class WriteFailed(Exception):
+    """An output that could not be written (a full disk): the message is the cause, one line."""
 
 
 def why(e):
@@ -129,6 +136,9 @@ def check_split(spec):
     tokenizer can: a BPE model without dropout, affixes or byte fallback, the ByteLevel pre-tokenizer with
     GPT-2's regex and no prefix space, no normalizer."""
     model, pre = spec.get('model') or {}, spec.get('pre_tokenizer') or {}
+    for name, part in (('model', model), ('pre_tokenizer', pre)):
+        if not isinstance(part, dict):
+            raise ConvertError(f"tokenizer.json's {name} is a JSON {type(part).__name__}, not an object")
     if model.get('type') != 'BPE':
         raise ConvertError(f"tokenizer.json's model is {model.get('type')!r}, not a BPE; only a byte-level "
                            'BPE converts to a rank file')
@@ -146,9 +156,21 @@ def check_split(spec):
 
 def tokenizer_ids(spec):
     """The ids of a tokenizer.json dict: {token: id} of its vocabulary and added tokens. Raises ConvertError
-    (one line) for an added token other than <|endoftext|> or none, or ids that are not 0..N-1, each once."""
-    ids, eot = dict(spec['model'].get('vocab') or {}), False
-    for tok in spec.get('added_tokens') or []:
+    (one line) for a vocabulary that is not an object of integer ids, added tokens that are not a list of
+    objects, an added token other than <|endoftext|> or none, or ids that are not 0..N-1, each once."""
+    vocab, added = spec['model'].get('vocab') or {}, spec.get('added_tokens') or []
+    if not isinstance(vocab, dict):
+        raise ConvertError(f"tokenizer.json's vocab is a JSON {type(vocab).__name__}, not an object of token: id")
+    for tok, i in vocab.items():
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise ConvertError(f"tokenizer.json's vocab gives {tok!r} the id {i!r}, not an integer")
+    if not isinstance(added, list) or not all(isinstance(t, dict) for t in added):
+        raise ConvertError("tokenizer.json's added_tokens is not a list of objects ({\"id\": ..., \"content\": ...})")
+    ids, eot = dict(vocab), False
+    for tok in added:
+        if not isinstance(tok.get('id'), int) or isinstance(tok.get('id'), bool):
+            raise ConvertError(f"tokenizer.json's added token {tok.get('content')!r} has the id {tok.get('id')!r}, "
+                               'not an integer')
         if tok.get('content') != EOT:
             raise ConvertError(f"tokenizer.json's added token {tok.get('content')!r} (id {tok.get('id')}) has no "
                                f"place in this project's tokenizer, whose one special token is {EOT}")
@@ -297,13 +319,15 @@ def check_keys(state):
 def paper_config(state):
     """mixer.ModelConfig of the state dict `state` of Badger 2024's LanguageMixer (its keys checked:
     check_keys), every shape checked against the sizes read from wte.weight [V, d], mixerblocks.0.conv.bias
-    [n_ctx] and mixerblocks.0.patch_ff.0.weight [h, d]; tied when wte and lm_head are one tensor or equal.
-    Raises ConvertError (one line, naming the key)."""
+    [n_ctx] and mixerblocks.0.patch_ff.0.weight [h, d] (each size >= 1); tied when wte and lm_head are one
+    tensor or equal. Raises ConvertError (one line, naming the key), also for a tensor that is not floating
+    point or holds a value that is not finite (NaN, inf)."""
     n_layer = check_keys(state)
     first = [('wte.weight', 2), ('mixerblocks.0.conv.bias', 1), ('mixerblocks.0.patch_ff.0.weight', 2)]
     for key, dim in first:
-        if state[key].dim() != dim:
-            raise ConvertError(f'{key} has shape {list(state[key].shape)}: a {dim}-D tensor expected')
+        if state[key].dim() != dim or 0 in state[key].shape:
+            raise ConvertError(f'{key} has shape {list(state[key].shape)}: a {dim}-D tensor of sizes >= 1 expected '
+                               '(its sizes are the model\'s: vocab and d_model, n_ctx, feed-forward and d_model)')
     (V, d), n, h = state['wte.weight'].shape, state[first[1][0]].shape[0], state[first[2][0]].shape[0]
     sizes = dict(d=d, n=n, h=h)
     want = {'wte.weight': (V, d), 'lm_head.weight': (V, d)}
@@ -315,18 +339,27 @@ def paper_config(state):
                                f'shape {list(shape)} (vocab {V}, d_model {d}, n_ctx {n}, feed-forward {h})')
     if h % d:
         raise ConvertError(f'mixerblocks.0.patch_ff.0.weight: the feed-forward width {h} is no multiple of d_model {d}')
+    for key in (k for k in want if not state[k].isfinite().all()):
+        raise ConvertError(f'{key} holds values that are not finite (NaN or inf): the model would compute no numbers')
     wte, head = state['wte.weight'], state['lm_head.weight']
     tied = wte is head or torch.equal(wte, head)
-    return mixer.ModelConfig(vocab_size=V, n_ctx=n, d_model=d, n_layer=n_layer, n_head=1, ff_mult=h // d,
-                             final_norm=False, tie_embeddings=tied)
+    try:
+        return mixer.ModelConfig(vocab_size=V, n_ctx=n, d_model=d, n_layer=n_layer, n_head=1, ff_mult=h // d,
+                                 final_norm=False, tie_embeddings=tied)
+    except ValueError as e:                     # mixer's own limits on a configuration
+        raise ConvertError(f'the model in the file is no configuration this project builds ({e})') from None
 
 
 def paper_to_model(state, aliases, hf_ids):
     """The state dict of Badger 2024's LanguageMixer (read_reference's pair: tensors, aliases) ->
     mixer.LanguageModel (float32, eval mode) computing its logits, with the token rows of wte and lm_head
     renumbered: our row r is the paper's row hf_ids[r] (long [V]). Raises ConvertError (one line) as
-    paper_config does, or when the model's V rows are not the tokenizer's V tokens."""
-    state = {**{k: state[v] for k, v in aliases.items() if v in state}, **state}
+    paper_config does, when the model's V rows are not the tokenizer's V tokens, or when the file's metadata
+    ties two names it holds as different tensors (checkpoint.with_aliases)."""
+    try:
+        state = checkpoint.with_aliases(state, aliases, 'the --reference file')
+    except checkpoint.CheckpointError as e:
+        raise ConvertError(str(e)) from None
     cfg = paper_config(state)
     if cfg.vocab_size != len(hf_ids):
         raise ConvertError(f'the model has {cfg.vocab_size} token rows (wte.weight) and the tokenizer {len(hf_ids)} '
@@ -346,7 +379,7 @@ def paper_to_model(state, aliases, hf_ids):
 def import_reference(args):
     """--reference, --tokenizer -> --out: a checkpoint in harness/checkpoint.py's format (no optimiser state, step
     0, train.py's settings with the imported architecture and the paper's learning rate), written whole.
-    Raises ConvertError (one line) for bad input; OSError for a failed write."""
+    Raises ConvertError (one line) for bad input; WriteFailed for a failed write."""
     enc, text, hf_ids = read_tokenizer(args.tokenizer)
     model = paper_to_model(*read_reference(args.reference), hf_ids)
     import train                                # its settings: what a resume of the import starts from
@@ -357,7 +390,7 @@ def import_reference(args):
              'best_val_loss': float('inf'), 'rng': [],
              'tokenizer': {'file': os.path.abspath(args.tokenizer), 'text': text,
                            'sha256': hashlib.sha256(text.encode('ascii')).hexdigest()}}
-    write_whole(args.out, lambda tmp: torch.save(state, tmp))
+    write_out(args.out, lambda tmp: torch.save(state, tmp), RuntimeError)    # torch.save: 'unexpected pos'
     cfg = model.cfg
     print(f'convert.py: {args.out}: the paper\'s flat masked mixer, {cfg.n_layer} layers, d_model {cfg.d_model}, '
           f'n_ctx {cfg.n_ctx}, {enc.n_vocab} tokens, {"tied" if cfg.tie_embeddings else "untied"} embeddings, '
@@ -369,9 +402,10 @@ def import_reference(args):
 
 def export_checkpoint(args):
     """--ckpt -> --out DIR: config.json, model.safetensors, tokenizer.tiktoken (the module's docstring),
-    written into a temporary folder renamed to DIR. Raises ConvertError for an unreadable checkpoint;
-    OSError for a failed write."""
-    from safetensors.torch import save_model    # here: the rest of the project runs without it
+    written into a temporary folder that replaces DIR (write_out). Raises ConvertError for an unreadable
+    checkpoint; WriteFailed for a failed write."""
+    from safetensors import SafetensorError     # here: the rest of the project runs without safetensors
+    from safetensors.torch import save_model
     try:
         model, _, ckpt = checkpoint.load_checkpoint(args.ckpt)
         tok = ckpt['tokenizer']
@@ -381,52 +415,42 @@ def export_checkpoint(args):
     except (checkpoint.CheckpointError, OSError) as e:
         raise ConvertError(str(e)) from None
     best = ckpt.get('best_val_loss')
-    config = {'model_config': asdict(model.cfg), 'config': ckpt.get('config', {}), 'step': ckpt.get('step', 0),
-              'best_val_loss': best if isinstance(best, float) and math.isfinite(best) else None,
-              'tokenizer': {'sha256': tok['sha256']}}
+    config = json.dumps({'model_config': asdict(model.cfg), 'config': ckpt['config'], 'step': ckpt['step'],
+                         'best_val_loss': best if isinstance(best, float) and math.isfinite(best) else None,
+                         'tokenizer': {'sha256': tok['sha256']}}, indent=2)
 
     def write(folder):
         os.makedirs(folder)
         with open(os.path.join(folder, 'config.json'), 'w', encoding='utf-8') as f:
-            json.dump(config, f, indent=2)
+            f.write(config)
         save_model(model.cpu(), os.path.join(folder, 'model.safetensors'))
         with open(os.path.join(folder, 'tokenizer.tiktoken'), 'w', encoding='ascii', newline='') as f:
             f.write(tok['text'])
-    write_whole(args.out, write)
-    print(f'convert.py: {args.out}: {", ".join(EXPORT_FILES)} ({ckpt.get("config", {}).get("variant", model.cfg.kind)}'
-          f', step {config["step"]}); load it with --ckpt {args.out}')
+    write_out(args.out, write, SafetensorError)
+    print(f'convert.py: {args.out}: {", ".join(EXPORT_FILES)} ({ckpt["config"].get("variant", model.cfg.kind)}'
+          f', step {ckpt["step"]}); load it with --ckpt {args.out}')
 
 
-def write_whole(path, write):
-    """write(tmp) makes a file or folder at tmp, a temporary name beside `path` (.NAME.tmpPID); then it
-    replaces `path` (an old folder is moved aside first and removed after). A failure or Ctrl-C removes
-    tmp and leaves `path` as it was; an OSError goes through."""
-    path = os.path.abspath(path)
-    tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.tmp{os.getpid()}')
-    old = tmp + '.old'
+def write_out(path, write, failure):
+    """write(tmp) makes --out's file or folder at a temporary path, which then replaces `path` (cli.written:
+    an old folder is back in place whatever stops the command). Raises WriteFailed (the cause, one line) for
+    an OSError or a `failure`, the exception type the writer reports a failed write with (torch.save's
+    RuntimeError, safetensors' SafetensorError: a full disk)."""
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write(tmp)
-        if os.path.isdir(path):
-            os.rename(path, old)
-        try:
-            os.replace(tmp, path)
-        except OSError:
-            if os.path.isdir(old):
-                os.rename(old, path)
-            raise
-    finally:
-        for p in (tmp, old):
-            if os.path.isdir(p):
-                shutil.rmtree(p, ignore_errors=True)
-            elif os.path.exists(p):
-                os.remove(p)
+        with written(path) as tmp:
+            write(tmp)
+    except (OSError, failure) as e:
+        raise WriteFailed(checkpoint.write_error(e, path)) from None
 
 
 def check_out(args):
     """Raise ValueError (one line) unless --out can be written: not an existing path without --overwrite;
-    for an export, an existing --out only a folder of an export's files; its folder writable."""
+    for an export, an existing --out only a folder of an export's files; its folder writable. What a killed
+    run left beside it is cleared first (cli.remove_stale_temps: its temporaries removed, an old --out it
+    had moved aside renamed back), with a note."""
     out = args.out
+    if out:
+        remove_stale_temps(os.path.dirname(os.path.abspath(out)), 'convert.py', os.path.basename(os.path.abspath(out)))
     if args.reference is not None:
         return check_writable(out, args.overwrite, '--out checkpoint')
     if not out:
@@ -458,9 +482,11 @@ def convert(argv):
         (import_reference if args.reference is not None else export_checkpoint)(args)
     except ConvertError as e:
         fail(str(e))
-    except OSError as e:
-        print(f'convert.py: error: could not write {args.out} ({checkpoint.write_error(e, args.out)}); nothing '
-              'was written', file=sys.stderr)
+    except WriteFailed as e:
+        print(f'convert.py: error: could not write {args.out} ({e}); nothing was written', file=sys.stderr)
+        return 1
+    except OSError as e:                        # the reads above name their own; this is a last net
+        print(f'convert.py: error: {checkpoint.write_error(e, args.out)}', file=sys.stderr)
         return 1
 
 

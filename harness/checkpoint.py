@@ -18,12 +18,14 @@ train.py saves; sample.py, retrieval.py, claims.py and train.py's
                       'sha256' (of that text), 'file' (where it was read from): the
                       checkpoint alone is enough to sample from it
 
-Writes are atomic (a temporary file, then os.replace): a crash never leaves half a
+Writes are atomic (cli.written: a temporary file, then os.replace): a crash never leaves half a
 checkpoint, and a failed write (a full disk) removes its temporary file and keeps the
 previous checkpoint. log.jsonl gets one complete line a record (one write, or none);
 a line torn by a crash is dropped, with a warning, wherever a log is read or resumed.
-Every reader also takes a folder exported by experiments/convert.py (read_exported), unpickling nothing;
-a checkpoint imported by it has no 'optimizer': resume starts a fresh one.
+Every reader also takes a folder exported by experiments/convert.py (read_exported), unpickling nothing:
+its config.json holds the entries above but 'model', the optimiser's and 'rng', and is checked as a
+checkpoint is (check_format: the same required entries, the same messages). A checkpoint imported by
+convert.py has no 'optimizer': resume starts a fresh one.
 """
 
 import errno
@@ -38,10 +40,15 @@ import torch.distributed as dist
 
 import mixer
 from harness import optim
-from harness.cli import fail, write_atomic
+from harness.cli import fail, remove_stale_temps, write_atomic, written
 from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
+EXPORT_FILES = ('config.json', 'model.safetensors', 'tokenizer.tiktoken')    # a folder convert.py exported
+# The format's entries: the type each must have, in words (check_format)
+FORMAT = {'model': (dict, 'a dict of tensors'), 'model_config': (dict, 'a dict'), 'config': (dict, 'a dict'),
+          'step': (int, 'an int >= 0'), 'best_val_loss': ((int, float), 'a number'), 'rng': (list, 'a list'),
+          'tokenizer': (dict, 'a dict')}
 
 
 class CheckpointError(ValueError):
@@ -60,16 +67,12 @@ def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng,
              'model_config': model_config, 'config': config, 'step': step, 'best_val_loss': best_val_loss,
              'rng': rng, 'tokenizer': {'file': os.path.abspath(tokenizer_path), 'sha256': tokenizer_sha,
                                        'text': text}}
-    tmp = path + '.tmp'
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+    try:                                    # a failed write, or Ctrl-C during it: no half-written file
+        with written(path) as tmp:
+            torch.save(state, tmp)
     except (OSError, RuntimeError) as e:    # torch reports a full disk as 'unexpected pos ...'
         raise CheckpointError(f'could not write {path} ({write_error(e, path)}); the previous checkpoint, '
                               'if any, is kept') from None
-    finally:                                # a failed write, or Ctrl-C during it: no half-written file
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def write_error(e, path, need=1 << 20):
@@ -162,11 +165,12 @@ def lock_run(out_dir):
 def read_checkpoint(path, device='cpu', keys=('config', 'step')):
     """The raw checkpoint dict at `path`, tensors on `device` ('cpu:0' too), with its model state dict
     stripped of wrapper prefixes. Raises CheckpointError (one line) on a missing or unreadable file, one
-    without the format's model keys or the first of `keys` it lacks (named); for a folder, one saying so
-    (and naming FOLDER/ckpt.pt when the folder holds one: a run folder given for its checkpoint), unless
-    it is an exported folder (read_exported)."""
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, 'model.safetensors')):
-        return read_exported(path, 'cpu' if torch.device(device).type == 'cpu' else device)
+    that check_format refuses (the format's model entries, then `keys`: the first missing or of another
+    type, named); for a folder, one saying so (and naming FOLDER/ckpt.pt when the folder holds one: a run
+    folder given for its checkpoint), unless it is an exported folder (read_exported; one that lacks a
+    file is told which)."""
+    if os.path.isdir(path) and any(os.path.isfile(os.path.join(path, f)) for f in EXPORT_FILES[:2]):
+        return read_exported(path, 'cpu' if torch.device(device).type == 'cpu' else device, keys)
     if os.path.isdir(path):
         inside = os.path.join(path, 'ckpt.pt')
         raise CheckpointError(f'checkpoint {path!r} is a folder, not a checkpoint file; '
@@ -181,29 +185,75 @@ def read_checkpoint(path, device='cpu', keys=('config', 'step')):
         ckpt['model_config']
     except Exception as e:  # torch raises many types for a damaged file
         raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({_reason(e)})') from None
-    for key in (k for k in keys if k not in ckpt):
-        raise CheckpointError(f'checkpoint {path!r} has no {key!r}: not a checkpoint of train.py (checkpoint.py)')
+    check_format(ckpt, f'checkpoint {path!r}', keys, 'not a checkpoint of train.py (checkpoint.py)')
     return ckpt
 
 
-def read_exported(path, device='cpu'):
+def check_format(ckpt, where, keys=('config', 'step'), whose='not a checkpoint of train.py'):
+    """Raise CheckpointError (one line: `where`, e.g. "checkpoint 'out/ckpt.pt'", then the entry) unless the
+    checkpoint dict `ckpt` holds 'model' (a dict of floating-point tensors), 'model_config' and each of
+    `keys`, each of the type FORMAT gives it ('config' a dict, 'step' an int >= 0, ...): a missing entry is
+    named with `whose` (what the input then is not), one of another type with what it is."""
+    for key in ('model', 'model_config', *keys):
+        if key not in ckpt:
+            raise CheckpointError(f'{where} has no {key!r}: {whose}')
+        kind, words = FORMAT[key]
+        value = ckpt[key]
+        if not isinstance(value, kind) or isinstance(value, bool) or key == 'step' and value < 0:
+            raise CheckpointError(f'{where}: {key!r} is {_what(value)}, not {words}')
+    for key, value in ckpt['model'].items():
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            raise CheckpointError(f"{where} holds {key} as {_what(value)}: a model's weights are floating-point "
+                                  'tensors')
+
+
+def _what(value):
+    """What `value` is, in a few words: a number or None itself, a tensor's dtype, else its type's name."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    return str(value.dtype) if isinstance(value, torch.Tensor) else f'a {type(value).__name__}'
+
+
+def read_exported(path, device='cpu', keys=('config', 'step')):
     """The checkpoint dict of a folder experiments/convert.py exported, read without unpickling anything:
     config.json (the checkpoint's entries but its tensors and optimiser state), model.safetensors (the state
     dict; a tied tensor stored once, its other names in the file's metadata, as safetensors.torch.save_model
-    writes them) and tokenizer.tiktoken. Raises CheckpointError (one line) on a missing or damaged file."""
+    writes them: with_aliases) and tokenizer.tiktoken. Raises CheckpointError (one line) naming a missing
+    file, for a damaged one, and as read_checkpoint does for what config.json lacks (check_format, `keys`)."""
+    where = f'exported folder {path!r}'
+    missing = [f for f in EXPORT_FILES if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+        raise CheckpointError(f'{where} lacks {" and ".join(missing)} (experiments/convert.py --ckpt writes '
+                              f'{", ".join(EXPORT_FILES)})')
     try:
         from safetensors import safe_open  # here: the rest of the project runs without it
         with open(os.path.join(path, 'config.json'), encoding='utf-8') as f:
             ckpt = json.load(f)
-        with open(os.path.join(path, 'tokenizer.tiktoken'), encoding='ascii', newline='') as f:
-            ckpt['tokenizer'] = {**ckpt['tokenizer'], 'file': os.path.abspath(f.name), 'text': f.read()}
+        if not isinstance(ckpt, dict):
+            raise ValueError(f'its config.json holds a JSON {type(ckpt).__name__}, not an object')
         with safe_open(os.path.join(path, 'model.safetensors'), 'pt', device=str(device)) as f:
             state, aliases = {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}
-        ckpt['model'] = {**{k: state[v] for k, v in aliases.items() if v in state}, **state}
-        ckpt['model_config']
+        with open(os.path.join(path, 'tokenizer.tiktoken'), encoding='ascii', newline='') as f:
+            text = f.read()
     except Exception as e:  # safetensors missing; json, safetensors and the OS raise many types for a damaged folder
-        raise CheckpointError(f'exported folder {path!r} cannot be read ({_reason(e)})') from None
+        raise CheckpointError(f'{where} cannot be read ({_reason(e)})') from None
+    ckpt['model'] = with_aliases(state, aliases, where)
+    check_format(ckpt, where, (*keys, 'tokenizer'), 'its config.json is not one experiments/convert.py wrote')
+    ckpt['tokenizer'] = {**ckpt['tokenizer'], 'file': os.path.abspath(os.path.join(path, 'tokenizer.tiktoken')),
+                         'text': text}
     return ckpt
+
+
+def with_aliases(state, aliases, where):
+    """A safetensors state dict with its shared tensors under each name: `aliases` is the file's metadata,
+    {name: the stored name it shares} (safetensors.torch.save_model's; other metadata, e.g. 'format', is
+    passed over). Raises CheckpointError (one line, `where` naming the file) when the file also holds a
+    name its metadata ties to another tensor, with other values (two different matrices said to be one)."""
+    for name, stored in aliases.items():
+        if name in state and stored in state and not torch.equal(state[name], state[stored]):
+            raise CheckpointError(f'{where} ties {name} to {stored} (its metadata) but holds two different '
+                                  'tensors under those names')
+    return {**{k: state[v] for k, v in aliases.items() if v in state}, **state}
 
 
 def _reason(e):
@@ -226,17 +276,27 @@ def strip_prefixes(state):
 
 def load_checkpoint(path, device='cpu'):
     """Load a checkpoint -> (model in eval mode on `device`, tiktoken.Encoding (checkpoint_tokenizer),
-    checkpoint dict). Raises CheckpointError on a missing or corrupt checkpoint, a missing, corrupt or
-    different tokenizer, or weights that are not all finite (NaN or inf: nothing the model computes
-    would be a number; checked once, here)."""
+    checkpoint dict). Raises CheckpointError on a missing or corrupt checkpoint (read_checkpoint: integer
+    weights among them), a missing, corrupt or different tokenizer, weights that are not all finite (NaN or
+    inf: nothing the model computes would be a number; checked once, here) or tied weights (one tensor
+    under two names in the model, e.g. wte and lm_head) held as two different tensors."""
     ckpt = read_checkpoint(path, device)
+    where = f'exported folder {path!r}' if os.path.isdir(path) else f'checkpoint {path!r}'
     try:
         model = mixer.build_model(mixer.ModelConfig(**ckpt['model_config']))
         model.load_state_dict(ckpt['model'])
     except Exception as e:
-        raise CheckpointError(f'checkpoint {path!r} does not fit its own model_config ({_reason(e)})') from None
+        raise CheckpointError(f'{where} does not fit its own model_config ({_reason(e)})') from None
     for name in (k for k, p in model.named_parameters() if not p.isfinite().all()):
-        raise CheckpointError(f'checkpoint {path!r} holds weights that are not finite (NaN or inf in {name})')
+        raise CheckpointError(f'{where} holds weights that are not finite (NaN or inf in {name})')
+    shared = {}                             # a tensor the model uses under two names: tied embeddings
+    for name, p in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(p, []).append(name)
+    for names in (n for n in shared.values() if len(n) > 1):
+        held = [k for k in names if k in ckpt['model']]
+        if any(not torch.equal(ckpt['model'][k], ckpt['model'][held[0]]) for k in held[1:]):
+            raise CheckpointError(f'{where} holds two different tensors as {" and ".join(held)}, which '
+                                  'its model_config ties (one tensor): a damaged file, or not this model\'s')
     return model.to(device).eval(), checkpoint_tokenizer(ckpt, path), ckpt
 
 
@@ -288,8 +348,9 @@ def prepare_run_folder(cfg, ckpt, rank=0):
     if rank != 0:
         return ckpt_path, None
     try:
+        remove_stale_temps(cfg['out_dir'], 'train.py')        # a killed save's temporary file
         if ckpt is None:
-            for p in (ckpt_path, log_path, ckpt_path + '.tmp'):
+            for p in (ckpt_path, log_path, ckpt_path + '.tmp'):     # (.tmp: an older version's temporary)
                 if os.path.exists(p):
                     os.remove(p)
         else:

@@ -139,6 +139,11 @@ def resolve_settings(overrides, defaults, model_keys):
     if cfg['init_from'] != 'resume':
         return cfg, None
     ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
+    if os.path.isdir(ckpt_path):            # an exported folder put where the run's checkpoint goes, say
+        fail(f'--init_from=resume but {ckpt_path} is a folder, not the checkpoint file train.py writes'
+             + ('; a folder experiments/convert.py exported holds no optimiser or RNG state to resume: resume '
+                'from the checkpoint it was exported from' if any(os.path.exists(os.path.join(ckpt_path, f))
+                                                                 for f in checkpoint.EXPORT_FILES) else ''))
     if not os.path.isfile(ckpt_path):
         fail(f'--init_from=resume but {ckpt_path} does not exist')
     try:
