@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.checkpoint import CheckpointError, load_checkpoint
+from harness.machine import memory_error
 from harness.cli import ArgumentParser, device_error, failing, number, random_seed, run_command
 
 fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
@@ -228,6 +229,9 @@ def sample(argv):
         print(f'sample.py: warning: the prompt is {len(ids)} tokens, longer than the model context '
               f'n_ctx={model.cfg.n_ctx}: keeping its last {model.cfg.n_ctx} tokens', file=sys.stderr)
         ids = ids[-model.cfg.n_ctx:]
+    if why := memory_error(sampling_bytes(model, args.num_samples, len(ids), args.max_new_tokens), args.device,
+                           f'sampling {args.num_samples:,} sequences of {len(ids) + args.max_new_tokens:,} tokens'):
+        fail(f'{why}: give a smaller --num_samples or --max_new_tokens')     # before anything is allocated
 
     torch.manual_seed(args.seed)
     idx = torch.tensor([ids] * args.num_samples, device=args.device)
@@ -236,6 +240,20 @@ def sample(argv):
         print(f'--- sample {i + 1} ({ckpt["config"].get("variant", model.cfg.kind)}, step {ckpt["step"]}, '
               f'{len(row) - len(ids)} new tokens)')
         print(enc.decode(row).replace('<|endoftext|>', '\n<|endoftext|>\n').strip())
+
+
+def sampling_bytes(model, batch, prompt, new_tokens):
+    """The least memory in bytes that sampling `batch` sequences of a `prompt`-token prompt and `new_tokens`
+    new tokens takes: the model's weights, the decoding state of `batch` sequences (its init_state, read off
+    the meta device: nothing allocated), the tokens (int64, the steps' and their concatenation) and, a step,
+    the logits and their softmax (float32 [batch, vocab] each) and the prompt's hidden states (float32
+    [batch, prompt, d_model]). For sample.py's check against the device's memory (train.py's rule)."""
+    def tensors(x):
+        return [x] if isinstance(x, torch.Tensor) else [t for v in (x.values() if isinstance(x, dict) else x)
+                                                          for t in tensors(v)]
+    state = tensors(model.init_state(batch, device='meta'))
+    held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(), *state])
+    return held + batch * (16 * (prompt + new_tokens) + 8 * model.cfg.vocab_size + 4 * prompt * model.cfg.d_model)
 
 
 if __name__ == '__main__':
