@@ -192,7 +192,8 @@ def main(argv=None):
 
 
 def sample(argv):
-    """Parse `argv`, load the checkpoint and print --num_samples samples."""
+    """Parse `argv`, load the checkpoint, check the sizes against the device's memory (sampling_bytes) and
+    print --num_samples samples."""
     p = ArgumentParser('sample.py', __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # errors: one line
     p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument('--ckpt', default='out/ckpt.pt', help='checkpoint from train.py')
