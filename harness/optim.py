@@ -58,15 +58,6 @@ def build_optimizers(model, cfg, cuda):
     return out
 
 
-def fit_state(opt):
-    """Give an optimiser's loaded state the shapes of its parameters where only the shape differs (the
-    same number of values): a state saved before the masked mixings' W lost its [H, 1, ...] axis."""
-    for p, st in opt.state.items():
-        for k, v in st.items():
-            if torch.is_tensor(v) and v.shape != p.shape and v.numel() == p.numel():
-                st[k] = v.reshape(p.shape)
-
-
 def lr_at(it, cfg):
     """Linear warm-up to learning_rate, then cosine decay to min_lr at lr_decay_iters."""
     decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
