@@ -1,8 +1,9 @@
 """The ground every sequence mixing stands on, and the transformer baselines.
 
 First what every mixing shares (mixer.py's masked mixings and the attention here): the causal rule
-(causal_mask, the one place j <= i is written), where a decoding step writes and what it reads (span,
-write), the zeros its state starts from (state_zeros), the chunks of a long sequence. Then the baselines'
+(causal_mask, the one place j <= i is written) and the running mean it makes (prefix_mean), where a
+decoding step writes and what it reads (span, write, rows_of), a matrix applied per head (mix_tokens),
+the zeros a state starts from (state_zeros), the chunks of a long sequence. Then the baselines'
 sequence mixing: causal softmax attention with RoPE (llama-style) or without (GPT-2-style), causal linear
 attention, the transformer-mixer hybrid's branch, and the blocks' norms and feed-forwards (the GELU MLP of
 the mixers and GPT-2, llama's SwiGLU). Each mixing has mixer.py's faces (forward, init_state, step, flops,
@@ -50,6 +51,27 @@ def write(buf, rows, x):
     [B, H, n, e], in its dtype and in place (the tensor keeps its address: what a CUDA graph replays) -> buf."""
     buf[:, :, rows] = x.to(buf.dtype)
     return buf
+
+
+def rows_of(A, rows, C):
+    """The rows `rows` (span's: a slice or long [t]) of a position-indexed A [..., n, n'] over its first C
+    columns -> [..., R, C]. A slice through narrow: W[..., :T, :T] at T = n gives a one-head W a gradient
+    of other strides than W's, which DDP warns of."""
+    if isinstance(rows, slice):
+        return A.narrow(-2, rows.start, rows.stop - rows.start).narrow(-1, 0, C)
+    return A[..., rows, :C]
+
+
+def mix_tokens(M, z):
+    """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
+    broadcasts M to a [B, H, R, C] copy, saves it for backward and sums a [B, H, R, C] gradient of it."""
+    return torch.einsum('hrc,bhce->bhre', M, z)
+
+
+def prefix_mean(mask):
+    """Rows of `mask` (bool [..., R, C]) normalised to sum to 1: a causal running mean."""
+    m = mask.float()
+    return m / m.sum(-1, keepdim=True).clamp(min=1)
 
 
 def state_zeros(module, *shape, device=None, dtype=None):

@@ -1,9 +1,8 @@
 """Masked mixers and their baselines: every model kind, its config, token mixings, blocks and models.
 
-A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a
-learned token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and
-Retrieval", arXiv 2409.01482). Read top to bottom: config, token mixings, blocks, models. The
-baselines' attention: attention.py; generation: sample.py.
+A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a learned
+token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and Retrieval", arXiv
+2409.01482). Read top to bottom; the ground and the baselines' attention: attention.py; generation: sample.py.
 
     model = build_model(variant_config('toeplitz', d_model=256, n_layer=4, n_ctx=256))
     logits, loss = model(idx, targets)      # idx long [B, T], T <= n_ctx; loss in nats/token
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from attention import (MLP, Attention, HybridMixing, LinearAttention, SwiGLU, causal_mask, chunk_starts, make_norm,
-                       span, state_zeros, write)
+                       mix_tokens, prefix_mean, rows_of, span, state_zeros, write)
 
 KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
 TOKEN_MIXINGS = ('flat', 'toeplitz', 'recurrent')
@@ -106,36 +105,13 @@ def variant_config(name, **base):
 
 
 # ----------------------------------------------------------------------------- token mixings
-# Every sequence mixing (these, and attention.py's) maps x float [B, T, d] to [B, T, d] with five faces in its
-# class: forward(x); init_state(B), the state its step reads and writes (shapes in its docstring); step(x,
-# state, pos), t new tokens at positions pos.. on it, equal to forward (tested); flops(T), forward FLOPs a
-# token of its own products; decays(), which of its own parameters take weight decay (harness/optim.py).
-
-def rows_of(A, rows, C):
-    """The rows `rows` (span's: a slice or long [t]) of a position-indexed A [..., n, n'] over its first C
-    columns -> [..., R, C]. A slice through narrow: W[..., :T, :T] at T = n gives a one-head W a gradient
-    of other strides than W's, which DDP warns of."""
-    if isinstance(rows, slice):
-        return A.narrow(-2, rows.start, rows.stop - rows.start).narrow(-1, 0, C)
-    return A[..., rows, :C]
-
-
-def mix_tokens(M, z):
-    """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
-    broadcasts M to a [B, H, R, C] copy, saves it for backward and sums a [B, H, R, C] gradient of it."""
-    return torch.einsum('hrc,bhce->bhre', M, z)
-
-
-def prefix_mean(mask):
-    """Rows of `mask` (bool [..., R, C]) normalised to sum to 1: a causal running mean."""
-    m = mask.float()
-    return m / m.sum(-1, keepdim=True).clamp(min=1)
-
+# Every sequence mixing (these and attention.py's) maps x float [B, T, d] -> [B, T, d] and has five faces: forward;
+# init_state, its step's state (shapes in its docstring); step, equal to forward (tested); flops; decays.
 
 class HeadMixing(nn.Module):
-    """The masked mixings' heads: n_head = 1 mixes x itself (the papers' flat mixer); n_head > 1 projects x
-    by Linear(d, d), mixes each head of e = d / n_head features by its own matrix, concatenates and projects
-    back: split(x float [B, T, d]) -> z [B, H, T, e], merge(y [B, H, T, e]) -> [B, T, d]."""
+    """The masked mixings' heads: n_head = 1 mixes x itself (the papers' flat mixer); n_head > 1 projects x by
+    Linear(d, d), mixes each head of e = d / n_head features by its own matrix, concatenates and projects back:
+    split(x float [B, T, d]) -> z [B, H, T, e], merge(y [B, H, T, e]) -> [B, T, d]."""
     BIASES = ('c',)                                  # the position-indexed biases: no weight decay
 
     def __init__(self, n_ctx, d_model, n_head):
@@ -158,7 +134,7 @@ class HeadMixing(nn.Module):
 
     def matrices(self, T):
         """What experiments/look.py draws over T positions: {name: a matrix float [H, R, C] (row r at position
-        r // (R / T): an expanded mixing's inner rows), or a curve [H, T] against the lag k = i - j}."""
+        r // (R / T)), or a curve [H, T] against the lag k = i - j}."""
         return {'M': self.matrix(T)}
 
 
@@ -167,8 +143,7 @@ class FlatMixing(HeadMixing):
     2409.01482), each head:  y_i = sum_{j <= i} M[i, j] z_j + c_i,  M = W * tril(1).
     W float [H, n_ctx, n_ctx], c [H, n_ctx, 1]. M is formed inside the autograd graph on every call (W's
     upper triangle gets zero gradient); a length-T input uses the leading T x T block, as a longer input
-    would. Init: each row of M the mean of the past, times out_scale; c 0. `taps`: KernelMixing's W
-    [H, k, n_ctx, n_ctx], each tap's start divided by k."""
+    would. Init: each row of M the mean of the past, times out_scale; c 0 (`taps` k: KernelMixing's W, / k)."""
     def __init__(self, n_ctx, d_model, n_head=1, out_scale=1.0, taps=None):
         super().__init__(n_ctx, d_model, n_head)
         self.register_buffer('mask', causal_mask(n_ctx), persistent=False)                  # tril(1)
@@ -181,8 +156,7 @@ class FlatMixing(HeadMixing):
         rows = slice(0, T) if rows is None else rows
         return rows_of(self.W, rows, T) * rows_of(self.mask, rows, T)
 
-    def mix(self, M, z):                    # M z (KernelMixing: summed over its taps)
-        return mix_tokens(M, z)
+    mix = staticmethod(mix_tokens)          # M z (KernelMixing's: summed over its taps)
 
     def forward(self, x):
         z = self.split(x)                                                           # [B, H, T, e]
@@ -191,16 +165,16 @@ class FlatMixing(HeadMixing):
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'z': float [B, H, n_ctx, e]}: the inputs z_j of the positions seen (the mixer's KV cache)."""
-        e = self.d_model // self.n_head
-        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, e, device=device, dtype=dtype)}
+        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head,
+                                 device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
         rows, end = span(pos, x.shape[1], self.n_ctx)                  # writes `rows`, reads positions < end
         z = write(state['z'], rows, self.split(x))[:, :, :end]
         return self.merge(self.mix(self.matrix(end, rows), z) + self.c[:, rows])   # the new rows of M z + c
 
-    def flops(self, T):
-        return 2 * T * self.d_model                       # the whole T x T product, zeros included
+    def flops(self, T):                     # the whole T x T product, zeros included
+        return 2 * T * self.d_model
 
     def identity_start(self):                # M = I, each token passed through (HybridMixing's serial start)
         with torch.no_grad():
@@ -211,8 +185,7 @@ class FlatMixing(HeadMixing):
 class KernelMixing(FlatMixing):
     """The "fully convolutional" mixer (Badger 2024): y_i = sum_u sum_{j <= i} M_u[i, j] shift_u(z_j) + c_i,
     M_u = W[:, u] * tril(1), tap u reading the features shifted by u - (k - 1) // 2 (a convolution over the
-    features whose channels are the tokens). W float [H, k, n_ctx, n_ctx]; each tap starts at the prefix
-    mean / k. The rest is FlatMixing's."""
+    features whose channels are the tokens). W float [H, k, n_ctx, n_ctx]; the rest is FlatMixing's."""
     def __init__(self, n_ctx, d_model, n_head=1, kernel=3, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head, out_scale, taps=kernel)
         self.kernel = kernel
@@ -228,8 +201,7 @@ class KernelMixing(FlatMixing):
 
     def identity_start(self):                # M = I on the unshifted tap, 0 on the others
         with torch.no_grad():
-            self.W.zero_()
-            self.W[:, (self.kernel - 1) // 2] = torch.eye(self.n_ctx)
+            self.W.copy_(torch.eye(self.n_ctx) * (torch.arange(self.kernel) == (self.kernel - 1) // 2)[:, None, None])
         return self
 
     def matrices(self, T):
@@ -237,9 +209,9 @@ class KernelMixing(FlatMixing):
 
 
 class ExpandedMixing(HeadMixing):
-    """The expanded mixer (Badger 2024): the MLP-Mixer's token MLP made causal. The first mixing reads
-    positions into x = `expansion` inner rows a position (row r at position r // x, reading positions
-    <= r // x): g = GELU(M z + c), M = W * mask; the second reads the inner rows of positions <= i:
+    """The expanded mixer (Badger 2024): the MLP-Mixer's token MLP made causal. The first mixing reads into x =
+    `expansion` inner rows a position (row r at position r // x reads positions <= r // x): g = GELU(M z + c),
+    M = W * mask; the second reads the inner rows of positions <= i:
     y_i = sum_r M2[i, r] g_r + c2_i, M2 = W2 * mask2. W float [H, x n_ctx, n_ctx], W2 [H, n_ctx, x n_ctx].
     Init: M copies z_{r // x} to row r, M2 the prefix mean times out_scale (one averaging: docs/claims.md)."""
     BIASES = ('c', 'c2')
@@ -273,9 +245,9 @@ class ExpandedMixing(HeadMixing):
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'z': float [B, H, n_ctx, e], the inputs seen; 'g': [B, H, x n_ctx, e], their inner rows GELU(M z + c)}."""
-        B, H, e, n = batch_size, self.n_head, self.d_model // self.n_head, self.n_ctx
-        return {'z': state_zeros(self, B, H, n, e, device=device, dtype=dtype),
-                'g': state_zeros(self, B, H, self.expansion * n, e, device=device, dtype=dtype)}
+        shape = batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head
+        return {'z': state_zeros(self, *shape, device=device, dtype=dtype),
+                'g': state_zeros(self, *shape[:2], self.expansion * self.n_ctx, shape[3], device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
         rows, end = span(pos, x.shape[1], self.n_ctx)
@@ -321,11 +293,10 @@ class ToeplitzMixing(HeadMixing):
         return self.merge((self.fft(z) if fft else mix_tokens(self.matrix(T), z)) + self.c[:, :T])
 
     def fft(self, z):
-        """M z of z float [B, H, T, e] by FFT -> [B, H, T, e]. Causal by its padding: a product of rffts of
-        length 2T is the circular convolution over 2T, and with both inputs zero past T, output i < T sums
-        w[k] z[i - k] over k <= i alone (nothing wraps around); tested against the matrix and a perturbed
-        future. The length axis last and contiguous: at dim 2, inductor's traced strides were not CUDA's (it
-        failed 'stride 1==8 at dim=2' on an H200)."""
+        """M z of z float [B, H, T, e] by FFT -> [B, H, T, e]. Causal by its padding: the product of rffts of
+        length 2T is the circular convolution over 2T, whose output i < T sums w[k] z[i - k] over k <= i
+        alone (nothing wraps around: tested). The length axis last and contiguous: at dim 2, inductor's
+        traced strides were not CUDA's ('stride 1==8 at dim=2' on an H200)."""
         T, n = z.shape[2], 2 * z.shape[2]
         zf = torch.fft.rfft(rearrange(z.float(), 'b h t e -> b h e t').contiguous(), n=n)   # [B, H, e, n/2+1]
         wf = torch.fft.rfft(self.w[:, :T].float(), n=n)                                      # [H, n/2+1]
@@ -334,8 +305,8 @@ class ToeplitzMixing(HeadMixing):
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'z': float [B, H, n_ctx, e]}: the inputs z_j of the positions seen (the convolution's window)."""
-        e = self.d_model // self.n_head
-        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, e, device=device, dtype=dtype)}
+        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head,
+                                 device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
         """t new tokens: y_i = sum_{k <= i} w[k] z_{i-k} + c_i over the inputs seen, the rows i of M z."""
@@ -348,8 +319,7 @@ class ToeplitzMixing(HeadMixing):
 
     def identity_start(self):               # w = (1, 0, 0, ...): M = I
         with torch.no_grad():
-            self.w.zero_()
-            self.w[:, 0] = 1.0
+            self.w.copy_(torch.eye(1, self.n_ctx).expand_as(self.w))
         return self
 
     def matrices(self, T):
@@ -360,10 +330,9 @@ class RecurrentMixing(HeadMixing):
     """Masked recurrent mixing (blog post "Masked Recurrent Mixers"), a head's rate a = sigmoid(a_logit):
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
       row form     M[i, j] = v[j] a^(i-j):  h_t = a h_{t-1} + v_t z_t,  y_t = h_t + c_t
-    'mixed': even heads column, odd heads row. A decoding step of one token is that recurrence; forward
-    and a prompt are scan(): chunks of chunk_size, each one product by M (a^(i-j) for i >= j only: no
-    overflow), h carried between (tested equal to the recurrence). Init: 1 / (1 - a) from 4 to n_ctx,
-    v = out_scale (1 - a)."""
+    'mixed': even heads column, odd heads row. A decoding step of one token is that recurrence; forward and a
+    prompt are scan(): chunks of chunk_size, each one product by M (a^(i-j) for i >= j only: no overflow), h
+    carried between (tested equal). Init: 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
     def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
         self.chunk_size = chunk_size
@@ -404,12 +373,11 @@ class RecurrentMixing(HeadMixing):
             y, h_new = self.scan(z, h, pos)
             h.copy_(h_new)
             return self.merge(y)
-        rows, _ = span(pos, 1, self.n_ctx)
-        v, a = self.v[:, rows], self.log_a().exp()[:, None]                       # [H, 1], [H, 1]
-        u = torch.where(self.column[:, 0], z[:, :, 0], v * z[:, :, 0])             # [B, H, e]
-        h.copy_(a * h + u)                                                          # h = a h + u
-        y = torch.where(self.column[:, 0], v * h, h) + self.c[:, rows, 0]
-        return self.merge(y[:, :, None].to(z.dtype))
+        rows, column = span(pos, 1, self.n_ctx)[0], self.column[:, 0]
+        v, a, z = self.v[:, rows], self.log_a().exp()[:, None], z[:, :, 0]        # [H, 1], [H, 1], [B, H, e]
+        h.copy_(a * h + torch.where(column, z, v * z))                             # h = a h + u
+        y = torch.where(column, v * h, h) + self.c[:, rows, 0]
+        return self.merge(y[:, :, None].to(x.dtype))
 
     def scan(self, z, h, pos):
         """z float [B, H, T, e] at positions pos.. after the state h [B, H, e] (None: 0) -> (y, h after)."""
@@ -461,7 +429,7 @@ def make_token_mixing(cfg, n_head, out_scale=1.0):
 class Block(nn.Module):
     """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)) (the other way
     round with block_order='ff_mix'), Mix the kind's sequence mixing, FF the GELU MLP (mixers, GPT) or
-    SwiGLU. forward(x float [B, T, d]) -> the same; init_state and step: the mixing's, in the residual."""
+    SwiGLU. forward(x float [B, T, d]) -> the same; step: the mixing's step in the residual."""
     def __init__(self, cfg):
         super().__init__()
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
@@ -483,9 +451,6 @@ class Block(nn.Module):
 
     def forward(self, x):
         return self.residual(x, self.mixing)
-
-    def init_state(self, batch_size, device=None, dtype=None):
-        return self.mixing.init_state(batch_size, device, dtype)
 
     def step(self, x, state, pos):
         return self.residual(x, lambda z: self.mixing.step(z, state, pos))
@@ -530,13 +495,7 @@ class TokenModel(nn.Module):
     @staticmethod
     def loss(logits, targets):
         """Mean cross entropy (nats/token) of logits [B, T, vocab] against targets long [B, T] (-1 ignored)."""
-        if targets is None:
-            return None
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
-
-    def mixing_decays(self):
-        """{id(parameter): weight decay or not} of every block's sequence mixing's own parameters (its decays())."""
-        return {id(p): d for b in self.modules() if isinstance(b, Block) for p, d in b.mixing.decays().items()}
+        return None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
 
     def num_params(self):
         """Number of parameters (tied embeddings counted once)."""
@@ -555,11 +514,10 @@ class LanguageModel(TokenModel):
         self._init_weights(cfg.n_layer)
         self.max_len = None if cfg.kind == 'linear_attention' and not cfg.posenc else cfg.n_ctx
 
-    def hidden(self, idx, layer=None):      # the residual stream after block `layer` (default the last): [B, T, d]
-        return self.hidden_from_embeddings(self.wte(idx), layer)
-
-    def hidden_from_embeddings(self, x, layer=None):
-        """hidden() of input vectors x float [B, T, d] in place of wte(idx) (experiments/represent.py)."""
+    def hidden(self, idx, layer=None, embeddings=None):
+        """The residual stream after block `layer` (default the last): float [B, T, d], of idx long [B, T], or
+        of input vectors `embeddings` float [B, T, d] in place of wte(idx) (experiments/represent.py)."""
+        x = self.wte(idx) if embeddings is None else embeddings
         if self.max_len is not None and x.shape[1] > self.max_len:
             raise ValueError(f'sequence of {x.shape[1]} tokens is longer than n_ctx={self.max_len}')
         x = self.embed_proj(x)
@@ -576,7 +534,7 @@ class LanguageModel(TokenModel):
 
     def init_state(self, batch_size, device=None, dtype=None):
         """The decoding state of batch_size sequences: a dict a block (its mixing's init_state)."""
-        return [block.init_state(batch_size, device, dtype) for block in self.blocks]
+        return [block.mixing.init_state(batch_size, device, dtype) for block in self.blocks]
 
     def step(self, idx, pos, state):
         """t new tokens idx long [B, t] at positions pos..pos+t-1 (pos an int, or a 0-dim long tensor for

@@ -26,11 +26,11 @@ def muon_params(model):
 
 def param_groups(model, cfg, only=None):
     """AdamW groups of a mixer.py model: weight decay on matrices only (not biases, norms or what
-    a token mixing says takes none: model.mixing_decays(); the token mixings' matrices at
+    a sequence mixing says takes none: its decays(); the token mixings' matrices at
     mixing_weight_decay when set), and the token mixings' own parameters at `mixing_lr_mult` times
     the learning rate. Each group carries 'lr_mult'.
     `only`: a set of parameter ids to group (default: every parameter)."""
-    mixing = model.mixing_decays()
+    mixing = {id(p): d for b in model.modules() if isinstance(b, mixer.Block) for p, d in b.mixing.decays().items()}
     groups = {}
     for p in model.parameters():
         if only is not None and id(p) not in only:
