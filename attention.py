@@ -165,7 +165,7 @@ class Attention(nn.Module):
 
     def decays(self):
         """{parameter: weight decay or not} of its own parameters: none (its Linear layers take the rule of
-        every Linear weight: decay)."""
+        every Linear weight: weight decay)."""
         return {}
 
 

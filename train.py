@@ -86,7 +86,7 @@ activation = 'gelu'
 posenc = False                  # learned absolute positions
 attention = 'sdpa'              # 'sdpa' (fused) or 'naive' (the T x T scores materialised; same outputs)
 embed_linear = False            # a Linear(d, d) after the embedding
-ff_mult = 4                     # the feed-forward's hidden width, in d_model
+ff_mult = 4                     # the feed-forward's width d_ff, in d_model
 tie_embeddings = True
 dropout = 0.0
 fft_threshold = None            # speed only, never results: None takes machine.DEVICE_TUNING's for the device,
@@ -493,18 +493,6 @@ def stopped(run, what, code):
     return code
 
 
-def collective_failure(e, cfg, env):
-    """A DDP collective that failed because another rank stalled or died -> one line, else None."""
-    text = str(e)
-    if 'timed out' in text.lower() or 'timeout' in text.lower():
-        return f'rank {env.rank}: a collective waited ddp_timeout={cfg["ddp_timeout"]} s for the other ranks'
-    for sign, what in (('Connection closed by peer', 'its connection closed'), ('Connection reset', 'its connection was'
-                       ' reset'), ('Broken pipe', 'a broken pipe'), ('NCCL', 'an NCCL error')):
-        if sign in text:
-            return f'rank {env.rank}: another rank left the run ({what})'
-    return None
-
-
 def main(argv):
     """Train with the settings of `argv` (config files and --key=value). Writes out_dir/ckpt.pt
     (harness/checkpoint.py's format) and log.jsonl (events config, schedule, train, eval, summary), under a
@@ -537,7 +525,7 @@ def main(argv):
     except KeyboardInterrupt:
         code = stopped(run, 'interrupted (Ctrl-C)', 130)
     except RuntimeError as e:
-        what = collective_failure(e, cfg, env) if env.ddp else None
+        what = machine.collective_failure(e, cfg, env) if env.ddp else None
         if what is None:
             raise
         code = stopped(run, f'error: {what}; stopping', 1)

@@ -465,7 +465,7 @@ class TestOldCheckpoints(unittest.TestCase):
 
     def test_the_masked_mixings_older_names_load_to_the_same_logits(self):
         """A state dict of the layout before the masked mixings' W lost its tap axis (W1 [H, 1, x n_ctx, n_ctx]
-        or [H, k, n_ctx, n_ctx], c1), as checkpoint.read_checkpoint reads it (strip_prefixes), loads into
+        or [H, k, n_ctx, n_ctx], c1), as checkpoint.read_checkpoint reads it (migrate_state), loads into
         today's model of every masked variant with the same logits."""
         from harness import checkpoint
         for name in ('flat', 'multihead', 'expanded', 'kernel', 'hybrid'):
