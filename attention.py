@@ -1,15 +1,20 @@
-"""The transformer baselines' pieces: causal softmax attention with RoPE (llama-style) or without
-(GPT-2-style), causal linear attention, the transformer-mixer hybrid's branch, the blocks' norms and
-feed-forwards (the GELU MLP of the mixers and GPT-2, llama's SwiGLU); and what every sequence mixing
-shares: the causal rule (causal_mask), where a decoding step writes and reads (span, write, rows_of),
-its buffers (new_state), the chunks of a sequence. Each mixing has mixer.py's faces (forward,
-init_state, step, flops); weights() gives the T x T mixing attention applies to its values
-(experiments/look.py draws them):
+"""The ground every sequence mixing stands on, and the transformer baselines.
+
+First what every mixing shares (mixer.py's masked mixings and the attention here): the causal rule
+(causal_mask, the one place j <= i is written) and the running mean it makes (prefix_mean), where a
+decoding step writes and what it reads (span, write, rows_of), a matrix applied per head (mix_tokens),
+the zeros a state starts from (state_zeros), the chunks of a long sequence. Then the baselines'
+sequence mixing: causal softmax attention with RoPE (llama-style) or without (GPT-2-style), causal linear
+attention, the transformer-mixer hybrid's branch, and the blocks' norms and feed-forwards (the GELU MLP of
+the mixers and GPT-2, llama's SwiGLU). Each mixing has mixer.py's faces (forward, init_state, step, flops,
+decays); weights() gives the T x T mixing attention applies to its values (experiments/look.py draws them):
 
     y = attn(x)                              # x float [B, T, d]
     A = attn.weights(x)                      # float [B, H, T, T], rows sum to 1, zero above the diagonal
     state = attn.init_state(2)               # {'k', 'v': [2, H, n_ctx, e]}
     y = attn.step(x[:, :5], state, 0)        # the first 5 positions, then attn.step(x[:, 5:6], state, 5)
+
+This file imports nothing of the project: mixer.py stands on it (its Block builds these baselines).
 """
 
 import math
@@ -20,15 +25,32 @@ import torch.nn.functional as F
 from einops import rearrange
 
 
+# ----------------------------------------------------------------------------- what every mixing shares
+
+def causal_mask(T, rows=slice(None), device=None):
+    """The causal rule, j <= i: which of the positions j = 0..T-1 the positions i in `rows` (a slice, or
+    long [R] of positions; default all T) may read -> bool [R, T]. Every causal mask of the models is this
+    one (SDPA's is_causal=True is tested equal to it; the Toeplitz FFT keeps it by its padding, tested)."""
+    pos = torch.arange(T, device=device)
+    return pos <= pos[rows][:, None]
+
+
 def span(pos, t, n_ctx):
     """Where a decoding step of t new tokens at positions pos..pos+t-1 writes and what it reads -> (rows,
-    end): it writes rows `rows` of its buffers and reads their positions 0..end-1. pos an int (an eager
+    end): it writes rows `rows` of its state and reads their positions 0..end-1. pos an int (an eager
     step): rows = slice(pos, pos + t), end = pos + t, so a step reads, and costs, what it has seen. pos a
     0-dim long tensor (sample.Decoder compiled): rows = pos + arange(t) (long [t]), end = n_ctx, the
     positions past the new tokens masked: the same shapes at every position, one graph for them all."""
     if isinstance(pos, int):
         return slice(pos, pos + t), pos + t
     return pos + torch.arange(t, device=pos.device), n_ctx
+
+
+def write(buf, rows, x):
+    """A decoding step's write of x [B, H, t, e] into the rows `rows` (span's) of its state tensor buf
+    [B, H, n, e], in its dtype and in place (the tensor keeps its address: what a CUDA graph replays) -> buf."""
+    buf[:, :, rows] = x.to(buf.dtype)
+    return buf
 
 
 def rows_of(A, rows, C):
@@ -40,24 +62,23 @@ def rows_of(A, rows, C):
     return A[..., rows, :C]
 
 
-def write(buf, rows, x):
-    """A decoding step's write of x [B, H, t, e] into the rows `rows` (span's) of its buffer buf
-    [B, H, n, e], in its dtype and in place (the buffer keeps its address: what a CUDA graph replays) -> buf."""
-    buf[:, :, rows] = x.to(buf.dtype)
-    return buf
+def mix_tokens(M, z):
+    """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
+    broadcasts M to a [B, H, R, C] copy, saves it for backward and sums a [B, H, R, C] gradient of it."""
+    return torch.einsum('hrc,bhce->bhre', M, z)
 
 
-def new_state(module, *shape, device=None, dtype=None):
-    """A decoding buffer: zeros of `shape` on `device` in `dtype`, by default those of module's parameters."""
+def prefix_mean(mask):
+    """Rows of `mask` (bool [..., R, C]) normalised to sum to 1: a causal running mean."""
+    m = mask.float()
+    return m / m.sum(-1, keepdim=True).clamp(min=1)
+
+
+def state_zeros(module, *shape, device=None, dtype=None):
+    """The zeros a decoding state starts from: float `shape` on `device` in `dtype`, by default those of
+    module's parameters (every init_state's tensors come from here)."""
     p = next(module.parameters())
     return torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype)
-
-
-def causal_mask(T, rows=slice(None), device=None):
-    """The causal rule, j <= i, as a mask: which of the positions j = 0..T-1 the positions i in `rows` (a
-    slice or long [t]; default all T) may read -> bool [R, T]."""
-    pos = torch.arange(T, device=device)
-    return pos <= pos[rows][:, None]
 
 
 def chunk_starts(T, chunk_size):
@@ -65,6 +86,8 @@ def chunk_starts(T, chunk_size):
     mixing's), counted first: under torch.compile, range(0, T, chunk_size) would recompile per T."""
     return [i * chunk_size for i in range((T + chunk_size - 1) // chunk_size)]
 
+
+# ----------------------------------------------------------------------------- softmax attention
 
 def rope_tables(n_ctx, head_size, base=10000.0):
     """cos, sin of the rotary position embedding (Su et al. 2021): float [n_ctx, head_size / 2]."""
@@ -81,14 +104,15 @@ def apply_rope(x, cos, sin):
 
 class Attention(nn.Module):
     """Causal self-attention, llama-style with RoPE (Su et al. 2021) or GPT-2-style without (rope=False:
-    learned positions): x float [B, T, d] -> float [B, T, d]. naive=True materialises the [B, H, T, T]
-    weights (O(T^2) memory); the default is scaled_dot_product_attention's fused kernels."""
+    learned positions): x float [B, T, d] -> float [B, T, d], heads of e = d / n_head (RoPE needs e even:
+    mixer.ModelConfig refuses an odd one). naive=True materialises the [B, H, T, T] weights (O(T^2)
+    memory); the default is scaled_dot_product_attention's fused implementations."""
     def __init__(self, n_ctx, d_model, n_head, rope=True, naive=False):
         super().__init__()
-        self.n_ctx, self.n_head, self.rope, self.naive = n_ctx, n_head, rope, naive
+        self.n_ctx, self.n_head, self.head_size, self.rope, self.naive = n_ctx, n_head, d_model // n_head, rope, naive
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj_out = nn.Linear(d_model, d_model, bias=False)
-        cos, sin = rope_tables(n_ctx, d_model // n_head)
+        cos, sin = rope_tables(n_ctx, self.head_size) if rope else (torch.zeros(0), torch.zeros(0))
         self.register_buffer('cos', cos, persistent=False)
         self.register_buffer('sin', sin, persistent=False)
 
@@ -118,17 +142,17 @@ class Attention(nn.Module):
         q, k, v = self.project(x, slice(0, T))
         if self.naive:                     # the [B, H, T, T] weights materialised
             y = self.softmax(q, k, causal_mask(T, device=x.device)) @ v
-        else:                              # causal_mask(T) as SDPA's flag, which lets it pick a fused kernel
+        else:                              # causal_mask(T) as SDPA's flag, which lets it pick a fused implementation
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'k', 'v': float [B, H, n_ctx, e]}: the keys and values of the positions seen (the KV cache)."""
-        shape = (batch_size, self.n_head, self.n_ctx, self.cos.shape[1] * 2)
-        return {kv: new_state(self, *shape, device=device, dtype=dtype) for kv in ('k', 'v')}
+        shape = (batch_size, self.n_head, self.n_ctx, self.head_size)
+        return {kv: state_zeros(self, *shape, device=device, dtype=dtype) for kv in ('k', 'v')}
 
     def step(self, x, state, pos):
-        """t new tokens: their K, V written at their positions of the caches, each query reading the keys
+        """t new tokens: their K, V written at their positions of the state, each query reading the keys
         up to its own position (causal_mask)."""
         rows, end = span(pos, x.shape[1], self.n_ctx)
         q, k, v = self.project(x, rows)
@@ -139,15 +163,23 @@ class Attention(nn.Module):
     def flops(self, T):
         return 4 * T * self.qkv.in_features             # QK^T and AV in full
 
+    def decays(self):
+        """{parameter: weight decay or not} of its own parameters: none (its Linear layers take the rule of
+        every Linear weight: weight decay)."""
+        return {}
+
+
+# ----------------------------------------------------------------------------- linear attention
 
 class LinearAttention(nn.Module):
     """Causal linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"), x float [B, T, d] ->
     [B, T, d]: y_i = phi(q_i) S_i / (phi(q_i) . s_i), phi = elu + 1, S_i = sum_{j<=i} phi(k_j) v_j^T,
-    s_i = sum_{j<=i} phi(k_j). Chunks of chunk_size (a masked C x C product inside, S and s carried
+    s_i = sum_{j<=i} phi(k_j). Decoding one token is that recurrence (S += phi(k) v^T, s += phi(k));
+    training and a prompt read in chunks of chunk_size (a causal C x C product inside, S and s carried
     between): memory O(T d + C^2). No position enters it: no limit at n_ctx."""
     def __init__(self, d_model, n_head, chunk_size=256, eps=1e-6):
         super().__init__()
-        self.n_head, self.chunk_size, self.eps = n_head, chunk_size, eps
+        self.n_head, self.head_size, self.chunk_size, self.eps = n_head, d_model // n_head, chunk_size, eps
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj_out = nn.Linear(d_model, d_model, bias=False)
 
@@ -156,12 +188,16 @@ class LinearAttention(nn.Module):
         q, k, v = rearrange(self.qkv(x), 'b t (three h e) -> three b h t e', three=3, h=self.n_head)
         return F.elu(q) + 1, F.elu(k) + 1, v
 
+    def causal_scores(self, q, k):
+        """phi(q_i) . phi(k_j) for j <= i, else 0: q, k float [B, H, T, e] -> [B, H, T, T]."""
+        return (q @ k.transpose(-1, -2)) * causal_mask(q.shape[2], device=q.device)
+
     def weights(self, x):
         """Its weights on the values as one matrix, A[i, j] = phi(q_i) . phi(k_j) / (sum_{j' <= i} phi(q_i) .
         phi(k_j') + eps) for j <= i, else 0: x float [B, T, d] -> float [B, H, T, T], rows summing to 1 up to
         eps. O(T^2): for looking, not for the forward pass."""
         q, k, _ = self.features(x)
-        A = (q @ k.transpose(-1, -2)).tril()
+        A = self.causal_scores(q, k)
         return A / (A.sum(-1, keepdim=True) + self.eps)
 
     def forward(self, x):
@@ -169,16 +205,24 @@ class LinearAttention(nn.Module):
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'S': float [B, H, e, e], the sum of phi(k_j) v_j^T over the positions seen; 's': [B, H, e], of phi(k_j)}."""
-        e = self.qkv.in_features // self.n_head
-        return {'S': new_state(self, batch_size, self.n_head, e, e, device=device, dtype=dtype),
-                's': new_state(self, batch_size, self.n_head, e, device=device, dtype=dtype)}
+        B, H, e = batch_size, self.n_head, self.head_size
+        return {'S': state_zeros(self, B, H, e, e, device=device, dtype=dtype),
+                's': state_zeros(self, B, H, e, device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
-        """t new tokens after the state S, s, updated in place."""
-        y, S, s = self.scan(x, state['S'], state['s'])
-        state['S'].copy_(S)
-        state['s'].copy_(s)
-        return y
+        """t new tokens after the state S, s, updated in place: one token is the recurrence itself, more (a
+        prompt) the chunked scan."""
+        S, s = state['S'], state['s']
+        if x.shape[1] > 1:
+            y, S_new, s_new = self.scan(x, S, s)
+            S.copy_(S_new)
+            s.copy_(s_new)
+            return y
+        q, k, v = self.features(x)                                    # [B, H, 1, e]
+        S += (k.transpose(-1, -2) @ v).to(S.dtype)                    # S += phi(k) v^T
+        s += k[:, :, 0].to(s.dtype)                                   # s += phi(k)
+        y = (q @ S.to(q.dtype)) / (q @ s.to(q.dtype)[..., None] + self.eps)
+        return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def scan(self, x, S, s):
         """x float [B, T, d] after the state S, s (None: none) -> (y [B, T, d], S, s after x)."""
@@ -186,11 +230,11 @@ class LinearAttention(nn.Module):
         ys = []
         for c0 in chunk_starts(x.shape[1], self.chunk_size):
             qc, kc, vc = (t[:, :, c0:c0 + self.chunk_size] for t in (q, k, v))
-            A = (qc @ kc.transpose(-1, -2)).tril()                    # [B, H, C, C]
+            A = self.causal_scores(qc, kc)                            # [B, H, C, C]
             num, den = A @ vc, A.sum(-1, keepdim=True)
             if S is not None:
-                num = num + qc @ S
-                den = den + qc @ s[..., None]
+                num = num + qc @ S.to(qc.dtype)
+                den = den + qc @ s.to(qc.dtype)[..., None]
             ys.append(num / (den + self.eps))
             S = kc.transpose(-1, -2) @ vc + (0 if S is None else S)  # [B, H, e, e]
             s = kc.sum(2) + (0 if s is None else s)                   # [B, H, e]
@@ -200,13 +244,19 @@ class LinearAttention(nn.Module):
         d = self.qkv.in_features
         return 4 * min(T, self.chunk_size) * d + 4 * d * d // self.n_head
 
+    def decays(self):
+        """No parameters of its own (its Linear layers take the rule of every Linear weight): {}."""
+        return {}
+
+
+# ----------------------------------------------------------------------------- the hybrid's branch
 
 class HybridMixing(nn.Module):
     """Transformer-mixer hybrids (Badger 2024): attention and a masked token mixing (mixer.py's, given) in
     one branch, x float [B, T, d] -> [B, T, d]. serial (the paper's best): Mix(Attn(z)), the mixing
     started at M = I (its identity_start), so that a fresh hybrid is the transformer (a prefix-mean start
-    averages attention's selectivity away: docs/claims.md); parallel: Attn(z) + Mix(z). Its state and
-    step are its two parts' ('attn', 'mix'); its FLOPs theirs."""
+    averages attention's selectivity away: docs/claims.md); parallel: Attn(z) + Mix(z). Its state, step,
+    FLOPs and weight-decay flags are its two parts' ('attn', 'mix')."""
     def __init__(self, attn, mix, parallel=False):
         super().__init__()
         self.attn, self.mix, self.parallel = attn, mix if parallel else mix.identity_start(), parallel
@@ -227,6 +277,11 @@ class HybridMixing(nn.Module):
     def flops(self, T):
         return self.attn.flops(T) + self.mix.flops(T)
 
+    def decays(self):
+        return {**self.attn.decays(), **self.mix.decays()}
+
+
+# ----------------------------------------------------------------------------- the blocks' norms and feed-forwards
 
 def make_norm(cfg):
     """A block's norm for a mixer.ModelConfig: LayerNorm for mixers (as in the papers) and GPT, RMSNorm for
@@ -237,24 +292,24 @@ def make_norm(cfg):
 
 
 class MLP(nn.Module):
-    """The mixers' and GPT-2's feed-forward: Linear(d, hidden) -> GELU (or SiLU, or identity) -> Linear(hidden, d)."""
-    def __init__(self, d_model, hidden, activation='gelu'):
+    """The mixers' and GPT-2's feed-forward: Linear(d, d_ff) -> GELU (or SiLU, or identity) -> Linear(d_ff, d)."""
+    def __init__(self, d_model, d_ff, activation='gelu'):
         super().__init__()
-        self.fc = nn.Linear(d_model, hidden)
+        self.fc = nn.Linear(d_model, d_ff)
         self.act = {'gelu': nn.GELU(), 'silu': nn.SiLU()}.get(activation, nn.Identity())
-        self.proj_out = nn.Linear(hidden, d_model)
+        self.proj_out = nn.Linear(d_ff, d_model)
 
     def forward(self, x):
         return self.proj_out(self.act(self.fc(x)))
 
 
 class SwiGLU(nn.Module):
-    """Llama feed-forward: W2 (silu(W1 x) * W3 x), hidden = 2/3 of ff_mult d rounded up to 32."""
+    """Llama feed-forward: W2 (silu(W1 x) * W3 x), its width d_ff = 2/3 of ff_mult d rounded up to 32."""
     def __init__(self, d_model, ff_mult):
         super().__init__()
-        hidden = 32 * math.ceil(2 * ff_mult * d_model / 3 / 32)
-        self.fc = nn.Linear(d_model, 2 * hidden, bias=False)
-        self.proj_out = nn.Linear(hidden, d_model, bias=False)
+        d_ff = 32 * math.ceil(2 * ff_mult * d_model / 3 / 32)
+        self.fc = nn.Linear(d_model, 2 * d_ff, bias=False)
+        self.proj_out = nn.Linear(d_ff, d_model, bias=False)
 
     def forward(self, x):
         gate, up = self.fc(x).chunk(2, dim=-1)

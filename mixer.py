@@ -1,9 +1,8 @@
 """Masked mixers and their baselines: every model kind, its config, token mixings, blocks and models.
 
-A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a
-learned token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and
-Retrieval", arXiv 2409.01482). Read top to bottom: config, token mixings, blocks, models. The
-baselines' attention: attention.py; generation: sample.py.
+A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a learned
+token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and Retrieval", arXiv
+2409.01482). Read top to bottom; the ground and the baselines' attention: attention.py; generation: sample.py.
 
     model = build_model(variant_config('toeplitz', d_model=256, n_layer=4, n_ctx=256))
     logits, loss = model(idx, targets)      # idx long [B, T], T <= n_ctx; loss in nats/token
@@ -19,13 +18,13 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from attention import (MLP, Attention, HybridMixing, LinearAttention, SwiGLU, causal_mask, chunk_starts, make_norm,
-                       new_state, rows_of, span, write)
+                       mix_tokens, prefix_mean, rows_of, span, state_zeros, write)
 
 KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
-MIXINGS = ('dense', 'toeplitz', 'recurrent')
-CHOICES = dict(kind=KINDS, mixing=MIXINGS, activation=('gelu', 'silu', 'none'), recurrent_form=('column', 'row', 'mixed'),
+TOKEN_MIXINGS = ('flat', 'toeplitz', 'recurrent')
+CHOICES = dict(kind=KINDS, token_mixing=TOKEN_MIXINGS, activation=('gelu', 'silu', 'none'), recurrent_form=('column', 'row', 'mixed'),
                task=('lm', 'autoencode'), attention=('sdpa', 'naive'), hybrid=('serial', 'parallel'),
-               mixing_init=('decay', 'normal'), block_order=('mix_ff', 'ff_mix'), init=('gpt2', 'kaiming'))
+               mixing_init=('average', 'normal'), block_order=('mix_ff', 'ff_mix'), init=('gpt2', 'kaiming'))
 
 
 @dataclass
@@ -37,7 +36,7 @@ class ModelConfig:
     n_layer: int = 4
     n_head: int = 1                 # mixer: 1 is the papers' flat mixer (no projections); > 1 adds Linear(d, d) in, out
     kind: str = 'mixer'             # KINDS; 'transformer' is llama-style, 'gpt' GPT-2-style (LayerNorm, GELU, no RoPE)
-    mixing: str = 'dense'           # the token mixing of 'mixer' and 'hybrid': MIXINGS
+    token_mixing: str = 'flat'      # the masked token mixing of 'mixer' and 'hybrid': TOKEN_MIXINGS
     expansion: int = 1              # > 1: the expanded mixer (two masked mixings, GELU between)
     kernel: int = 1                 # > 1: the convolutional mixer (k taps over the feature axis)
     recurrent_form: str = 'mixed'   # 'column' | 'row' | 'mixed' (the heads alternate)
@@ -54,7 +53,7 @@ class ModelConfig:
     hybrid: str = 'serial'          # 'serial': Mix(Attn(z)), the paper's best; 'parallel': Attn(z) + Mix(z)
     task: str = 'lm'                # 'lm' (next token) or 'autoencode'
     # Badger & Roland 2026's Toeplitz mixer (arXiv 2605.06683, ethan-w-roland/ToeplitzMixers) as settings:
-    mixing_init: str = 'decay'      # Toeplitz w: 'decay' (a moving average, ~16 tokens) or 'normal' (N(0, 2 / n_ctx))
+    mixing_init: str = 'average'    # Toeplitz w: 'average' (a moving average, ~16 tokens) or 'normal' (N(0, 2 / n_ctx))
     block_order: str = 'mix_ff'     # 'ff_mix': each block's feed-forward before its sequence mixing
     final_norm: bool = True         # False: no norm before the head
     init: str = 'gpt2'              # 'kaiming': Linear weights N(0, 2 / fan_in), embeddings N(0, 1), no depth scaling
@@ -70,14 +69,14 @@ class ModelConfig:
             check(getattr(self, name) >= 1, f'{name} must be >= 1, got {getattr(self, name)}')
         check(self.d_model % self.n_head == 0, f'd_model={self.d_model} is not divisible by n_head={self.n_head}')
         check(not (self.expansion > 1 and self.kernel > 1), 'expansion > 1 and kernel > 1 cannot be combined')
-        check(self.expansion == 1 and self.kernel == 1 or self.mixing == 'dense',
-              'expansion and kernel apply to the dense mixing only')
+        check(self.expansion == 1 and self.kernel == 1 or self.token_mixing == 'flat',
+              'expansion and kernel apply to the flat mixing only')
         check(self.kind not in ('transformer', 'hybrid') or (self.d_model // self.n_head) % 2 == 0,
               'RoPE needs an even head size d_model / n_head')
-        check(self.kind != 'hybrid' or self.mixing in ('dense', 'toeplitz') and self.expansion == self.kernel == 1,
-              "the hybrid's mixing is dense or toeplitz, with expansion = kernel = 1")
+        check(self.kind != 'hybrid' or self.token_mixing in ('flat', 'toeplitz') and self.expansion == self.kernel == 1,
+              "the hybrid's token mixing is flat or toeplitz, with expansion = kernel = 1")
         check(0.0 <= self.dropout < 1.0, f'dropout must be in [0, 1), got {self.dropout}')
-        check(self.mixing_init == 'decay' or self.mixing == 'toeplitz', "mixing_init='normal' is the Toeplitz mixing's")
+        check(self.mixing_init == 'average' or self.token_mixing == 'toeplitz', "mixing_init='normal' is the Toeplitz mixing's")
 
 
 # The papers' variants by name -> ModelConfig overrides (`train.py --variant=NAME`).
@@ -86,8 +85,8 @@ VARIANTS = {
     'expanded': dict(expansion=2),
     'multihead': dict(n_head=4),
     'kernel': dict(kernel=3),
-    'toeplitz': dict(mixing='toeplitz', n_head=4),
-    'recurrent': dict(mixing='recurrent', n_head=4, recurrent_form='mixed'),
+    'toeplitz': dict(token_mixing='toeplitz', n_head=4),
+    'recurrent': dict(token_mixing='recurrent', n_head=4, recurrent_form='mixed'),
     'linear': dict(norm=False, activation='none'),
     'posenc': dict(posenc=True),
     'transformer': dict(kind='transformer', n_head=4),
@@ -106,26 +105,13 @@ def variant_config(name, **base):
 
 
 # ----------------------------------------------------------------------------- token mixings
-# A token mixing maps x float [B, T, d] to [B, T, d] with four faces in its class: forward(x); init_state(B),
-# the buffers its step reads and writes (shapes in its docstring); step(x, state, pos), t new tokens at
-# positions pos.. on them, equal to forward (tested); flops(T), forward FLOPs a token of its own products.
-
-def mix_tokens(M, z):
-    """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
-    broadcasts M to a [B, H, R, C] copy, saves it for backward and sums a [B, H, R, C] gradient of it."""
-    return torch.einsum('hrc,bhce->bhre', M, z)
-
-
-def prefix_mean(mask):
-    """Rows of `mask` (bool [..., R, C]) normalised to sum to 1: a causal running mean."""
-    m = mask.float()
-    return m / m.sum(-1, keepdim=True).clamp(min=1)
-
+# Every sequence mixing (these and attention.py's) maps x float [B, T, d] -> [B, T, d] and has five faces: forward;
+# init_state, its step's state (shapes in its docstring); step, equal to forward (tested); flops; decays.
 
 class HeadMixing(nn.Module):
-    """The masked mixings' heads: n_head = 1 mixes x itself (the papers' flat mixer); n_head > 1 projects x
-    by Linear(d, d), mixes each head of e = d / n_head features by its own matrix, concatenates and projects
-    back: split(x float [B, T, d]) -> z [B, H, T, e], merge(y [B, H, T, e]) -> [B, T, d]."""
+    """The masked mixings' heads: n_head = 1 mixes x itself (the papers' flat mixer); n_head > 1 projects x by
+    Linear(d, d), mixes each head of e = d / n_head features by its own matrix, concatenates and projects back:
+    split(x float [B, T, d]) -> z [B, H, T, e], merge(y [B, H, T, e]) -> [B, T, d]."""
     BIASES = ('c',)                                  # the position-indexed biases: no weight decay
 
     def __init__(self, n_ctx, d_model, n_head):
@@ -142,29 +128,27 @@ class HeadMixing(nn.Module):
         y = rearrange(y, 'b h t e -> b t (h e)')
         return self.proj_out(y) if self.proj_out is not None else y
 
-    def cache(self, batch_size, length, device=None, dtype=None):      # zeros, float [B, H, length, e]
-        return new_state(self, batch_size, self.n_head, length, self.d_model // self.n_head, device=device, dtype=dtype)
-
     def decays(self):
         """{parameter: weight decay or not} of its own parameters (not the projections): optim reads it."""
         return {p: p.dim() >= 2 and n not in self.BIASES for n, p in self.named_parameters(recurse=False)}
 
     def matrices(self, T):
         """What experiments/look.py draws over T positions: {name: a matrix float [H, R, C] (row r at position
-        r // (R / T): an expanded mixing's hidden rows), or a curve [H, T] against the lag k = i - j}."""
+        r // (R / T)), or a curve [H, T] against the lag k = i - j}."""
         return {'M': self.matrix(T)}
 
 
-class MaskedMixing(HeadMixing):
+class FlatMixing(HeadMixing):
     """The flat masked mixing (Badger 2024, "Masked Mixers for Language Generation and Retrieval", arXiv
     2409.01482), each head:  y_i = sum_{j <= i} M[i, j] z_j + c_i,  M = W * tril(1).
     W float [H, n_ctx, n_ctx], c [H, n_ctx, 1]. M is formed inside the autograd graph on every call (W's
     upper triangle gets zero gradient); a length-T input uses the leading T x T block, as a longer input
-    would. Init: each row of M the mean of the past, times out_scale; c 0."""
-    def __init__(self, n_ctx, d_model, n_head=1, out_scale=1.0):
+    would. Init: each row of M the mean of the past, times out_scale; c 0 (`taps` k: KernelMixing's W, / k)."""
+    def __init__(self, n_ctx, d_model, n_head=1, out_scale=1.0, taps=None):
         super().__init__(n_ctx, d_model, n_head)
         self.register_buffer('mask', causal_mask(n_ctx), persistent=False)                  # tril(1)
-        self.W = nn.Parameter((prefix_mean(self.mask) * out_scale).repeat(n_head, 1, 1))
+        start = prefix_mean(self.mask) * out_scale / (taps or 1)
+        self.W = nn.Parameter(start.repeat(n_head, 1, 1) if taps is None else start.repeat(n_head, taps, 1, 1))
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T, rows=None):
@@ -172,24 +156,25 @@ class MaskedMixing(HeadMixing):
         rows = slice(0, T) if rows is None else rows
         return rows_of(self.W, rows, T) * rows_of(self.mask, rows, T)
 
+    mix = staticmethod(mix_tokens)          # M z (KernelMixing's: summed over its taps)
+
     def forward(self, x):
         z = self.split(x)                                                           # [B, H, T, e]
         T = z.shape[2]
-        return self.merge(self.product(self.matrix(T), z) + self.c[:, :T])         # M z + c
+        return self.merge(self.mix(self.matrix(T), z) + self.c[:, :T])             # M z + c
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'z': float [B, H, n_ctx, e]}: the inputs z_j of the positions seen (the mixer's KV cache)."""
-        return {'z': self.cache(batch_size, self.n_ctx, device, dtype)}
+        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head,
+                                 device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
         rows, end = span(pos, x.shape[1], self.n_ctx)                  # writes `rows`, reads positions < end
         z = write(state['z'], rows, self.split(x))[:, :, :end]
-        return self.merge(self.product(self.matrix(end, rows), z) + self.c[:, rows])   # the new rows of M z + c
+        return self.merge(self.mix(self.matrix(end, rows), z) + self.c[:, rows])   # the new rows of M z + c
 
-    product = staticmethod(mix_tokens)                                 # KernelMixing's reads its taps
-
-    def flops(self, T):
-        return 2 * T * self.d_model                       # the whole T x T product, zeros included
+    def flops(self, T):                     # the whole T x T product, zeros included
+        return 2 * T * self.d_model
 
     def identity_start(self):                # M = I, each token passed through (HybridMixing's serial start)
         with torch.no_grad():
@@ -197,17 +182,15 @@ class MaskedMixing(HeadMixing):
         return self
 
 
-class KernelMixing(MaskedMixing):
+class KernelMixing(FlatMixing):
     """The "fully convolutional" mixer (Badger 2024): y_i = sum_u sum_{j <= i} M_u[i, j] shift_u(z_j) + c_i,
     M_u = W[:, u] * tril(1), tap u reading the features shifted by u - (k - 1) // 2 (a convolution over the
-    features whose channels are the tokens). W float [H, k, n_ctx, n_ctx]; each tap starts at the prefix
-    mean / k. The rest is MaskedMixing's."""
+    features whose channels are the tokens). W float [H, k, n_ctx, n_ctx]; the rest is FlatMixing's."""
     def __init__(self, n_ctx, d_model, n_head=1, kernel=3, out_scale=1.0):
-        super().__init__(n_ctx, d_model, n_head, out_scale)
+        super().__init__(n_ctx, d_model, n_head, out_scale, taps=kernel)
         self.kernel = kernel
-        self.W = nn.Parameter((self.W.detach() / kernel)[:, None].repeat(1, kernel, 1, 1))
 
-    def product(self, M, z):                 # sum_u M_u shift_u(z): M [H, k, R, C], z [B, H, C, e] -> [B, H, R, e]
+    def mix(self, M, z):                     # sum_u M_u shift_u(z): M [H, k, R, C], z [B, H, C, e] -> [B, H, R, e]
         left = (self.kernel - 1) // 2
         zp = F.pad(z, (left, self.kernel - 1 - left))                             # the feature axis padded
         taps = torch.stack([zp[..., u:u + z.shape[-1]] for u in range(self.kernel)], dim=2)   # [B, H, k, C, e]
@@ -216,14 +199,19 @@ class KernelMixing(MaskedMixing):
     def flops(self, T):
         return 2 * T * self.d_model * self.kernel
 
+    def identity_start(self):                # M = I on the unshifted tap, 0 on the others
+        with torch.no_grad():
+            self.W.copy_(torch.eye(self.n_ctx) * (torch.arange(self.kernel) == (self.kernel - 1) // 2)[:, None, None])
+        return self
+
     def matrices(self, T):
         return {f'tap {u}': M for u, M in enumerate(self.matrix(T).unbind(1))}
 
 
-class ExpandedMixing(MaskedMixing):
-    """The expanded mixer (Badger 2024): the MLP-Mixer's token MLP made causal. The first mixing is
-    MaskedMixing's (W, c) over x = `expansion` hidden rows a position (row r at position r // x, reading
-    positions <= r // x): g = GELU(M z + c); the second reads the hidden rows of positions <= i:
+class ExpandedMixing(HeadMixing):
+    """The expanded mixer (Badger 2024): the MLP-Mixer's token MLP made causal. The first mixing reads into x =
+    `expansion` inner rows a position (row r at position r // x reads positions <= r // x): g = GELU(M z + c),
+    M = W * mask; the second reads the inner rows of positions <= i:
     y_i = sum_r M2[i, r] g_r + c2_i, M2 = W2 * mask2. W float [H, x n_ctx, n_ctx], W2 [H, n_ctx, x n_ctx].
     Init: M copies z_{r // x} to row r, M2 the prefix mean times out_scale (one averaging: docs/claims.md)."""
     BIASES = ('c', 'c2')
@@ -231,7 +219,7 @@ class ExpandedMixing(MaskedMixing):
     def __init__(self, n_ctx, d_model, n_head=1, expansion=2, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
         self.expansion = expansion
-        at = torch.arange(n_ctx * expansion) // expansion                    # the position of each hidden row
+        at = torch.arange(n_ctx * expansion) // expansion                    # the position of each inner row
         self.register_buffer('mask', causal_mask(n_ctx)[at], persistent=False)        # row r reads j <= r // x
         self.W = nn.Parameter((at[:, None] == torch.arange(n_ctx)[None, :]).float().repeat(n_head, 1, 1))
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx * expansion, 1))
@@ -239,11 +227,13 @@ class ExpandedMixing(MaskedMixing):
         self.W2 = nn.Parameter(prefix_mean(self.mask2).repeat(n_head, 1, 1) * out_scale)
         self.c2 = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
-    def matrix(self, T, rows=None):          # the hidden rows `rows` (default all x T) of M: [H, R, T]
-        return super().matrix(T, slice(0, self.expansion * T) if rows is None else rows)
+    def matrix(self, T, rows=None):
+        """The inner rows `rows` (default all x T) of M = W * mask over inputs 0..T-1: float [H, R, T]."""
+        rows = slice(0, self.expansion * T) if rows is None else rows
+        return rows_of(self.W, rows, T) * rows_of(self.mask, rows, T)
 
     def matrix2(self, T, rows=None):
-        """The rows `rows` (default all T) of M2 over the hidden rows of positions 0..T-1: [H, R, x T]."""
+        """The rows `rows` (default all T) of M2 over the inner rows of positions 0..T-1: [H, R, x T]."""
         rows, C = slice(0, T) if rows is None else rows, self.expansion * T
         return rows_of(self.W2, rows, C) * rows_of(self.mask2, rows, C)
 
@@ -254,16 +244,17 @@ class ExpandedMixing(MaskedMixing):
         return self.merge(mix_tokens(self.matrix2(T), g) + self.c2[:, :T])
 
     def init_state(self, batch_size, device=None, dtype=None):
-        """{'z': float [B, H, n_ctx, e], the inputs seen; 'g': [B, H, x n_ctx, e], their rows GELU(M z + c)}."""
-        return {'z': self.cache(batch_size, self.n_ctx, device, dtype),
-                'g': self.cache(batch_size, self.expansion * self.n_ctx, device, dtype)}
+        """{'z': float [B, H, n_ctx, e], the inputs seen; 'g': [B, H, x n_ctx, e], their inner rows GELU(M z + c)}."""
+        shape = batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head
+        return {'z': state_zeros(self, *shape, device=device, dtype=dtype),
+                'g': state_zeros(self, *shape[:2], self.expansion * self.n_ctx, shape[3], device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
         rows, end = span(pos, x.shape[1], self.n_ctx)
         X = self.expansion
-        hidden, _ = span(X * pos, X * x.shape[1], X * self.n_ctx)                   # the new rows' hidden rows
+        inner, _ = span(X * pos, X * x.shape[1], X * self.n_ctx)                   # the new positions' inner rows
         z = write(state['z'], rows, self.split(x))[:, :, :end]
-        g = write(state['g'], hidden, F.gelu(mix_tokens(self.matrix(end, hidden), z) + self.c[:, hidden]))
+        g = write(state['g'], inner, F.gelu(mix_tokens(self.matrix(end, inner), z) + self.c[:, inner]))
         return self.merge(mix_tokens(self.matrix2(end, rows), g[:, :, :X * end]) + self.c2[:, rows])
 
     def flops(self, T):
@@ -275,24 +266,25 @@ class ExpandedMixing(MaskedMixing):
 
 class ToeplitzMixing(HeadMixing):
     """Toeplitz masked mixing (blog post "Masked Recurrent Mixers"): M[i, j] = w[i - j] for j <= i, n_ctx
-    weights a head (a causal convolution along the sequence). Two equal paths (tested): the T x T matrix,
-    and for T >= fft_threshold an FFT (pad to 2T, rfft, multiply, irfft, keep T). Init 'decay': w[k] =
-    out_scale (1 - b) b^k, b = 15/16 (a moving average over ~16 tokens); 'normal': w ~ N(0, 2 / n_ctx)
-    (Kaiming, Badger & Roland 2026, arXiv 2605.06683); c 0. It decodes as MaskedMixing: a cache of z."""
-    def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0, init='decay'):
+    weights a head (a causal convolution along the sequence): y_i = sum_{k <= i} w[k] z_{i-k} + c_i. Two
+    equal paths (tested): the T x T matrix, and for T >= fft_threshold an FFT (pad to 2T, rfft, multiply,
+    irfft, keep T). Init 'average': w[k] = out_scale (1 - b) b^k, b = 15/16 (a moving average over ~16
+    tokens); 'normal': w ~ N(0, 2 / n_ctx) (Kaiming, Badger & Roland 2026, arXiv 2605.06683); c 0."""
+    def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0, init='average'):
         super().__init__(n_ctx, d_model, n_head)
         self.fft_threshold = fft_threshold
         b = 1 - 1 / 16
-        w = (out_scale * ((1 - b) * b ** torch.arange(n_ctx).float()).repeat(n_head, 1) if init == 'decay' else
+        w = (out_scale * ((1 - b) * b ** torch.arange(n_ctx).float()).repeat(n_head, 1) if init == 'average' else
              torch.randn(n_head, n_ctx) * math.sqrt(2 / n_ctx))
         self.w = nn.Parameter(w)
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T, rows=None):
         """The rows `rows` (default all T) of M[i, j] = w[i - j] (0 for j > i) over inputs 0..T-1: [H, R, T]."""
+        rows = slice(0, T) if rows is None else rows
         pos = torch.arange(T, device=self.w.device)
-        lag = pos[slice(None) if rows is None else rows][:, None] - pos
-        return self.w[:, lag.clamp(min=0)] * (lag >= 0)
+        lag = pos[rows][:, None] - pos                                              # i - j: [R, T]
+        return self.w[:, lag.clamp(min=0)] * causal_mask(T, rows, self.w.device)
 
     def forward(self, x, use_fft=None):
         z = self.split(x)                                                           # [B, H, T, e]
@@ -301,58 +293,70 @@ class ToeplitzMixing(HeadMixing):
         return self.merge((self.fft(z) if fft else mix_tokens(self.matrix(T), z)) + self.c[:, :T])
 
     def fft(self, z):
-        """M z of z float [B, H, T, e] by FFT -> [B, H, T, e]. The length axis last and contiguous: at dim 2,
-        inductor's traced strides were not CUDA's (it failed 'stride 1==8 at dim=2' on an H200)."""
+        """M z of z float [B, H, T, e] by FFT -> [B, H, T, e]. Causal by its padding: the product of rffts of
+        length 2T is the circular convolution over 2T, whose output i < T sums w[k] z[i - k] over k <= i
+        alone (nothing wraps around: tested). The length axis last and contiguous: at dim 2, inductor's
+        traced strides were not CUDA's ('stride 1==8 at dim=2' on an H200)."""
         T, n = z.shape[2], 2 * z.shape[2]
         zf = torch.fft.rfft(rearrange(z.float(), 'b h t e -> b h e t').contiguous(), n=n)   # [B, H, e, n/2+1]
         wf = torch.fft.rfft(self.w[:, :T].float(), n=n)                                      # [H, n/2+1]
         y = torch.fft.irfft(zf * wf[:, None], n=n)[..., :T]                                  # [B, H, e, T]
         return rearrange(y, 'b h e t -> b h t e').to(z.dtype)
 
-    init_state, step, product = MaskedMixing.init_state, MaskedMixing.step, staticmethod(mix_tokens)
+    def init_state(self, batch_size, device=None, dtype=None):
+        """{'z': float [B, H, n_ctx, e]}: the inputs z_j of the positions seen (the convolution's window)."""
+        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head,
+                                 device=device, dtype=dtype)}
+
+    def step(self, x, state, pos):
+        """t new tokens: y_i = sum_{k <= i} w[k] z_{i-k} + c_i over the inputs seen, the rows i of M z."""
+        rows, end = span(pos, x.shape[1], self.n_ctx)
+        z = write(state['z'], rows, self.split(x))[:, :, :end]
+        return self.merge(mix_tokens(self.matrix(end, rows), z) + self.c[:, rows])
 
     def flops(self, T):                      # the FFT: rfft(z) + irfft of length 2T + the product
         return int(self.d_model * (10 * math.log2(2 * T) + 6)) if T >= self.fft_threshold else 2 * T * self.d_model
 
     def identity_start(self):               # w = (1, 0, 0, ...): M = I
         with torch.no_grad():
-            self.w.zero_()
-            self.w[:, 0] = 1.0
+            self.w.copy_(torch.eye(1, self.n_ctx).expand_as(self.w))
         return self
 
     def matrices(self, T):
-        return {'kernel w[k]': self.w[:, :T], 'M': self.matrix(T)}
+        return {'w[k] against the lag': self.w[:, :T], 'M': self.matrix(T)}
 
 
 class RecurrentMixing(HeadMixing):
-    """Masked recurrent mixing (blog post "Masked Recurrent Mixers"), a head's decay a = sigmoid(decay_logit):
+    """Masked recurrent mixing (blog post "Masked Recurrent Mixers"), a head's rate a = sigmoid(a_logit):
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
       row form     M[i, j] = v[j] a^(i-j):  h_t = a h_{t-1} + v_t z_t,  y_t = h_t + c_t
-    'mixed': even heads column, odd heads row. forward and step are scan(): chunks of chunk_size (a^(i-j)
-    for i >= j only: no overflow), h carried between. Init: 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
+    'mixed': even heads column, odd heads row. A decoding step of one token is that recurrence; forward and a
+    prompt are scan(): chunks of chunk_size, each one product by M (a^(i-j) for i >= j only: no overflow), h
+    carried between (tested equal). Init: 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
     def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
         self.chunk_size = chunk_size
         tau = torch.logspace(math.log10(4), math.log10(max(n_ctx, 4)), n_head) if n_head > 1 else torch.tensor([16.])
         a = torch.exp(-1 / tau)
-        self.decay_logit = nn.Parameter(torch.logit(a))
+        self.a_logit = nn.Parameter(torch.logit(a))
         self.v = nn.Parameter(out_scale * (1 - a)[:, None].repeat(1, n_ctx))     # [H, n_ctx]
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
         column = [form == 'column' or (form == 'mixed' and head % 2 == 0) for head in range(n_head)]
         self.register_buffer('column', torch.tensor(column)[:, None, None], persistent=False)  # [H, 1, 1]
 
-    def log_decay(self):                     # log a: float32 [H]
-        return F.logsigmoid(self.decay_logit.float())
+    def log_a(self):                         # log a: float32 [H]
+        return F.logsigmoid(self.a_logit.float())
 
     def powers(self, T):                     # a^(i-j) for j <= i, else 0: float32 [H, T, T]
-        lag = torch.arange(T, device=self.v.device)
-        lag = lag[:, None] - lag[None, :]
-        return torch.exp(lag.clamp(min=0) * self.log_decay()[:, None, None]) * (lag >= 0)
+        pos = torch.arange(T, device=self.v.device)
+        lag = pos[:, None] - pos[None, :]
+        return torch.exp(lag.clamp(min=0) * self.log_a()[:, None, None]) * causal_mask(T, device=self.v.device)
 
     def matrix(self, T, rows=None):
-        """The rows `rows` (default all T) of the effective M over inputs 0..T-1: float32 [H, R, T], read off
-        the scan of the T unit vectors (the column / row rule is chunk()'s alone)."""
-        M = self.scan(torch.eye(T, device=self.v.device).expand(1, self.n_head, T, T), None, 0)[0][0] - self.c[:, :T]
+        """The rows `rows` (default all T) of M over inputs 0..T-1: v[i] a^(i-j) (column heads) or v[j]
+        a^(i-j) (row heads) for j <= i, else 0: float32 [H, R, T]."""
+        P, v = self.powers(T), self.v[:, :T].float()
+        M = torch.where(self.column, v[:, :, None] * P, P * v[:, None, :])
         return M if rows is None else M[:, rows]
 
     def forward(self, x):
@@ -360,12 +364,20 @@ class RecurrentMixing(HeadMixing):
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'h': float [B, H, e]}: each head's state after the positions seen (constant size)."""
-        return {'h': new_state(self, batch_size, self.n_head, self.d_model // self.n_head, device=device, dtype=dtype)}
+        return {'h': state_zeros(self, batch_size, self.n_head, self.d_model // self.n_head, device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
-        y, h = self.scan(self.split(x), state['h'], pos)
-        state['h'].copy_(h)
-        return self.merge(y)
+        """t new tokens after the state h, updated in place: one token is the recurrence, more (a prompt) scan()."""
+        z, h = self.split(x), state['h']
+        if z.shape[2] > 1:
+            y, h_new = self.scan(z, h, pos)
+            h.copy_(h_new)
+            return self.merge(y)
+        rows, column = span(pos, 1, self.n_ctx)[0], self.column[:, 0]
+        v, a, z = self.v[:, rows], self.log_a().exp()[:, None], z[:, :, 0]        # [H, 1], [H, 1], [B, H, e]
+        h.copy_(a * h + torch.where(column, z, v * z))                             # h = a h + u
+        y = torch.where(column, v * h, h) + self.c[:, rows, 0]
+        return self.merge(y[:, :, None].to(x.dtype))
 
     def scan(self, z, h, pos):
         """z float [B, H, T, e] at positions pos.. after the state h [B, H, e] (None: 0) -> (y, h after)."""
@@ -382,7 +394,7 @@ class RecurrentMixing(HeadMixing):
         u = torch.where(self.column, z, v * z)
         hs = mix_tokens(self.powers(C).to(z.dtype), u)                              # [B, H, C, e]
         if h0 is not None:
-            carry = torch.exp(torch.arange(1, C + 1, device=z.device) * self.log_decay()[:, None])  # a^(t+1): [H, C]
+            carry = torch.exp(torch.arange(1, C + 1, device=z.device) * self.log_a()[:, None])  # a^(t+1): [H, C]
             hs = hs + carry[:, :, None].to(z.dtype) * h0[:, :, None]
         y = torch.where(self.column, v * hs, hs) + self.c[:, rows]
         return y, hs[:, :, -1]
@@ -391,7 +403,7 @@ class RecurrentMixing(HeadMixing):
         return 2 * min(T, self.chunk_size) * self.d_model
 
     def matrices(self, T):
-        return {'decay a^k (state)': self.powers(T)[:, :, 0], 'M': self.matrix(T)}
+        return {'a^k (state)': self.powers(T)[:, :, 0], 'M': self.matrix(T)}
 
 
 # Init scale of a mixer's token mixing when nothing projects its output (n_head = 1): near the
@@ -400,16 +412,16 @@ MIX_INIT_SCALE = 0.01
 
 
 def make_token_mixing(cfg, n_head, out_scale=1.0):
-    """The masked token mixing selected by cfg.mixing (and expansion, kernel), with n_head heads."""
-    if cfg.mixing == 'toeplitz':
+    """The masked token mixing selected by cfg.token_mixing (and expansion, kernel), with n_head heads."""
+    if cfg.token_mixing == 'toeplitz':
         return ToeplitzMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.fft_threshold, out_scale, cfg.mixing_init)
-    if cfg.mixing == 'recurrent':
+    if cfg.token_mixing == 'recurrent':
         return RecurrentMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.recurrent_form, cfg.chunk_size, out_scale)
     if cfg.expansion > 1:
         return ExpandedMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.expansion, out_scale)
     if cfg.kernel > 1:
         return KernelMixing(cfg.n_ctx, cfg.d_model, n_head, cfg.kernel, out_scale)
-    return MaskedMixing(cfg.n_ctx, cfg.d_model, n_head, out_scale)
+    return FlatMixing(cfg.n_ctx, cfg.d_model, n_head, out_scale)
 
 
 # ----------------------------------------------------------------------------- blocks and models
@@ -417,7 +429,7 @@ def make_token_mixing(cfg, n_head, out_scale=1.0):
 class Block(nn.Module):
     """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)) (the other way
     round with block_order='ff_mix'), Mix the kind's sequence mixing, FF the GELU MLP (mixers, GPT) or
-    SwiGLU. forward(x float [B, T, d]) -> the same; init_state and step: the mixing's, in the residual."""
+    SwiGLU. forward(x float [B, T, d]) -> the same; step: the mixing's step in the residual."""
     def __init__(self, cfg):
         super().__init__()
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
@@ -440,9 +452,6 @@ class Block(nn.Module):
     def forward(self, x):
         return self.residual(x, self.mixing)
 
-    def init_state(self, batch_size, device=None, dtype=None):
-        return self.mixing.init_state(batch_size, device, dtype)
-
     def step(self, x, state, pos):
         return self.residual(x, lambda z: self.mixing.step(z, state, pos))
 
@@ -455,8 +464,8 @@ class Block(nn.Module):
         return x + self.drop(self.ff(self.norm2(x)))
 
 
-class _Model(nn.Module):
-    """What LanguageModel and Autoencoder share: embedding, head, init, loss."""
+class TokenModel(nn.Module):
+    """What LanguageModel and Autoencoder share, from tokens to logits: the embedding, the head, the init, the loss."""
     def _build_io(self, cfg):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
@@ -486,20 +495,14 @@ class _Model(nn.Module):
     @staticmethod
     def loss(logits, targets):
         """Mean cross entropy (nats/token) of logits [B, T, vocab] against targets long [B, T] (-1 ignored)."""
-        if targets is None:
-            return None
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
-
-    def mixing_decays(self):
-        """{id(parameter): weight decay or not} of every token mixing's own parameters (HeadMixing.decays)."""
-        return {id(p): d for m in self.modules() if isinstance(m, HeadMixing) for p, d in m.decays().items()}
+        return None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
 
     def num_params(self):
         """Number of parameters (tied embeddings counted once)."""
         return sum(p.numel() for p in self.parameters())
 
 
-class LanguageModel(_Model):
+class LanguageModel(TokenModel):
     """Causal language model of any kind: forward(idx long [B, T], targets long [B, T] or None) -> (logits
     float [B, T, vocab], mean next-token cross entropy in nats or None); T <= n_ctx, else ValueError (max_len
     None: linear attention without posenc has no limit). init_state, step: decoding (sample.Decoder)."""
@@ -511,11 +514,10 @@ class LanguageModel(_Model):
         self._init_weights(cfg.n_layer)
         self.max_len = None if cfg.kind == 'linear_attention' and not cfg.posenc else cfg.n_ctx
 
-    def hidden(self, idx, layer=None):      # the residual stream after block `layer` (default the last): [B, T, d]
-        return self.hidden_from_embeddings(self.wte(idx), layer)
-
-    def hidden_from_embeddings(self, x, layer=None):
-        """hidden() of input vectors x float [B, T, d] in place of wte(idx) (experiments/represent.py)."""
+    def hidden(self, idx, layer=None, embeddings=None):
+        """The residual stream after block `layer` (default the last): float [B, T, d], of idx long [B, T], or
+        of input vectors `embeddings` float [B, T, d] in place of wte(idx) (experiments/represent.py)."""
+        x = self.wte(idx) if embeddings is None else embeddings
         if self.max_len is not None and x.shape[1] > self.max_len:
             raise ValueError(f'sequence of {x.shape[1]} tokens is longer than n_ctx={self.max_len}')
         x = self.embed_proj(x)
@@ -532,17 +534,17 @@ class LanguageModel(_Model):
 
     def init_state(self, batch_size, device=None, dtype=None):
         """The decoding state of batch_size sequences: a dict a block (its mixing's init_state)."""
-        return [block.init_state(batch_size, device, dtype) for block in self.blocks]
+        return [block.mixing.init_state(batch_size, device, dtype) for block in self.blocks]
 
-    def step(self, idx, pos, layers):
+    def step(self, idx, pos, state):
         """t new tokens idx long [B, t] at positions pos..pos+t-1 (pos an int, or a 0-dim long tensor for
-        one compiled graph: attention.span) through every block's step on `layers` (init_state's) ->
-        logits float [B, vocab] after the last of them: forward()'s at that position."""
+        one compiled graph: attention.span) through every block's step on `state` (init_state's, updated
+        in place) -> logits float [B, vocab] after the last of them: forward()'s at that position."""
         x = self.embed_proj(self.wte(idx))
         if self.wpe is not None:
             x = x + self.wpe[span(pos, idx.shape[1], self.cfg.n_ctx)[0]]
-        for block, state in zip(self.blocks, layers):
-            x = block.step(x, state, pos)
+        for block, block_state in zip(self.blocks, state):
+            x = block.step(x, block_state, pos)
         return self.lm_head(self.norm_f(x[:, -1]))
 
     def embed(self, idx, layer=None):
@@ -550,7 +552,7 @@ class LanguageModel(_Model):
         return self.hidden(idx, layer=layer)[:, -1]
 
 
-class Autoencoder(_Model):
+class Autoencoder(TokenModel):
     """Autoencoder (blog post "Masked Mixers II"): the last token's last encoder hidden vector e [B, d],
     repeated T times, is the decoder's input; the decoder reconstructs every token. forward(idx long
     [B, T], targets or None) -> (logits float [B, T, vocab], cross entropy in nats). Attention kinds (and

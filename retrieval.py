@@ -165,7 +165,7 @@ def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=F
             raise UsageError(f'--layer {args.layer} out of range for a {cfg.n_layer}-layer model')
     if pool != 'last' and not hasattr(model, 'hidden'):
         raise UsageError(f'{path} is an autoencoder: it embeds with its last token only (--pool last)')
-    desc = f'{cfg.kind}' + (f'/{cfg.mixing}' if cfg.kind in ('mixer', 'hybrid') else '') + \
+    desc = f'{cfg.kind}' + (f'/{cfg.token_mixing}' if cfg.kind in ('mixer', 'hybrid') else '') + \
         f' d={cfg.d_model} L={cfg.n_layer} n_ctx={cfg.n_ctx}' + (' autoencoder' if cfg.task != 'lm' else '')
     layer = None if args.layer is None else range(cfg.n_layer)[args.layer]
     weights = {'untrained': json.dumps(asdict(cfg), sort_keys=True), 'seed': seed} if untrained \

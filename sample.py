@@ -5,12 +5,12 @@ that drives each token mixing's step (gpt-fast's generate.py, for every model ki
     python sample.py --ckpt out/ckpt.pt --start FILE:prompt.txt --temperature 0.8 --top_k 40 --compile
 
     out = generate(model, idx, 100, temperature=0.8, top_k=40)       # idx long [B, T] -> long [B, T + 100]
-    dec = Decoder(model, batch_size=B, compile=True)    # every layer's buffers, allocated once
+    dec = Decoder(model, batch_size=B, compile=True)    # every layer's state, allocated once
     logits = dec.prefill(idx)        # the prompt in one parallel pass -> logits float [B, vocab] after it
     logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
 
 Generation is incremental: the prompt is read once, then each new token is one step of every layer's
-token mixing on the buffers its init_state allocated (mixer.py): eager, a step at position p reads
+token mixing on the state its init_state allocated (mixer.py): eager, a step at position p reads
 positions 0..p; --compile runs it through torch.compile with the position a 0-dim tensor, one graph
 over n_ctx for every position (compiled on the first new token: seconds to a minute). Every
 LanguageModel kind; the Autoencoder has no decoding.
@@ -24,6 +24,7 @@ from harness import cli
 cli.begin('sample.py', __name__)       # the first instruction: Ctrl-C is one line from here, torch's import included
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from harness.checkpoint import CheckpointError, load_checkpoint
@@ -73,81 +74,95 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=Fa
 
 # ----------------------------------------------------------------------------- the decoder
 
-class Decoder:
-    """Incremental decoding of batch_size sequences by one LanguageModel (in eval mode): every layer's state,
-    allocated once here by the model's init_state (in its dtype, or autocast's if made under autocast),
-    and the model's step on it. prefill(idx long [b, T]) starts fresh sequences: the prompt in one
-    parallel step -> logits float [b, vocab] after it; step(idx long [B, 1]) -> logits after that token.
-    Eager, a step at position p reads positions 0..p (attention.span). compile=True: the step through
-    torch.compile(dynamic=False), the position a 0-dim tensor on the device advanced in place (no copy
-    from the host a token), one graph over n_ctx for every position (`compiles` counts compilations;
-    `backend`: 'inductor', or 'eager' to trace only); on CUDA a CUDA graph (one launch a token) replaying
-    the buffers and input token, allocated here and written in place. On the CPU a small step (batch_size
-    x d_model <= ONE_THREAD_WIDTH) runs on one torch thread (`threads`). ValueError past n_ctx (max_len)."""
+class Decoder(nn.Module):
+    """Incremental decoding of batch_size sequences by one LanguageModel (in eval mode): its state (the model's
+    init_state, allocated once here, in the model's dtype, or autocast's if made under autocast) and the
+    model's step on it, as gpt-fast's generate.py drives its model. prefill(idx long [b, T]) starts fresh
+    sequences: the prompt in one parallel step -> logits float [b, vocab] after it; step(idx long [B, t]) ->
+    logits after those tokens, the position advanced by t. Eager, a step at position p reads positions
+    0..p (attention.span). compile=True: a one-token step through torch.compile (mode='reduce-overhead':
+    on CUDA a CUDA graph, one launch a token; `backend` another torch.compile backend, e.g. 'eager' to
+    trace only), the position a 0-dim tensor on the device (`pos_on_device`, advanced in place: no copy
+    from the host a token), one graph over n_ctx for every position. The state, the position and the
+    input token are this module's attributes, so torch.compile keeps their addresses (static inputs: what
+    a CUDA graph replays, written in place). On the CPU a small step (batch_size x d_model <=
+    ONE_THREAD_WIDTH) runs on one torch thread (`threads`). ValueError for what it cannot take: another
+    batch size, an empty prompt, a position past n_ctx (max_len), a dtype other than its state's (another
+    autocast than the one it was made under)."""
 
-    def __init__(self, model, batch_size=1, compile=False, backend='inductor', cuda_graphs=None):
+    def __init__(self, model, batch_size=1, compile=False, backend='inductor'):
+        super().__init__()
         p = next(model.parameters())
         self.threads = 1 if p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH else None
-        autocast = p.device.type in ('cpu', 'cuda') and torch.is_autocast_enabled(p.device.type)
-        self.layers = model.init_state(batch_size, dtype=torch.get_autocast_dtype(p.device.type) if autocast else None)
-        self.model, self.max_len, self.batch, self.compiles, self.pos = model, model.max_len, batch_size, 0, 0
-        self._pos = torch.zeros((), dtype=torch.long, device=p.device)        # the position, for the graph
-        self._token = torch.zeros(batch_size, 1, dtype=torch.long, device=p.device)
-        self.cuda_graphs = p.is_cuda if cuda_graphs is None else cuda_graphs
-        if compile:
-            for buf in self.buffers():
-                torch._dynamo.mark_static_address(buf)
+        self.dtype = autocast_dtype(p.device) or p.dtype
+        self.model, self.max_len, self.batch = model, model.max_len, batch_size
+        self.state = model.init_state(batch_size, dtype=self.dtype)
+        self.pos = 0                       # the next position, on the host: what an eager step reads up to
+        self.pos_on_device = torch.zeros((), dtype=torch.long, device=p.device)       # the same, for the graph
+        self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=p.device)    # the graph's input token
+        mode = 'reduce-overhead' if backend == 'inductor' else None
+        self.compiled = torch.compile(self.graph_step, backend=backend, mode=mode, dynamic=False) if compile else None
 
-        def counted(gm, example_inputs):
-            self.compiles += 1
-            if backend == 'inductor':        # torch.compile's mode='reduce-overhead' is this config patch
-                from torch._inductor.compile_fx import compile_fx   # here: seconds of import, only if used
-                return compile_fx(gm, example_inputs, config_patches={'triton.cudagraphs': self.cuda_graphs})
-            return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
-        self._compiled = torch.compile(model.step, backend=counted, dynamic=False) if compile else None
+    def graph_step(self):
+        """The one-token step the compiled graph holds: self.token at self.pos_on_device -> logits [B, vocab]."""
+        return self.model.step(self.token, self.pos_on_device, self.state)
 
-    def buffers(self):
-        """Every cache and state tensor of every layer."""
-        return [b for layer in self.layers for b in _tensors(layer)]
+    def check(self, idx, seqs=slice(None)):
+        """ValueError unless idx long [b, t] (t >= 1) fits the state's sequences `seqs` (a slice), computed in
+        the dtype the state was made for (the autocast it was made under, or none)."""
+        n, p = len(range(self.batch)[seqs]), next(self.model.parameters())
+        if idx.dim() != 2 or idx.shape[0] != n or idx.shape[1] == 0:
+            raise ValueError(f'tokens of shape {list(idx.shape)} for {n} sequences of a decoder whose state holds a batch '
+                             f'of {self.batch}: give long [{n}, t], t >= 1 (another batch size: a new Decoder)')
+        if (autocast_dtype(p.device) or p.dtype) != self.dtype:
+            raise ValueError(f"this decoder's state is {self.dtype}, but the model would compute in "
+                             f'{autocast_dtype(p.device) or p.dtype}: step it under the autocast it was made under '
+                             '(or outside, if it was made outside), or make a new Decoder')
 
-    def _check_batch(self, idx, seqs=slice(None)):
-        """ValueError unless idx long [b, t] holds as many sequences as the buffers' `seqs` (a slice)."""
-        n = len(range(self.batch)[seqs])
-        if idx.shape[0] != n:
-            raise ValueError(f'{idx.shape[0]} sequences for a decoder of {n} (its buffers hold a batch of '
-                             f'{self.batch}): use a new Decoder for another batch size')
+    def state_tensors(self):
+        """Every tensor of the state, every layer's (what init_state allocated)."""
+        return [t for layer in self.state for t in _tensors(layer)]
 
     @torch.no_grad()
     def prefill(self, idx, seqs=slice(None)):
         """Start fresh sequences: the prompt idx long [b, T] at positions 0..T-1 in one parallel, eager step
         into the sequences `seqs` (a slice: a batch prefilled a slice at a time, each at the same T) of the
-        buffers -> logits float [b, vocab] after it; the position becomes T. ValueError for T past n_ctx."""
+        state -> logits float [b, vocab] after it; the position becomes T. ValueError for T past n_ctx."""
         T = idx.shape[1]
         if self.max_len is not None and T > self.max_len:
             raise ValueError(f'prompt of {T} tokens is longer than n_ctx={self.max_len}')
-        self._check_batch(idx, seqs)
-        views = [_rows(layer, seqs) for layer in self.layers]           # those sequences' buffers, zeroed
-        for buf in (b for v in views for b in _tensors(v)):
-            buf.zero_()
+        self.check(idx, seqs)
+        views = [_rows(layer, seqs) for layer in self.state]            # those sequences' state, zeroed
+        for tensor in (t for v in views for t in _tensors(v)):
+            tensor.zero_()
         logits = self.model.step(idx, 0, views)
         self.pos = T
-        self._pos.fill_(T)
+        self.pos_on_device.fill_(T)
         return logits
 
     @torch.no_grad()
     def step(self, idx):
-        """idx long [B, 1] at the current position -> logits float [B, vocab]."""
-        if self.max_len is not None and self.pos >= self.max_len:
-            raise ValueError(f'position {self.pos} is past n_ctx={self.max_len}')
-        self._check_batch(idx)
+        """idx long [B, t] at the current position (t = 1 through the compiled graph, if any) -> logits float
+        [B, vocab] after them; the position advances by t. ValueError past n_ctx."""
+        t = idx.shape[1] if idx.dim() == 2 else 0
+        if self.max_len is not None and self.pos + t > self.max_len:
+            raise ValueError(f'positions {self.pos}..{self.pos + t - 1} are past n_ctx={self.max_len}')
+        self.check(idx)
         with intra_op_threads(self.threads):
-            if self._compiled is None:
-                logits = self.model.step(idx, self.pos, self.layers)
+            if self.compiled is None or t > 1:
+                logits = self.model.step(idx, self.pos, self.state)
             else:                                        # one [B, 1] input tensor: the same strides each token
-                logits = self._compiled(self._token.copy_(idx), self._pos, self.layers)
-        self.pos += 1
-        self._pos.add_(1)                                # on the device, in place: no copy from the host
+                self.token.copy_(idx)
+                logits = self.compiled()
+        self.pos += t
+        self.pos_on_device.add_(t)                       # on the device, in place: no copy from the host
         return logits
+
+
+def autocast_dtype(device):
+    """The dtype autocast computes in on `device` (a torch.device), or None outside autocast."""
+    on = device.type in ('cpu', 'cuda') and torch.is_autocast_enabled(device.type)
+    return torch.get_autocast_dtype(device.type) if on else None
 
 
 # A decode step on the CPU is many small ops on one token's vectors; with 2 OpenMP threads each op ends

@@ -16,15 +16,13 @@ import gc
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 
-from harness.cli import begin, fail, run_command
+from harness.cli import begin, deferred_interrupt, fail, run_command
 begin('train.py', __name__, keep=True)     # first: Ctrl-C is one line from here; a closed stdout never stops the run
 
 import numpy as np
@@ -79,7 +77,7 @@ d_model = 256                   # the residual stream's width
 n_layer = 4
 n_head = 1                      # mixer: 1 is the papers' flat mixer; > 1 adds Linear(d, d) in and out
 kind = 'mixer'                  # mixer.KINDS: 'mixer', 'transformer' (llama-style), 'gpt' (GPT-2-style), ...
-mixing = 'dense'                # the token mixing of 'mixer' and 'hybrid': mixer.MIXINGS
+token_mixing = 'flat'           # the masked token mixing of 'mixer' and 'hybrid': mixer.TOKEN_MIXINGS
 expansion = 1                   # > 1: the expanded mixer (two masked mixings, GELU between)
 kernel = 1                      # > 1: the convolutional mixer (k taps over the feature axis)
 recurrent_form = 'mixed'        # the recurrent mixing's heads: 'column', 'row' or 'mixed' (alternating)
@@ -88,13 +86,13 @@ activation = 'gelu'
 posenc = False                  # learned absolute positions
 attention = 'sdpa'              # 'sdpa' (fused) or 'naive' (the T x T scores materialised; same outputs)
 embed_linear = False            # a Linear(d, d) after the embedding
-ff_mult = 4                     # the feed-forward's hidden width, in d_model
+ff_mult = 4                     # the feed-forward's width d_ff, in d_model
 tie_embeddings = True
 dropout = 0.0
 fft_threshold = None            # speed only, never results: None takes machine.DEVICE_TUNING's for the device,
 chunk_size = None               # and both may change on resume
 hybrid = 'serial'               # 'serial': Mix(Attn(z)); 'parallel': Attn(z) + Mix(z)
-mixing_init = 'decay'           # the Toeplitz mixing's start: 'decay' (a moving average) or 'normal'
+mixing_init = 'average'         # the Toeplitz mixing's start: 'average' (a moving average) or 'normal'
 block_order = 'mix_ff'          # or 'ff_mix': each block's feed-forward before its token mixing
 final_norm = True               # False: no norm before the head
 init = 'gpt2'                   # or 'kaiming': Linear weights N(0, 2 / fan_in), no depth scaling
@@ -321,22 +319,6 @@ def build_run(cfg, ckpt, env, meta):
                best_val=best_val, saved_step=step if ckpt is not None else None)
 
 
-@contextlib.contextmanager
-def deferred_interrupt():
-    """Ctrl-C waits for the end of the block (a checkpoint and the step it holds are recorded together)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got = []
-    old = signal.signal(signal.SIGINT, lambda *a: got.append(1))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-        if got:
-            raise KeyboardInterrupt
-
-
 def save(run, rng):
     """Write the run's checkpoint (rank 0). A failed write: checkpoint.CheckpointError naming the cause, the
     previous checkpoint kept."""
@@ -372,7 +354,7 @@ def log_start(run, ckpt):
     write_log(run, {'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg), 'world_size': env.world,
                     'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': run.flops,
                     'peak_flops': run.peak, 'peak': peak_name})
-    say(f'{cfg["variant"]} ({run.model_cfg.kind}, mixing={run.model_cfg.mixing}, task={cfg["task"]}): '
+    say(f'{cfg["variant"]} ({run.model_cfg.kind}, token_mixing={run.model_cfg.token_mixing}, task={cfg["task"]}): '
         f'{n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
         f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env)} tokens/step')
     say(f'MFU is reported against {peak_name}')
@@ -511,18 +493,6 @@ def stopped(run, what, code):
     return code
 
 
-def collective_failure(e, cfg, env):
-    """A DDP collective that failed because another rank stalled or died -> one line, else None."""
-    text = str(e)
-    if 'timed out' in text.lower() or 'timeout' in text.lower():
-        return f'rank {env.rank}: a collective waited ddp_timeout={cfg["ddp_timeout"]} s for the other ranks'
-    for sign, what in (('Connection closed by peer', 'its connection closed'), ('Connection reset', 'its connection was'
-                       ' reset'), ('Broken pipe', 'a broken pipe'), ('NCCL', 'an NCCL error')):
-        if sign in text:
-            return f'rank {env.rank}: another rank left the run ({what})'
-    return None
-
-
 def main(argv):
     """Train with the settings of `argv` (config files and --key=value). Writes out_dir/ckpt.pt
     (harness/checkpoint.py's format) and log.jsonl (events config, schedule, train, eval, summary), under a
@@ -555,7 +525,7 @@ def main(argv):
     except KeyboardInterrupt:
         code = stopped(run, 'interrupted (Ctrl-C)', 130)
     except RuntimeError as e:
-        what = collective_failure(e, cfg, env) if env.ddp else None
+        what = machine.collective_failure(e, cfg, env) if env.ddp else None
         if what is None:
             raise
         code = stopped(run, f'error: {what}; stopping', 1)

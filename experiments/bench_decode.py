@@ -90,7 +90,7 @@ def time_generation(model, prompt_len, n_new, recompute, args):
             machine.sync(args.device)
             times.append(1e3 * (time.perf_counter() - t0))
             idx = torch.cat([idx, sample.sample_next(logits, temperature=0)], dim=1)
-    return times[0], statistics.median(times[1:]), 0 if recompute else nbytes(dec.buffers())
+    return times[0], statistics.median(times[1:]), 0 if recompute else nbytes(dec.state_tensors())
 
 
 def bench_generation(args):
@@ -161,6 +161,11 @@ def eager_ms(model, start, args, wait):
     return decode_ms(dec.step, prompt[:, -1:], args.decode_tokens, wait)
 
 
+def graphs_compiled():
+    """Graphs torch.compile has compiled in this process so far (torch._dynamo's own count)."""
+    return torch._dynamo.utils.counters['stats']['unique_graphs']
+
+
 def bench_decode(args):
     """Print the decode-step table: sample.Decoder's step eager (at an early and a late position) and
     compiled, against the weight-read limit, per variant and size (d_model x n_layer). Each row is
@@ -187,7 +192,7 @@ def bench_decode(args):
             limit = 1e3 * wbytes / bandwidth
             with machine.autocast(args.device, args.dtype):
                 eager = [eager_ms(model, start, args, wait) for start in (early, late)]
-                dec = sample.Decoder(model, compile=True)
+                dec, graphs = sample.Decoder(model, compile=True), graphs_compiled()
                 dec.prefill(prompt[:, :1])
                 t0 = time.perf_counter()
                 dec.step(prompt[:, 1:2])                   # the first step compiles
@@ -196,7 +201,7 @@ def bench_decode(args):
                 compiled = decode_ms(dec.step, prompt[:, 1:], args.decode_tokens, wait)
             print(md_row([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
                           f'{limit:.3f}', *(f'{ms:.3f}' for ms in eager), f'{compiled:.3f}',
-                          f'{compiled / limit:.1f}x', f'{compile_s:.0f}', dec.compiles]), flush=True)
+                          f'{compiled / limit:.1f}x', f'{compile_s:.0f}', graphs_compiled() - graphs]), flush=True)
     print()
 
 
@@ -219,7 +224,7 @@ def serve_bytes(name, n_ctx, args):
 def meta_bytes(model):
     """(bytes of its parameters and buffers, of a sample.Decoder's state at batch 1) of a model on the meta
     device (the serving table's cells, bench.py's memory check)."""
-    return nbytes([*model.parameters(), *model.buffers()]), nbytes(sample.Decoder(model).buffers())
+    return nbytes([*model.parameters(), *model.buffers()]), nbytes(sample.Decoder(model).state_tensors())
 
 
 def step_bytes(args):
@@ -272,7 +277,7 @@ def serve_cell(model, batch, n_ctx, args):
     machine.sync(args.device)
     prefill_ms = 1e3 * (time.perf_counter() - t0)
     ms = decode_ms(dec.step, tokens[:, prompt_len:], args.serve_tokens, lambda: machine.sync(args.device))
-    return dict(prefill_ms=prefill_ms, ms=ms, per_seq=nbytes(dec.buffers()) // batch,
+    return dict(prefill_ms=prefill_ms, ms=ms, per_seq=nbytes(dec.state_tensors()) // batch,
                 peak=torch.cuda.max_memory_allocated(args.device) if cuda else None)
 
 

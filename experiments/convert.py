@@ -21,7 +21,7 @@ context n_ctx, N blocks:
 is this project's flat kind with n_head=1, final_norm=False (the paper's model has no final norm and no
 positions) and tie_embeddings as the file says (wte and lm_head one tensor, or equal). The paper's
 Conv1d(n_ctx, n_ctx, 1) mixes positions with the lower triangle of its weight (its forward applies tril on
-every call, so a saved upper triangle may be nonzero); mixer.MaskedMixing masks the same way, so the
+every call, so a saved upper triangle may be nonzero); mixer.FlatMixing masks the same way, so the
 weight is taken as saved and the logits are the paper model's. That model reads exactly n_ctx tokens (its
 channels are positions); this one any T <= n_ctx, whose logits are the first T of a padded input's. The
 expanded layout (expand_conv=True), any other unknown or missing key and a wrong shape are refused.
@@ -293,7 +293,7 @@ def read_reference(path):
         raise ConvertError(f'--reference {path} is damaged or not a model file ({why(e)})') from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConvertError(f'--reference {path} holds no state dict (a dict of tensors)')
-    return checkpoint.strip_prefixes(state), {}
+    return checkpoint.migrate_state(state), {}
 
 
 def check_keys(state):

@@ -46,7 +46,7 @@ from experiments.icl_mixers import (PROBE_HEADER, adam_step, adjusted_loss, diag
                                    untrained_probes, zero_loss)
 from experiments.regression import VERSION, fixed_prompts
 from experiments.runner import NO_PLOT, fmt_s, job, load_json, md_table, mean_range, pyplot, save_figure, say, step_times
-from harness.optim import fit_state
+from harness.checkpoint import reshape_optimizer_state
 
 MIXERS = tuple((v, L, '0') for v in ('flat', 'toeplitz', 'recurrent') for L in (2, 4)) + (('flat', 4, '5'),)
 SETTINGS = {
@@ -175,7 +175,7 @@ def segment_job(spec, run_dir, device='cpu'):
     if start is not None:
         model.load_state_dict(start['model'])
         opt.load_state_dict(start['opt'])
-        fit_state(opt)                          # a state saved before the masked mixings' W changed shape
+        reshape_optimizer_state(opt)                          # a state saved before the masked mixings' W changed shape
         gen.set_state(start['gen'])
         st = {k: copy.deepcopy(start[k]) for k in st}
     resumed_at = st['step'] if start is resume and resume is not None else None

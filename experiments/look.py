@@ -9,11 +9,11 @@ The papers ask whether masked mixers learn "a fundamentally different structure 
 first --positions positions:
 
   masked mixers (flat, expanded, multihead, kernel, posenc, linear): the effective matrix M = W * tril(1)
-      (mixer.MaskedMixing.matrix), one panel a head (and a tap of the kernel mixer); the expanded mixer's
-      two, M1 (2 hidden rows a position) and M2 (ExpandedMixing.matrix2), GELU between them;
+      (mixer.FlatMixing.matrix), one panel a head (and a tap of the kernel mixer); the expanded mixer's
+      two, M1 (2 inner rows a position) and M2 (ExpandedMixing.matrix2), GELU between them;
   Toeplitz: the learned kernel w[k] against the lag k = i - j, one curve a head, and its matrix
       M[i, j] = w[i - j], a head each;
-  recurrent: the decay a^k its state keeps of a token k steps back, one curve a head, and the matrix the
+  recurrent: the share a^k its state keeps of a token k steps back, one curve a head, and the matrix the
       mixing reduces to, M[i, j] = v[i] a^(i-j) (column form) or v[j] a^(i-j) (row form), a head each;
   transformer, gpt, hybrid: the softmax attention weights (attention.Attention.weights) averaged over
       --windows validation windows read from the checkpoint's data folder (--data_dir), a head each, and
@@ -26,7 +26,7 @@ scale centred at zero (red > 0, white 0, blue < 0), full colour at +-s, s (in th
 otherwise take the whole scale).
 
 The table has one row a matrix: a layer's head (or tap, or M1 / M2), never a mean over heads. For a
-matrix M over T positions (for M1 and M2, a hidden row's position is r // 2):
+matrix M over T positions (for M1 and M2, an inner row's position is r // 2):
   mean lag        = mean over rows i of  sum_j |M[i, j]| (i - j) / sum_j |M[i, j]|   (tokens back)
   diagonal share  = mean over rows i of  |M[i, i]| / sum_j |M[i, j]|
   lag fit         = 1 - sum_{j<=i} (M[i, j] - m[i - j])^2 / sum_{j<=i} (M[i, j] - mean)^2,  m[k] the mean
@@ -59,6 +59,7 @@ import torch
 
 from harness import checkpoint
 import mixer
+from attention import causal_mask
 from harness.cli import ArgumentParser, check_writable, failing, number, run_command
 
 fail = failing('look.py')            # 'PROG: error: msg' on stderr, exit 2
@@ -100,8 +101,8 @@ def head_name(h, n_head):
 
 def mixing_panels(mixing, T):
     """A masked token mixing's view over T positions (mixing.matrices) -> (the panels drawn, the matrices of
-    the table): its curves against the lag ([H, T]: a Toeplitz kernel w[k], a recurrent decay a^k), then
-    its matrices ([H, R, C]: M = W * tril, a kernel mixer's taps, an expanded mixer's M1 over its hidden
+    the table): its curves against the lag ([H, T]: a Toeplitz w[k], a recurrent a^k), then
+    its matrices ([H, R, C]: M = W * tril, a kernel mixer's taps, an expanded mixer's M1 over its inner
     rows and M2, the Toeplitz and recurrent matrices), a panel a head."""
     H, mats, views = mixing.n_head, [], mixing.matrices(T)
     curves = [Panel(name, curves=[(f'head {h}', c[h].detach().float()) for h in range(H)], ylabel=name)
@@ -109,7 +110,7 @@ def mixing_panels(mixing, T):
     matrices = {name: M for name, M in views.items() if M.dim() == 3}
     for h in range(H):
         for name, M in matrices.items():
-            rows, cols = (torch.arange(n) // (n // T) for n in M.shape[1:])    # a hidden row's position: r // x
+            rows, cols = (torch.arange(n) // (n // T) for n in M.shape[1:])    # an inner row's position: r // x
             mats.append(matrix_panel(' '.join(filter(None, [head_name(h, H), name])), M[h], rows, cols))
     return curves + mats, mats
 
@@ -197,7 +198,7 @@ def lag_fit(M, rows, cols):
     positions, as in lag_stats) that their lag alone explains (the module docstring defines it) ->
     float, 1 for a Toeplitz matrix; NaN when the entries do not vary."""
     lag = rows[:, None] - cols[None, :]
-    keep = lag >= 0
+    keep = causal_mask(int(max(rows.max(), cols.max())) + 1, rows)[:, cols]          # j <= i
     x, k = M.double()[keep], lag[keep]
     m = torch.zeros(int(k.max()) + 1, dtype=torch.double).index_add_(0, k, x) / torch.bincount(k).clamp(min=1)
     total = ((x - x.mean()) ** 2).sum()
@@ -340,7 +341,7 @@ def look(argv):
     cfg, config = model.cfg, ckpt.get('config', {})
     T = min(args.positions, cfg.n_ctx)
     variant = config.get('variant', cfg.kind)
-    print(f'look.py: {args.ckpt}: {variant} ({cfg.kind}, mixing {cfg.mixing}, task {cfg.task}), '
+    print(f'look.py: {args.ckpt}: {variant} ({cfg.kind}, token mixing {cfg.token_mixing}, task {cfg.task}), '
           f'{cfg.n_layer} layers, step {ckpt.get("step", "?")}; the first {T} positions'
           + (f' (n_ctx = {cfg.n_ctx})' if T < args.positions else ''), flush=True)
     idx = None

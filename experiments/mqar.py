@@ -131,7 +131,7 @@ def row_name(kind, fields):
     return kind + (f'[{",".join(f"{k}={v}" for k, v in sorted(fields.items()))}]' if fields else '')
 
 
-ROW_FIELDS = ('kind', 'mixing')     # what a row's model is: its --kinds name sets them, --fields never changes them
+ROW_FIELDS = ('kind', 'token_mixing')     # what a row's model is: its --kinds name sets them, --fields never changes them
 
 
 def own_field(kind, name, fields=None):

@@ -101,7 +101,7 @@ def recover(model, idx, depth, mode, positions, steps=500, lr=0.02, seed=0, chec
         matched = (t[None, :] == pos[:, None]) if mode == 'self' else (t[None, :] > pos[:, None])
         given = wte[idx]
         with torch.no_grad():
-            target = model.hidden_from_embeddings(given, layer=depth - 1)
+            target = model.hidden(None, depth - 1, embeddings=given)
         g = torch.Generator().manual_seed(seed)
         v = (torch.randn(len(pos), 1, wte.shape[1], generator=g) * wte.std()).requires_grad_()
         truth = idx[torch.arange(len(pos)), pos]
@@ -112,7 +112,7 @@ def recover(model, idx, depth, mode, positions, steps=500, lr=0.02, seed=0, chec
         opt = torch.optim.Adam([v], lr=lr)
         for step in range(1, steps + 1):
             opt.param_groups[0]['lr'] = lr * (0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps)))
-            h = model.hidden_from_embeddings(given * (1 - unknown) + v * unknown, layer=depth - 1)
+            h = model.hidden(None, depth - 1, embeddings=given * (1 - unknown) + v * unknown)
             loss = (h - target).pow(2).sum(-1)[matched].mean()
             opt.zero_grad()
             loss.backward()

@@ -39,7 +39,6 @@ import torch
 import torch.distributed as dist
 
 import mixer
-from harness import optim
 from harness.cli import fail, remove_stale_temps, write_atomic, written
 from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
@@ -181,12 +180,11 @@ def read_checkpoint(path, device='cpu', keys=('config', 'step')):
     where = 'cpu' if torch.device(device).type == 'cpu' else device      # torch.load knows no 'cpu:0'
     try:
         ckpt = torch.load(path, map_location=where, weights_only=True)
-        ckpt['model'] = strip_prefixes(ckpt['model'])
         ckpt['model_config']
     except Exception as e:  # torch raises many types for a damaged file
         raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({_reason(e)})') from None
     check_format(ckpt, f'checkpoint {path!r}', keys, 'not a checkpoint of train.py (checkpoint.py)')
-    return ckpt
+    return migrate(ckpt)
 
 
 def check_format(ckpt, where, keys=('config', 'step'), whose='not a checkpoint of train.py'):
@@ -241,7 +239,7 @@ def read_exported(path, device='cpu', keys=('config', 'step')):
     check_format(ckpt, where, (*keys, 'tokenizer'), 'its config.json is not one experiments/convert.py wrote')
     ckpt['tokenizer'] = {**ckpt['tokenizer'], 'file': os.path.abspath(os.path.join(path, 'tokenizer.tiktoken')),
                          'text': text}
-    return ckpt
+    return migrate(ckpt)
 
 
 def with_aliases(state, aliases, where):
@@ -261,17 +259,49 @@ def _reason(e):
     return f'{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""}'
 
 
-def strip_prefixes(state):
-    """A state dict with torch.compile's '_orig_mod.' and DDP's 'module.' prefixes removed, and an older
-    checkpoint's masked-mixing W1 [H, k, x n_ctx, n_ctx] and c1 named W and c (W1's k = 1 axis dropped)."""
+def migrate_state(state):
+    """A model state dict in today's names: torch.compile's '_orig_mod.' and DDP's 'module.' prefixes
+    removed; an older checkpoint's masked-mixing W1 [H, k, x n_ctx, n_ctx] and c1 named W and c (W1's
+    k = 1 axis dropped); the recurrent mixing's decay_logit named a_logit."""
     out = {}
     for k, v in state.items():
         while k.startswith(PREFIXES):
             k = k.split('.', 1)[1]
         if k.endswith(('.W1', '.c1')):
             k, v = k[:-1], v[:, 0] if v.dim() == 4 and v.shape[1] == 1 else v
-        out[k] = v
+        out[k.removesuffix('decay_logit') + 'a_logit' if k.endswith('decay_logit') else k] = v
     return out
+
+
+RENAMED = {'mixing': 'token_mixing'}                                   # an older checkpoint's setting -> today's
+RENAMED_VALUES = {('token_mixing', 'dense'): 'flat', ('mixing_init', 'decay'): 'average'}
+
+
+def migrate_config(config):
+    """A model_config or train.py settings dict in today's names and values (RENAMED, RENAMED_VALUES) -> a
+    new dict; a non-dict is returned as it is (the callers' checks name it)."""
+    if not isinstance(config, dict):
+        return config
+    out = {RENAMED.get(k, k): v for k, v in config.items()}
+    return {k: RENAMED_VALUES.get((k, v), v) if isinstance(v, str) else v for k, v in out.items()}
+
+
+def migrate(ckpt):
+    """A checkpoint dict read from any version in today's names (migrate_state, migrate_config) -> ckpt."""
+    ckpt['model'] = migrate_state(ckpt['model'])
+    for key in ('model_config', 'config'):
+        if key in ckpt:
+            ckpt[key] = migrate_config(ckpt[key])
+    return ckpt
+
+
+def reshape_optimizer_state(opt):
+    """Give an optimiser's loaded state the shapes of its parameters where only the shape differs (the
+    same number of values): a state saved before the masked mixings' W lost its [H, 1, ...] axis."""
+    for p, st in opt.state.items():
+        for k, v in st.items():
+            if torch.is_tensor(v) and v.shape != p.shape and v.numel() == p.numel():
+                st[k] = v.reshape(p.shape)
 
 
 def load_checkpoint(path, device='cpu'):
@@ -373,7 +403,7 @@ def restore(ckpt, model, optimizers, batch_gen, env):
         fresh = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
         try:
             opt.load_state_dict(ckpt[key])
-            optim.fit_state(opt)
+            reshape_optimizer_state(opt)
         except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
             raise CheckpointError(f"the checkpoint's optimizer state does not fit these settings: {e}") from None
         for g, f in zip(opt.param_groups, fresh):

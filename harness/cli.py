@@ -128,6 +128,24 @@ def run_command(prog, work, *args, kept=None, exits=False):
 
 # ----------------------------------------------------------------------------- the commands' flags
 
+@contextlib.contextmanager
+def deferred_interrupt():
+    """Ctrl-C waits for the end of the block, then raises KeyboardInterrupt (train.py's checkpoint and the
+    step it holds are recorded together). Outside the main thread, where no signal handler can be set,
+    the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    old = signal.signal(signal.SIGINT, lambda *a: got.append(1))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got:
+            raise KeyboardInterrupt
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """The project's command lines (the experiments, their tools): argparse with the description the
     first line of `doc`, each flag's default in --help (unless formatter_class says otherwise), and a

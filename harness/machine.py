@@ -206,6 +206,19 @@ def setup_device(cfg):
                            dtype=dtype, autocast=autocast(dev, dtype))
 
 
+def collective_failure(e, cfg, env):
+    """A DDP collective that failed (RuntimeError e) because another rank stalled or died -> one line naming
+    it, else None (train.main stops the run with it)."""
+    text = str(e)
+    if 'timed out' in text.lower() or 'timeout' in text.lower():
+        return f'rank {env.rank}: a collective waited ddp_timeout={cfg["ddp_timeout"]} s for the other ranks'
+    for sign, what in (('Connection closed by peer', 'its connection closed'), ('Connection reset', 'its connection was'
+                       ' reset'), ('Broken pipe', 'a broken pipe'), ('NCCL', 'an NCCL error')):
+        if sign in text:
+            return f'rank {env.rank}: another rank left the run ({what})'
+    return None
+
+
 def autocast(device, dtype):
     """The context the forward passes of train.py and bench.py run under: bf16 autocast on `device`
     (a torch.device or a name, 'cuda:1') when dtype is 'bfloat16' or 'bf16', else a no-op context."""

@@ -26,11 +26,11 @@ def muon_params(model):
 
 def param_groups(model, cfg, only=None):
     """AdamW groups of a mixer.py model: weight decay on matrices only (not biases, norms or what
-    a token mixing says takes none: model.mixing_decays(); the token mixings' matrices at
+    a sequence mixing says takes none: its decays(); the token mixings' matrices at
     mixing_weight_decay when set), and the token mixings' own parameters at `mixing_lr_mult` times
     the learning rate. Each group carries 'lr_mult'.
     `only`: a set of parameter ids to group (default: every parameter)."""
-    mixing = model.mixing_decays()
+    mixing = {id(p): d for b in model.modules() if isinstance(b, mixer.Block) for p, d in b.mixing.decays().items()}
     groups = {}
     for p in model.parameters():
         if only is not None and id(p) not in only:
@@ -56,15 +56,6 @@ def build_optimizers(model, cfg, cuda):
                                                        weight_decay=cfg['weight_decay'],
                                                        adjust_lr_fn='match_rms_adamw')))
     return out
-
-
-def fit_state(opt):
-    """Give an optimiser's loaded state the shapes of its parameters where only the shape differs (the
-    same number of values): a state saved before the masked mixings' W lost its [H, 1, ...] axis."""
-    for p, st in opt.state.items():
-        for k, v in st.items():
-            if torch.is_tensor(v) and v.shape != p.shape and v.numel() == p.numel():
-                st[k] = v.reshape(p.shape)
 
 
 def lr_at(it, cfg):

@@ -106,7 +106,7 @@ def effective(name, model, T):
             lag = (pos[:, None] - pos[None, :]).clamp(min=0)
             mats += [m.w[h, lag] * causal for h in range(HEADS)]
         elif name == 'recurrent':
-            a = torch.sigmoid(m.decay_logit)
+            a = torch.sigmoid(m.a_logit)
             for h in range(HEADS):
                 power = a[h] ** (pos[:, None] - pos[None, :]).clamp(min=0).float() * causal
                 v = m.v[h, :T]

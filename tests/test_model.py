@@ -168,7 +168,7 @@ class TestIncremental(unittest.TestCase):
         def spy(q, k, v, **kw):
             keys.append(k.shape[2])
             return sdpa(q, k, v, **kw)
-        mixings = {'flat': (mixer.MaskedMixing(2048, 256), 10), 'toeplitz': (mixer.ToeplitzMixing(2048, 256, 4), 2.5),
+        mixings = {'flat': (mixer.FlatMixing(2048, 256), 10), 'toeplitz': (mixer.ToeplitzMixing(2048, 256, 4), 2.5),
                    'attention': (mixer.Attention(2048, 256, 4), 2.5)}
         for name, (mixing, ratio) in mixings.items():
             for as_pos in (int, torch.tensor):
@@ -357,9 +357,9 @@ class TestVariants(unittest.TestCase):
         """The serial hybrid's mixing starts at the identity, so a fresh hybrid's logits
         are the transformer's when the shared weights are copied across (Badger 2024's
         hybrid, initialised so that it learns what to mix)."""
-        for mixing in ('dense', 'toeplitz'):
+        for mixing in ('flat', 'toeplitz'):
             torch.manual_seed(0)
-            hybrid = mixer.build_model(mixer.variant_config('hybrid', **{**TINY, 'mixing': mixing,
+            hybrid = mixer.build_model(mixer.variant_config('hybrid', **{**TINY, 'token_mixing': mixing,
                                                                           'fft_threshold': 10 ** 6})).eval()
             mix = hybrid.blocks[0].mixing.mix
             x = torch.randn(2, 24, 32)
@@ -388,7 +388,7 @@ class TestRecurrent(unittest.TestCase):
     def layer(self, form, decays, n_ctx=40, chunk_size=16):
         layer = mixer.RecurrentMixing(n_ctx, d_model=12, n_head=len(decays), form=form, chunk_size=chunk_size)
         with torch.no_grad():
-            layer.decay_logit.copy_(torch.logit(torch.tensor(decays)))
+            layer.a_logit.copy_(torch.logit(torch.tensor(decays)))
             layer.v.normal_()
             layer.c.normal_()
         return layer
@@ -425,12 +425,12 @@ class TestRecurrent(unittest.TestCase):
         model = tiny_model('recurrent', n_ctx=4096)
         dec = sample.Decoder(model)
         dec.prefill(torch.randint(0, 64, (1, 8)))
-        shapes, buffers = [tuple(s['h'].shape) for s in dec.layers], [id(b) for b in dec.buffers()]
+        shapes, buffers = [tuple(s['h'].shape) for s in dec.state], [id(b) for b in dec.state_tensors()]
         for _ in range(200):
             dec.step(torch.randint(0, 64, (1, 1)))
         self.assertEqual(dec.pos, 208)
-        self.assertEqual([tuple(s['h'].shape) for s in dec.layers], shapes)
-        self.assertEqual([id(b) for b in dec.buffers()], buffers)       # the same tensors, written in place
+        self.assertEqual([tuple(s['h'].shape) for s in dec.state], shapes)
+        self.assertEqual([id(b) for b in dec.state_tensors()], buffers)       # the same tensors, written in place
         self.assertEqual(shapes[0], (1, 4, 8))       # one vector of d / H per head per layer
 
     def test_linear_attention_state_size_does_not_grow(self):
@@ -439,12 +439,12 @@ class TestRecurrent(unittest.TestCase):
         model = tiny_model('linear_attention')
         dec = sample.Decoder(model)
         dec.prefill(torch.randint(0, 64, (1, 8)))
-        shapes, buffers = [{k: tuple(v.shape) for k, v in s.items()} for s in dec.layers], dec.buffers()
+        shapes, buffers = [{k: tuple(v.shape) for k, v in s.items()} for s in dec.state], dec.state_tensors()
         for _ in range(200):
             dec.step(torch.randint(0, 64, (1, 1)))
         self.assertEqual(dec.pos, 208)                         # far past n_ctx = 24
-        self.assertEqual([{k: tuple(v.shape) for k, v in s.items()} for s in dec.layers], shapes)
-        self.assertEqual([id(b) for b in dec.buffers()], [id(b) for b in buffers])
+        self.assertEqual([{k: tuple(v.shape) for k, v in s.items()} for s in dec.state], shapes)
+        self.assertEqual([id(b) for b in dec.state_tensors()], [id(b) for b in buffers])
         n_head = model.blocks[0].mixing.n_head
         e = TINY['d_model'] // n_head
         self.assertEqual(shapes[0], {'S': (1, n_head, e, e), 's': (1, n_head, e)})
@@ -465,7 +465,7 @@ class TestOldCheckpoints(unittest.TestCase):
 
     def test_the_masked_mixings_older_names_load_to_the_same_logits(self):
         """A state dict of the layout before the masked mixings' W lost its tap axis (W1 [H, 1, x n_ctx, n_ctx]
-        or [H, k, n_ctx, n_ctx], c1), as checkpoint.read_checkpoint reads it (strip_prefixes), loads into
+        or [H, k, n_ctx, n_ctx], c1), as checkpoint.read_checkpoint reads it (migrate_state), loads into
         today's model of every masked variant with the same logits."""
         from harness import checkpoint
         for name in ('flat', 'multihead', 'expanded', 'kernel', 'hybrid'):
@@ -476,7 +476,7 @@ class TestOldCheckpoints(unittest.TestCase):
                     k, v = k + '1', v[:, None] if k.endswith('.W') and name != 'kernel' else v
                 old[k] = v
             fresh = mixer.build_model(model.cfg).eval()
-            fresh.load_state_dict(checkpoint.strip_prefixes(old))
+            fresh.load_state_dict(checkpoint.migrate_state(old))
             idx = torch.randint(0, 64, (2, TINY['n_ctx']))
             with self.subTest(variant=name), torch.no_grad():
                 self.assertTrue(any(k.endswith('.W1') for k in old))

@@ -344,15 +344,15 @@ class TestArguments(unittest.TestCase):
     def test_a_field_that_changes_what_a_row_is_is_refused(self):
         """--fields may set a kind's other settings, never its kind or its mixing: flat with kind=transformer
         would train a transformer named flat[kind=transformer]. The kind's own value is no change."""
-        for kinds, field in (('flat', 'kind=transformer'), ('transformer', 'kind=mixer'), ('flat', 'mixing=toeplitz'),
-                             ('toeplitz,flat', 'mixing=toeplitz'), ('transformer', 'mixing=recurrent')):
+        for kinds, field in (('flat', 'kind=transformer'), ('transformer', 'kind=mixer'), ('flat', 'token_mixing=toeplitz'),
+                             ('toeplitz,flat', 'token_mixing=toeplitz'), ('transformer', 'token_mixing=recurrent')):
             with self.subTest(kinds=kinds, field=field):
                 line = self.refused('--quick', '--kinds', kinds, '--fields', field, '--out', self.tmp)
                 self.assertTrue(line.startswith(f'mqar.py: error: --fields: {field} changes what the '), line)
                 self.assertIn('--kinds', line)
-        args = mqar.parse_args(['--quick', '--kinds', 'toeplitz', '--fields', 'mixing=toeplitz,n_head=1,kind=mixer',
+        args = mqar.parse_args(['--quick', '--kinds', 'toeplitz', '--fields', 'token_mixing=toeplitz,n_head=1,kind=mixer',
                                 '--out', self.tmp])
-        self.assertEqual(args.s['fields'], {'mixing': 'toeplitz', 'n_head': 1, 'kind': 'mixer'})
+        self.assertEqual(args.s['fields'], {'token_mixing': 'toeplitz', 'n_head': 1, 'kind': 'mixer'})
 
     def test_the_deep_row_is_a_masked_mixer(self):
         """best_mixer reads the kind a row's model has, fields and all: a row named flat that trains a

@@ -37,7 +37,7 @@ class TestRecover(unittest.TestCase):
                 b.ff.proj_out.weight.zero_()
                 b.ff.proj_out.bias.zero_()
         idx = windows()
-        self.assertTrue(torch.equal(model.hidden_from_embeddings(model.wte.weight[idx]), model.wte.weight[idx]))
+        self.assertTrue(torch.equal(model.hidden(None, embeddings=model.wte.weight[idx]), model.wte.weight[idx]))
         res = represent.recover(model, idx, 1, 'self', [0, 3, 7, 10], steps=150, lr=0.05)
         self.assertEqual(res['accuracy'], 1.0)
         self.assertLess(res['chance'], 0.5)

@@ -283,7 +283,7 @@ class TestTrainPy(Base):
             group_of = {id(p): g for g in groups for p in g['params']}
             for name, p in model.named_parameters():
                 with self.subTest(variant=variant, name=name, mixing_weight_decay=mixing_wd):
-                    is_mixing = re.search(r'mixing\.(mix\.)?(W|W2|c|c2|w|v|decay_logit)$', name) is not None
+                    is_mixing = re.search(r'mixing\.(mix\.)?(W|W2|c|c2|w|v|a_logit)$', name) is not None
                     self.assertEqual(group_of[id(p)]['lr_mult'], 0.5 if is_mixing else 1.0)
                     decayed = p.dim() >= 2 and not name.endswith(('mixing.c', 'mix.c', 'mixing.c2'))
                     wd = mixing_wd if mixing_wd is not None and is_mixing else 0.1

@@ -1,0 +1,228 @@
+"""The card's constraints where they live (issue "each in one form"): one causal rule in every mask, each
+mixing's own decoding, one interface, every head size decodes, the Decoder's refusals, older names migrated.
+
+    TestCausalRule     every mask of the models is attention.causal_mask (a leaky rule leaks in each);
+                       SDPA's is_causal equals it; the Toeplitz FFT is causal by its padding
+    TestOwnDecoding    the recurrent and linear-attention steps are their recurrences, equal to the scans;
+                       every identity_start is the identity; every mixing answers decays()
+    TestHeadSizes      every kind decodes at an odd head size its config accepts (or refuses it in one line)
+    TestDecoderInputs  what a Decoder cannot take is a ValueError; a step of t tokens advances t
+    TestMigration      a checkpoint in the older names loads with the same logits
+"""
+
+import os
+import tempfile
+import unittest
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+
+import attention
+import mixer
+import sample
+from harness import checkpoint
+from tests.common import TINY, tiny_model
+
+# every sequence mixing class, in forward form (attention naive: SDPA's flag is its own test below)
+MIXING_VARIANTS = ('flat', 'expanded', 'multihead', 'kernel', 'toeplitz', 'recurrent', 'transformer_naive',
+                   'hybrid', 'linear_attention')
+
+
+def leaky_mask(T, rows=slice(None), device=None):
+    """A wrong causal rule, j <= i + 1 (one future token readable), with causal_mask's signature."""
+    pos = torch.arange(T, device=device)
+    return pos <= pos[rows][:, None] + 1
+
+
+class TestCausalRule(unittest.TestCase):
+
+    def future_leaks(self, model, at=5):
+        """Whether the logits at position `at` change when the token at+1 changes."""
+        idx = torch.randint(0, 64, (1, 16))
+        other = idx.clone()
+        other[0, at + 1] = (other[0, at + 1] + 1) % 64
+        with torch.no_grad():
+            return not torch.allclose(model(idx)[0][0, at], model(other)[0][0, at])
+
+    def test_every_mask_is_the_one_rule(self):
+        """With attention.causal_mask replaced by a rule that lets a position read the next one, every
+        mixing leaks the future (its mask is that function's), and with the real rule none does."""
+        for name in MIXING_VARIANTS:
+            with self.subTest(variant=name):
+                self.assertFalse(self.future_leaks(tiny_model(name, fft_threshold=1000)))
+                with mock.patch.object(attention, 'causal_mask', leaky_mask), \
+                        mock.patch.object(mixer, 'causal_mask', leaky_mask):
+                    self.assertTrue(self.future_leaks(tiny_model(name, fft_threshold=1000)))
+
+    def test_sdpa_is_causal_is_the_rule(self):
+        """scaled_dot_product_attention(is_causal=True), which lets SDPA pick a fused implementation, equals
+        it with attn_mask=causal_mask(T), at a full square and for the last rows of a longer key set."""
+        q, k, v = torch.randn(3, 2, 4, 11, 8).unbind(0)
+        torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=attention.causal_mask(11)))
+        with mock.patch.object(attention, 'causal_mask', leaky_mask):         # the check can fail
+            self.assertFalse(torch.allclose(F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                            F.scaled_dot_product_attention(q, k, v, attn_mask=attention.causal_mask(11))))
+
+    def test_the_fft_is_causal_by_its_padding(self):
+        """The Toeplitz FFT path uses no mask: zero-padding to 2T keeps the circular convolution from
+        wrapping around. Its outputs equal the masked matrix's, and a later token changes no earlier output;
+        without the padding (n = T) the last tokens would reach the first outputs."""
+        mix = mixer.ToeplitzMixing(32, 16, n_head=2, init='normal')
+        x = torch.randn(2, 20, 16)
+        y = mix(x, use_fft=True)
+        torch.testing.assert_close(y, mix(x, use_fft=False), atol=1e-5, rtol=1e-5)
+        later = x.clone()
+        later[:, 15:] += 1.0
+        torch.testing.assert_close(mix(later, use_fft=True)[:, :15], y[:, :15], atol=1e-5, rtol=1e-5)
+        z, w = torch.randn(20), mix.w[0, :20].detach()
+        wrapped = torch.fft.irfft(torch.fft.rfft(z, n=20) * torch.fft.rfft(w, n=20), n=20)      # no padding
+        later_z = z.clone()
+        later_z[15:] += 1.0
+        unpadded = torch.fft.irfft(torch.fft.rfft(later_z, n=20) * torch.fft.rfft(w, n=20), n=20)
+        self.assertFalse(torch.allclose(wrapped[:15], unpadded[:15]))
+
+
+class TestOwnDecoding(unittest.TestCase):
+
+    def test_recurrent_step_is_the_recurrence_and_equals_the_scan(self):
+        """RecurrentMixing.step of one token at a time is h = a h + u (checked by hand for a column and a
+        row head), and after T tokens its state and outputs equal the chunked scan's."""
+        mix = tiny_model('recurrent').blocks[0].mixing
+        z = torch.randn(2, 11, TINY['d_model'])
+        state = mix.init_state(2)
+        with torch.no_grad():
+            ys = torch.cat([mix.step(z[:, t:t + 1], state, t) for t in range(11)], 1)
+            y_scan, h_scan = mix.scan(mix.split(z), None, 0)
+            torch.testing.assert_close(ys, mix.merge(y_scan), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(state['h'], h_scan, atol=1e-5, rtol=1e-5)
+            u, a = mix.split(z), mix.log_a().exp()
+            h = torch.zeros_like(u[:, :, 0])
+            for t in range(11):                               # column heads u = z_t, row heads u = v_t z_t
+                h = a[:, None] * h + torch.where(mix.column[:, 0], u[:, :, t], mix.v[:, t, None] * u[:, :, t])
+            torch.testing.assert_close(state['h'], h, atol=1e-5, rtol=1e-5)
+
+    def test_linear_attention_step_is_its_recurrence(self):
+        """LinearAttention.step of one token at a time ends in S = sum phi(k) v^T and s = sum phi(k), as the
+        scan's state, with the same outputs."""
+        mix = tiny_model('linear_attention').blocks[0].mixing
+        x = torch.randn(2, 13, TINY['d_model'])
+        state = mix.init_state(2)
+        with torch.no_grad():
+            ys = torch.cat([mix.step(x[:, t:t + 1], state, t) for t in range(13)], 1)
+            y = mix.scan(x, None, None)[0]
+            _, k, v = mix.features(x)
+        torch.testing.assert_close(ys, y, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(state['S'], k.transpose(-1, -2) @ v, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(state['s'], k.sum(2), atol=1e-5, rtol=1e-5)
+
+    def test_every_identity_start_is_the_identity(self):
+        """Each mixing that has identity_start (the serial hybrid's start) passes its input through,
+        one head and no bias; a mixing without one has none to inherit (the expanded mixer's GELU)."""
+        x = torch.randn(2, 10, 12)
+        mixings = {'flat': mixer.FlatMixing(16, 12), 'kernel': mixer.KernelMixing(16, 12, kernel=3),
+                   'toeplitz': mixer.ToeplitzMixing(16, 12, init='normal')}
+        for name, mix in mixings.items():
+            with self.subTest(mixing=name), torch.no_grad():
+                torch.testing.assert_close(mix.identity_start()(x), x)
+        self.assertFalse(hasattr(mixer.ExpandedMixing(16, 12), 'identity_start'))
+
+    def test_every_sequence_mixing_has_the_five_faces(self):
+        """forward, init_state, step, flops and decays on every block's mixing of every variant; decays()
+        holds only the mixing's own parameters."""
+        for name in mixer.VARIANTS:
+            mixing = tiny_model(name).blocks[0].mixing
+            with self.subTest(variant=name):
+                for face in ('forward', 'init_state', 'step', 'flops', 'decays'):
+                    self.assertTrue(callable(getattr(mixing, face, None)), face)
+                own = {id(p) for p in mixing.parameters()}
+                self.assertLessEqual({id(p) for p in mixing.decays()}, own)
+
+
+class TestHeadSizes(unittest.TestCase):
+
+    def test_every_kind_decodes_at_an_odd_head_size(self):
+        """d_model 36, 4 heads (head size 9) for every variant: the config refuses it in one line (RoPE
+        needs an even head size), or the decoder's steps give the full forward's logits."""
+        idx = torch.randint(0, 64, (2, 14))
+        for name in mixer.VARIANTS:
+            with self.subTest(variant=name):
+                try:
+                    cfg = mixer.variant_config(name, **{**TINY, 'd_model': 36, 'n_head': 4})
+                except ValueError as e:
+                    self.assertIn('even head size', str(e))
+                    self.assertIn(name, ('transformer', 'transformer_naive', 'hybrid', 'hybrid_parallel'))
+                    continue
+                model = mixer.build_model(cfg).eval()
+                dec = sample.Decoder(model, 2)
+                with torch.no_grad():
+                    full = model(idx)[0]
+                    got = torch.stack([dec.prefill(idx[:, :6])] + [dec.step(idx[:, t:t + 1]) for t in range(6, 14)], 1)
+                torch.testing.assert_close(got, full[:, 5:], atol=1e-5, rtol=1e-5)
+
+
+class TestDecoderInputs(unittest.TestCase):
+
+    def test_what_a_decoder_cannot_take_is_a_value_error(self):
+        """A prefill of 0 tokens, tokens of another batch, and a step under another autocast than the one
+        the state was made for: each a ValueError saying why, the state untouched."""
+        model = tiny_model('flat')
+        dec = sample.Decoder(model, 2)
+        dec.prefill(torch.zeros(2, 3, dtype=torch.long))
+        with self.assertRaisesRegex(ValueError, r't >= 1'):
+            dec.prefill(torch.zeros(2, 0, dtype=torch.long))
+        with self.assertRaisesRegex(ValueError, 'batch of 2'):
+            dec.step(torch.zeros(3, 1, dtype=torch.long))
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            made_under = sample.Decoder(model, 2)
+        with self.assertRaisesRegex(ValueError, 'bfloat16'):
+            made_under.prefill(torch.zeros(2, 3, dtype=torch.long))
+        with torch.autocast('cpu', dtype=torch.bfloat16), self.assertRaisesRegex(ValueError, 'float32'):
+            dec.step(torch.zeros(2, 1, dtype=torch.long))
+        self.assertEqual(dec.pos, 3)
+
+    def test_a_step_of_t_tokens_advances_t(self):
+        """step(idx [B, t]) reads t tokens and moves the position by t, eager and compiled (a step of more
+        than one token runs eager): the logits after it, and after the next token, are the forward's."""
+        model = tiny_model('recurrent')
+        idx = torch.randint(0, 64, (2, 12))
+        with torch.no_grad():
+            full = model(idx)[0]
+        for compiled in (False, True):
+            torch._dynamo.reset()
+            dec = sample.Decoder(model, 2, compile=compiled, backend='eager')
+            dec.prefill(idx[:, :4])
+            with self.subTest(compiled=compiled):
+                torch.testing.assert_close(dec.step(idx[:, 4:7]), full[:, 6], atol=1e-5, rtol=1e-5)
+                self.assertEqual((dec.pos, int(dec.pos_on_device)), (7, 7))
+                torch.testing.assert_close(dec.step(idx[:, 7:8]), full[:, 7], atol=1e-5, rtol=1e-5)
+
+
+class TestMigration(unittest.TestCase):
+
+    def test_older_names_load_with_the_same_logits(self):
+        """A checkpoint written with the older names (model_config and settings 'mixing': 'dense' or
+        'recurrent', mixing_init 'decay', the recurrent mixing's decay_logit) reads as today's
+        (checkpoint.read_checkpoint) and gives the same logits."""
+        idx = torch.randint(0, 64, (1, 10))
+        tmp = tempfile.mkdtemp()
+        for name, old_mixing in (('flat', 'dense'), ('recurrent', 'recurrent')):
+            model = tiny_model(name)
+            cfg = {k: v for k, v in vars(model.cfg).items() if k != 'token_mixing'}
+            cfg.update(mixing=old_mixing, mixing_init='decay')
+            state = {k.replace('a_logit', 'decay_logit'): v for k, v in model.state_dict().items()}
+            path = os.path.join(tmp, f'{name}.pt')
+            torch.save({'model': state, 'model_config': cfg, 'config': dict(cfg), 'step': 1}, path)
+            ckpt = checkpoint.read_checkpoint(path)
+            with self.subTest(variant=name):
+                self.assertEqual(ckpt['model_config']['token_mixing'], model.cfg.token_mixing)
+                self.assertEqual((ckpt['model_config']['mixing_init'], ckpt['config']['mixing_init']), ('average',) * 2)
+                again = mixer.build_model(mixer.ModelConfig(**ckpt['model_config'])).eval()
+                again.load_state_dict(ckpt['model'])
+                with torch.no_grad():
+                    torch.testing.assert_close(again(idx)[0], model(idx)[0])
+
+
+if __name__ == '__main__':
+    unittest.main()
