@@ -348,6 +348,25 @@ class TestTokenizerJson(CorpusCase):
             self.assertEqual(hf_ids[ids.astype(np.int64)].tolist(), want)
 
 
+class TestFinewebConfig(unittest.TestCase):
+    def test_config_is_train_settings_and_its_prepare_command_parses(self):
+        """config/mixer_fineweb_gpu.py sets only train.py's settings, the paper's numbers (d_model 1024, 16
+        blocks, n_ctx 512, 32 windows, lr 5e-4), and the prepare command its header gives is one prepare.py
+        takes, writing the folder the config trains on with the 8,000-token vocabulary."""
+        import shlex
+        import train
+        path = os.path.join(ROOT, 'config', 'mixer_fineweb_gpu.py')
+        text, ns = open(path).read(), {}
+        exec(text, {}, ns)
+        self.assertEqual(set(ns) - set(train.DEFAULTS), set())
+        self.assertEqual([ns[k] for k in ('variant', 'd_model', 'n_layer', 'n_ctx', 'batch_size', 'learning_rate')],
+                         ['flat', 1024, 16, 512, 32, 5e-4])
+        [line] = [ln for ln in text.splitlines() if 'python data/prepare.py' in ln]
+        args = prepare.parse_args(shlex.split(line.split('python data/prepare.py', 1)[1]))
+        self.assertEqual((args.out, args.vocab_size, args.dataset, args.name),
+                         (ns['data_dir'], 8000, 'HuggingFaceFW/fineweb-edu', 'sample-10BT'))
+
+
 class TestHubOffline(CorpusCase):
     def test_unreachable_hub_name_fails_in_one_line(self):
         """A hub name offline: with HF_HUB_OFFLINE=1 (datasets' own check), and without it on a machine whose
