@@ -223,6 +223,35 @@ class TestResume(CorpusCase):
                 shutil.rmtree(folder)
                 shutil.rmtree(os.path.join(self.tmp, 'ref'))
 
+    def test_other_settings_are_refused_without_overwrite(self):
+        """The shards of a stopped run of other settings, or prepared data of other settings, are kept: exit 2,
+        one line naming --overwrite, nothing changed; the stopped run's own command finishes it, and
+        --overwrite drops another run's shards (with a note) and prepares."""
+        folder = os.path.join(self.tmp, 'run')
+
+        def stopped(*more):             # a run that fails at its first shard: its shards folder stays
+            with mock.patch.object(shards, 'encode_shard', side_effect=OSError('disk full (simulated)')):
+                self.assertEqual(prepare_(*self.flags('run', *more))[0], 2)
+            return [n for n in os.listdir(folder) if n.startswith('shards-')]
+
+        def refused(more, words):
+            before = outputs(folder)
+            rc, _, err = prepare_(*self.flags('run', *more))
+            self.assertEqual((rc, err.count('\n')), (2, 1), err)
+            self.assertIn(words, err)
+            self.assertIn('--overwrite', err)
+            self.assertEqual(outputs(folder), before)
+        [a] = stopped('--seed', '1')
+        refused(['--seed', '2'], f'holds the shards of an unfinished --dataset run of other settings ({a})')
+        self.assertEqual(prepare_(*self.flags('run', '--seed', '1'))[0], 0)
+        refused(['--seed', '2'], 'already holds prepared data of other settings')
+        refused(['--seed', '2', '--max_tokens', '500'], 'already holds prepared data of other settings')
+        [c] = stopped('--seed', '2', '--overwrite')
+        rc, _, err = prepare_(*self.flags('run', '--seed', '3', '--overwrite'))
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f'removed {c}', err)
+        self.assertEqual(sorted(os.listdir(folder)), ['meta.json', 'tokenizer.tiktoken', 'train.bin', 'val.bin'])
+
     def test_stopped_while_renaming_finishes_the_same(self):
         """A run stopped (Ctrl-C) between two renames of its outputs into --out (one of them in place, the
         others not: --out looks damaged), and again after all four renames, before the shards folder is
