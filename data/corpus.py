@@ -60,7 +60,8 @@ def why(e):
 def check_args(args):
     """Check the --dataset flags of prepare.py's parsed `args` (argparse.Namespace) -> args (--num_proc set).
     Raises ValueError (one line) for a corpus flag without --dataset; with it: --train/--valid, the text
-    files' flags, an --out inside a --dataset folder, an empty --dataset, --split or --text_field,
+    files' flags, an --out inside a --dataset folder, an empty --dataset, --split or --text_field, a local
+    path (by its form) that does not exist,
     --val_fraction outside (0, 1) (without --val_split), --max_tokens, --num_proc or --shard_docs < 1, --seed
     < 0, --split equal to --val_split, or a --tokenizer that is not a file or not a tokenizer (read_tokenizer)."""
     given = [f"--{k}" for k, v in CORPUS_FLAGS.items() if getattr(args, k) != v]
@@ -78,6 +79,10 @@ def check_args(args):
     for name in ("dataset", "text_field", "split"):
         if not getattr(args, name):
             raise ValueError(f"--{name} is empty")
+    path_like = (args.dataset.startswith(("/", ".", "~")) or args.dataset.count("/") > 1
+                 or args.dataset.lower().endswith(tuple(LOCAL_FORMATS) + COMPRESSED + (".txt",)))
+    if path_like and not is_local(args.dataset):
+        raise ValueError(f"--dataset {args.dataset}: no such file or folder (a hub name is NAME or OWNER/NAME)")
     if args.val_split is not None:
         if args.val_split == args.split:
             raise ValueError(f"--val_split {args.val_split} is the training split too")
@@ -106,7 +111,7 @@ def read_tokenizer(path):
     from data.tokenizer import check_file
     check_file(path, "tokenizer file")
     with open(path, "rb") as f:
-        head = f.read(1).lstrip()
+        head = f.read(64).lstrip()[:1]
     if head != b"{":
         enc = load_tokenizer(path)
         with open(path, encoding="ascii") as f:
@@ -205,22 +210,20 @@ def open_split(args, split):
     if not local:
         check_hub(args.dataset)
     import datasets                       # only here: train.py and sample.py never import it
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)     # its errors come back as one line here
     datasets.disable_progress_bars()
     if "torch" not in sys.modules:        # else each stream imports torch (3-4 s) to share an epoch counter
         datasets.config.TORCH_AVAILABLE = False     # with torch's DataLoader workers, which are not used here
+    builder = local_format(args.dataset) if local and os.path.isfile(args.dataset) else None
     try:
-        if local and os.path.isfile(args.dataset):
-            return datasets.load_dataset(local_format(args.dataset), data_files=args.dataset, split=split,
-                                         streaming=True)
+        if builder:
+            return datasets.load_dataset(builder, data_files=args.dataset, split=split, streaming=True)
         return datasets.load_dataset(args.dataset, name=args.name, split=split, streaming=True)
     except ConnectionError as e:
         raise ValueError(f"dataset {args.dataset} could not be reached ({why(e)})") from None
-    except ValueError:
-        raise
-    except Exception as e:                 # datasets' own errors: DatasetNotFoundError, a bad config, ...
-        raise ValueError(f"dataset {args.dataset} (--name {args.name}, --split {split}) could not be opened "
-                         f"({why(e)})") from None
+    except Exception as e:                 # datasets' own errors: DatasetNotFoundError, a bad config or split
+        raise ValueError(f"dataset {args.dataset}" + (f" --name {args.name}" if args.name else "")
+                         + f" --split {split} could not be opened ({why(e)})") from None
 
 
 def known_docs(args, split):
@@ -275,8 +278,9 @@ def shard_batches(args, split, start):
                 batch = next(it)
             except StopIteration:
                 return
-            except (KeyboardInterrupt, ValueError):
-                raise
+            except ValueError as e:       # a record that cannot be read (pyarrow's ArrowInvalid is a ValueError)
+                raise ValueError(f"{args.dataset}: shard {k} (documents from {k * args.shard_docs}) cannot be "
+                                 f"read ({why(e)})") from None
             except Exception as e:
                 raise OSError(f"reading {args.dataset} failed at shard {k} ({why(e)}); run the same command "
                               "again to go on from the last shard written") from None
@@ -425,6 +429,8 @@ def prepare_corpus(args, lock=None):
     pool = start_pool(args.num_proc, lock) if args.num_proc > 1 else None
     try:
         shards.remove_temps(folder)
+        for _, split in parts:          # a missing split or config fails before the BPE is trained
+            open_split(args, split)
         tok_path = make_tokenizer(args, folder, parts)
 
         def submit(path, docs, val):

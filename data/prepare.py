@@ -339,7 +339,8 @@ def parse_args(argv=None):
     p.add_argument("--bpe_max_bytes", type=int, default=100_000_000,
                    help="train the BPE on the first stories up to this many bytes (0: all)")
     p.add_argument("--tokenizer", metavar="FILE",
-                   help="encode with this existing tokenizer.tiktoken instead of training one")
+                   help="encode with this existing tokenizer.tiktoken instead of training one "
+                        "(with --dataset: or a Hugging Face tokenizer.json)")
     p.add_argument("--chunk_bytes", type=int, default=8 << 20,
                    help="read and encode the text in chunks of about this many bytes")
     p.add_argument("--skip_bad_utf8", action="store_true",
@@ -351,14 +352,17 @@ def parse_args(argv=None):
     c.add_argument("--dataset", metavar="NAME_OR_PATH",
                    help="a Hugging Face dataset (streamed) or a local parquet/jsonl/arrow file or folder")
     c.add_argument("--name", help="the dataset's config (e.g. sample-10BT)")
-    c.add_argument("--split", default="train", help="the split to train on")
-    c.add_argument("--text_field", default="text", help="the field of a record that holds its text")
+    c.add_argument("--split", default="train", help="the split to train on (default train)")
+    c.add_argument("--text_field", default="text", help="the field of a record that holds its text (default text)")
     c.add_argument("--val_split", help="validate on this split of the dataset (default: hold documents out)")
-    c.add_argument("--val_fraction", type=float, default=0.005, help="documents held out for validation, seeded")
-    c.add_argument("--seed", type=int, default=0, help="the seed of the held-out rule")
-    c.add_argument("--max_tokens", type=int, help="stop after this many training tokens (whole documents)")
+    c.add_argument("--val_fraction", type=float, default=0.005,
+                   help="documents held out for validation, seeded (default 0.005)")
+    c.add_argument("--seed", type=int, default=0, help="the seed of the held-out rule (default 0)")
+    c.add_argument("--max_tokens", type=int,
+                   help="stop after this many training tokens (whole documents; default: all)")
     c.add_argument("--num_proc", type=int, help="tokenizing processes (default: the cores)")
-    c.add_argument("--shard_docs", type=int, default=1024, help="documents a shard (the unit of resuming)")
+    c.add_argument("--shard_docs", type=int, default=1024,
+                   help="documents a shard, the unit of resuming (default 1024)")
     args = p.parse_args(argv)
     if args.vocab_size is not None and not 257 <= args.vocab_size <= 65536:
         raise ValueError(f"--vocab_size must be in [257, 65536], got {args.vocab_size}")

@@ -236,9 +236,11 @@ def produce(ctx, part, split):
     def take():
         nonlocal cut
         k, result, kept = pending.popleft()
-        progress.add(result.get(), kept)
-        if cut is None and goal and progress.n["train_tokens"] >= goal:
-            cut = k + 1
+        done = result.get()                 # a task's error is raised here
+        if cut is None:                     # shards past the cut were in flight: written, not counted
+            progress.add(done, kept)
+            if goal and progress.n["train_tokens"] >= goal:
+                cut = k + 1
     if goal and progress.n["train_tokens"] >= goal:
         cut = n
     with contextlib.closing(ctx.batches(split, start)) as batches:

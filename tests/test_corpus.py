@@ -165,7 +165,8 @@ class TestLocalCorpora(CorpusCase):
                   '--max_tokens applies to a --dataset only'),
                  (self.flags('o', '--train', txt), '--dataset and --train/--valid are two sources'),
                  (self.flags('o', source=txt), 'not a .parquet, .jsonl, .json or .arrow file'),
-                 (self.flags('o', '--val_split', 'validation'), '--val_split and --val_fraction')]
+                 (self.flags('o', '--val_split', 'validation'), '--val_split and --val_fraction'),
+                 (self.flags('o', source=os.path.join(self.tmp, 'missing.jsonl')), 'no such file or folder')]
         for args, words in cases:
             with self.subTest(words=words):
                 rc, _, err = prepare_(*args)
