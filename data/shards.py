@@ -80,9 +80,11 @@ def encode_shard(tokenizer_path, path, docs, val):
     (bool [n], the held-out ones) -> the file `path` (np.savez, written whole): tokens (uint16, or uint32 for a
     vocabulary over 65,536) = each non-empty document's ids then <|endoftext|>, lengths (uint32 [n]: tokens of
     each document, 0 for an empty one), nbytes (uint64 [n]: UTF-8 bytes), val. Returns summary()."""
-    enc = _ENCODINGS.get(tokenizer_path)
+    st = os.stat(tokenizer_path)
+    key = (tokenizer_path, st.st_size, st.st_mtime_ns)      # a file rewritten at the same path is read again
+    enc = _ENCODINGS.get(key)
     if enc is None:
-        enc = _ENCODINGS[tokenizer_path] = load_tokenizer(tokenizer_path)
+        enc = _ENCODINGS[key] = load_tokenizer(tokenizer_path)
     dtype = np.uint16 if enc.n_vocab <= 65536 else np.uint32
     eot = np.array([enc.eot_token], dtype=np.uint32)
     lengths, nbytes = np.zeros(len(docs), np.uint32), np.zeros(len(docs), np.uint64)
