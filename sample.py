@@ -264,10 +264,7 @@ def sampling_bytes(model, batch, prompt, new_tokens):
     the meta device: nothing allocated), the tokens (int64, the steps' and their concatenation) and, a step,
     the logits and their softmax (float32 [batch, vocab] each) and the prompt's hidden states (float32
     [batch, prompt, d_model]). For sample.py's check against the device's memory (train.py's rule)."""
-    def tensors(x):
-        return [x] if isinstance(x, torch.Tensor) else [t for v in (x.values() if isinstance(x, dict) else x)
-                                                          for t in tensors(v)]
-    state = tensors(model.init_state(batch, device='meta'))
+    state = [t for layer in model.init_state(batch, device='meta') for t in _tensors(layer)]
     held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(), *state])
     return held + batch * (16 * (prompt + new_tokens) + 8 * model.cfg.vocab_size + 4 * prompt * model.cfg.d_model)
 

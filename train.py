@@ -104,15 +104,16 @@ DEFAULTS = configurator.collect_defaults(globals(), skip=('MODEL_KEYS', 'TUNING_
 
 # ----------------------------------------------------------------------------- data and evaluation
 
-def load_tokens(path, vocab_size=None):
-    """uint16 token ids of one split, memory-mapped (numpy [N]). A missing, empty or odd-sized file, or ids
-    at or above vocab_size (the data's tokenizer is not the one meta.json names): one line, exit 2."""
+def load_tokens(path, vocab_size=None, dtype='uint16'):
+    """Token ids of one split, memory-mapped (numpy [N], `dtype`: 'uint16', or 'uint32' for a vocabulary over
+    65,536, as meta.json's "dtype" says). A missing or empty file, one whose size is not a whole number of ids,
+    or ids at or above vocab_size (the data's tokenizer is not the one meta.json names): one line, exit 2."""
     if not os.path.isfile(path):
         fail(f'{path} not found: run data/prepare.py first (or set --data_dir)')
-    size = os.path.getsize(path)
-    if size == 0 or size % 2:
-        fail(f'{path} holds {size} bytes: not a token file of uint16 ids (run data/prepare.py again)')
-    data = np.memmap(path, dtype=np.uint16, mode='r')
+    size, width = os.path.getsize(path), np.dtype(dtype).itemsize
+    if size == 0 or size % width:
+        fail(f'{path} holds {size} bytes: not a token file of {dtype} ids (run data/prepare.py again)')
+    data = np.memmap(path, dtype=dtype, mode='r')
     if vocab_size is not None and int(data.max()) >= vocab_size:
         fail(f'{path} holds token id {int(data.max())}, but the vocabulary has {vocab_size} tokens '
              '(meta.json and the token files are from different runs of data/prepare.py)')
@@ -120,8 +121,8 @@ def load_tokens(path, vocab_size=None):
 
 
 def load_data(cfg):
-    """meta.json and the two token files of cfg['data_dir'] -> (meta dict, train uint16 [N], val
-    uint16 [M]); a missing or damaged file, or too short a split: one line, exit 2."""
+    """meta.json and the two token files of cfg['data_dir'] -> (meta dict, train [N], val [M]: uint16, or
+    uint32 where meta.json's "dtype" says so); a missing or damaged file, or too short a split: one line, exit 2."""
     meta_path = os.path.join(cfg['data_dir'], 'meta.json')
     if not os.path.isfile(meta_path):
         fail(f'{meta_path} not found: run data/prepare.py first (or set --data_dir)')
@@ -129,10 +130,12 @@ def load_data(cfg):
         with open(meta_path) as f:
             meta = json.load(f)
         meta['vocab_size'], meta['val']['bytes_per_token'], meta['tokenizer_sha256']
+        if meta.get('dtype', 'uint16') not in ('uint16', 'uint32'):
+            raise ValueError(f'dtype {meta["dtype"]!r} is not uint16 or uint32')
     except (ValueError, KeyError, TypeError) as e:
         fail(f'{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
-    train_data, val_data = (load_tokens(os.path.join(cfg['data_dir'], f'{s}.bin'), meta['vocab_size'])
-                            for s in ('train', 'val'))
+    train_data, val_data = (load_tokens(os.path.join(cfg['data_dir'], f'{s}.bin'), meta['vocab_size'],
+                                        meta.get('dtype', 'uint16')) for s in ('train', 'val'))
     if min(len(train_data), len(val_data)) < cfg['n_ctx'] + 2:
         fail(f'token files are shorter than n_ctx + 2 = {cfg["n_ctx"] + 2} tokens')
     return meta, train_data, val_data

@@ -4,11 +4,17 @@ training text, encode both splits and write them as uint16 token streams.
     python data/prepare.py                       # download the two .txt files
     python data/prepare.py --train ../shared/data/tinystories/train.txt \\
                            --valid ../shared/data/tinystories/valid.txt
+    python data/prepare.py --dataset HuggingFaceFW/fineweb-edu --name sample-10BT --max_tokens 200000000 \\
+                           --vocab_size 8000 --out data/fineweb_edu   # any corpus: data/corpus.py
 
 Outputs in --out (default data/tinystories next to this file):
     tokenizer.tiktoken  tiktoken rank file: "base64(token bytes) rank" per line
-    train.bin, val.bin  uint16 token ids, each story followed by <|endoftext|>
-    meta.json           vocab_size, eot_id, tokenizer sha256, per-split counts, the settings
+    train.bin, val.bin  uint16 token ids (uint32 past 65,536 tokens), each story followed by <|endoftext|>
+    meta.json           vocab_size, eot_id, tokenizer sha256, dtype, per-split counts, the settings
+
+--dataset NAME_OR_PATH reads a Hugging Face dataset (streaming) or a local parquet, jsonl or arrow file or
+folder instead of the text files, in resumable shards: a killed run, run again, goes on where it stopped and
+writes the same bytes (data/corpus.py, data/shards.py say how).
 
 Tokenizer: ranks 0..255 are the single bytes, merges get ranks 256.., and
 <|endoftext|> is the special token vocab_size-1 (vocab_size-257 merges).
@@ -37,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from harness.cli import TEMP_NAME, ArgumentParser, remove_stale_temps, run_command, written
+from data import corpus  # noqa: E402
 from data.tokenizer import (EOT, check_file, file_sha256, load_tokenizer, save_tokenizer,  # noqa: E402
                             tokenizer_sha256, train_bpe)
 
@@ -272,10 +279,11 @@ def held_outputs(out, settings):
     try:
         with open(os.path.join(out, "meta.json")) as f:
             meta = json.load(f)
-        sha, sizes = meta["tokenizer_sha256"], {f"{s}.bin": 2 * int(meta[s]["tokens"]) for s in ("train", "val")}
+        width = {"uint16": 2, "uint32": 4}[meta.get("dtype", "uint16")]
+        sha, sizes = meta["tokenizer_sha256"], {f"{s}.bin": width * int(meta[s]["tokens"]) for s in ("train", "val")}
     except (OSError, ValueError, KeyError, TypeError):
         return "meta.json is cut short or not prepare.py's"
-    cut = [f"{n} holds {os.path.getsize(os.path.join(out, n))} bytes, meta.json counts {size // 2} tokens"
+    cut = [f"{n} holds {os.path.getsize(os.path.join(out, n))} bytes, meta.json counts {size // width} tokens"
            for n, size in sizes.items() if os.path.getsize(os.path.join(out, n)) != size]
     if cut or sha != tokenizer_sha256(os.path.join(out, "tokenizer.tiktoken")):
         return cut[0] if cut else "tokenizer.tiktoken is not the one meta.json names"
@@ -287,7 +295,8 @@ def parse_args(argv=None):
     option, a bad type or a flag given twice: one line, exit 2 (cli.ArgumentParser). Raises ValueError for
     --vocab_size outside [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that
     is a file, only one of --train and --valid, or a --tokenizer that is malformed, has over 65536 tokens or
-    disagrees with --vocab_size; FileNotFoundError if it is not a file (check_file)."""
+    disagrees with --vocab_size; FileNotFoundError if it is not a file (check_file). --dataset and its flags:
+    corpus.check_args (there a --tokenizer may be a tokenizer.json, and hold more than 65536 tokens)."""
     p = ArgumentParser("prepare.py", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument("--train", help="local training text (default: download TinyStories-train.txt)")
@@ -298,7 +307,8 @@ def parse_args(argv=None):
     p.add_argument("--bpe_max_bytes", type=int, default=100_000_000,
                    help="train the BPE on the first stories up to this many bytes (0: all)")
     p.add_argument("--tokenizer", metavar="FILE",
-                   help="encode with this existing tokenizer.tiktoken instead of training one")
+                   help="encode with this existing tokenizer.tiktoken instead of training one "
+                        "(with --dataset: or a Hugging Face tokenizer.json)")
     p.add_argument("--chunk_bytes", type=int, default=8 << 20,
                    help="read and encode the text in chunks of about this many bytes")
     p.add_argument("--skip_bad_utf8", action="store_true",
@@ -306,6 +316,21 @@ def parse_args(argv=None):
     p.add_argument("--overwrite", action="store_true",
                    help="replace the prepared data --out already holds (without it such a run exits 2, "
                         "unless it has the same settings and text: then it does nothing)")
+    c = p.add_argument_group("any corpus (data/corpus.py)")
+    c.add_argument("--dataset", metavar="NAME_OR_PATH",
+                   help="a Hugging Face dataset (streamed) or a local parquet/jsonl/arrow file or folder")
+    c.add_argument("--name", help="the dataset's config (e.g. sample-10BT)")
+    c.add_argument("--split", default="train", help="the split to train on (default train)")
+    c.add_argument("--text_field", default="text", help="the field of a record that holds its text (default text)")
+    c.add_argument("--val_split", help="validate on this split of the dataset (default: hold documents out)")
+    c.add_argument("--val_fraction", type=float, default=0.005,
+                   help="documents held out for validation, seeded (default 0.005)")
+    c.add_argument("--seed", type=int, default=0, help="the seed of the held-out rule (default 0)")
+    c.add_argument("--max_tokens", type=int,
+                   help="stop after this many training tokens (whole documents; default: all)")
+    c.add_argument("--num_proc", type=int, help="tokenizing processes (default: the cores)")
+    c.add_argument("--shard_docs", type=int, default=1024,
+                   help="documents a shard, the unit of resuming (default 1024)")
     args = p.parse_args(argv)
     if args.vocab_size is not None and not 257 <= args.vocab_size <= 65536:
         raise ValueError(f"--vocab_size must be in [257, 65536], got {args.vocab_size}")
@@ -318,6 +343,8 @@ def parse_args(argv=None):
             raise ValueError(f"--{name} is empty; give a path")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file, not a folder")
+    if corpus.check_args(args).dataset is not None:         # --dataset's flags, and none of them without it
+        return args
     if (args.train is None) != (args.valid is None):
         raise ValueError("pass both --train and --valid, or neither (to download)")
     if args.tokenizer is not None:
@@ -400,6 +427,8 @@ def run(argv):
         args = parse_args(argv)
         lock = lock_out(args.out)
         remove_stale_temps(args.out, "prepare.py")      # a killed run's temporary files (cli.written's)
+        if args.dataset is not None:
+            return corpus.prepare_corpus(args, lock)
         paths = text_paths(args)
         streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
                    "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
@@ -424,8 +453,8 @@ def run(argv):
             enc = load_tokenizer(tok_tmp)
             splits = encode_splits(enc, streams, tmp)
             meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
-                    "tokenizer_sha256": tokenizer_sha256(tok_tmp), "train": splits["train"], "val": splits["val"],
-                    "settings": settings}
+                    "tokenizer_sha256": tokenizer_sha256(tok_tmp), "dtype": "uint16", "train": splits["train"],
+                    "val": splits["val"], "settings": settings}
             with open(tmp("meta.json"), "w") as f:
                 json.dump(meta, f, indent=2)
     except (OSError, ValueError) as e:
