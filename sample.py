@@ -94,6 +94,7 @@ class Decoder(nn.Module):
         super().__init__()
         p = next(model.parameters())
         self.threads = 1 if p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH else None
+        self.device, self.param_dtype = p.device, p.dtype
         self.dtype = autocast_dtype(p.device) or p.dtype
         self.model, self.max_len, self.batch = model, model.max_len, batch_size
         self.state = model.init_state(batch_size, dtype=self.dtype)
@@ -110,13 +111,13 @@ class Decoder(nn.Module):
     def check(self, idx, seqs=slice(None)):
         """ValueError unless idx long [b, t] (t >= 1) fits the state's sequences `seqs` (a slice), computed in
         the dtype the state was made for (the autocast it was made under, or none)."""
-        n, p = len(range(self.batch)[seqs]), next(self.model.parameters())
+        n, computes = len(range(self.batch)[seqs]), autocast_dtype(self.device) or self.param_dtype
         if idx.dim() != 2 or idx.shape[0] != n or idx.shape[1] == 0:
             raise ValueError(f'tokens of shape {list(idx.shape)} for {n} sequences of a decoder whose state holds a batch '
                              f'of {self.batch}: give long [{n}, t], t >= 1 (another batch size: a new Decoder)')
-        if (autocast_dtype(p.device) or p.dtype) != self.dtype:
-            raise ValueError(f"this decoder's state is {self.dtype}, but the model would compute in "
-                             f'{autocast_dtype(p.device) or p.dtype}: step it under the autocast it was made under '
+        if computes != self.dtype:
+            raise ValueError(f"this decoder's state is {self.dtype}, but the model would compute in {computes}: "
+                             'step it under the autocast it was made under '
                              '(or outside, if it was made outside), or make a new Decoder')
 
     def state_tensors(self):
@@ -153,7 +154,7 @@ class Decoder(nn.Module):
                 logits = self.model.step(idx, self.pos, self.state)
             else:                                        # one [B, 1] input tensor: the same strides each token
                 self.token.copy_(idx)
-                logits = self.compiled()
+                logits = self.compiled().clone()         # a CUDA graph's output is overwritten by its next replay
         self.pos += t
         self.pos_on_device.add_(t)                       # on the device, in place: no copy from the host
         return logits
