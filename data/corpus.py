@@ -7,30 +7,23 @@ datasets.load_dataset reads, streamed too: no cache copy), tokenized into the sa
     python data/prepare.py --dataset corpus.jsonl --out data/mine          # a local file: text in its "text" field
 
 Documents: the --text_field of each record (None or "" skipped, counted), each followed by <|endoftext|> (its id;
-a document's own "<|endoftext|>" text is encoded as text). Validation: the dataset's own --val_split, or else the
+the text "<|endoftext|>" in a document is encoded as text). Validation: the dataset's own --val_split, or the
 documents held out by a seeded rule: in shard k (documents k*S .. k*S+S-1, S = --shard_docs), document i is
-held out iff numpy.random.default_rng([seed, k]).random(S)[i] < --val_fraction (meta.json says the rule and
-counts both splits). --max_tokens N: the training documents up to and including the one whose tokens bring the
-total to N (and the validation documents read up to there). The tokenizer: prepare.py's (write_tokenizer), its
-BPE trained on the leading training documents. A vocabulary over 65,536 tokens writes uint32 token files
-(meta.json's "dtype"), which train.py reads too.
+held out iff numpy.random.default_rng([seed, k]).random(S)[i] < --val_fraction. --max_tokens N: the training
+documents up to the one whose tokens bring the total to N. The tokenizer and the outputs: as the text path's
+(prepare.write_tokenizer, keep_outputs, write_outputs); past 65,536 tokens the token files are uint32.
 
-Nothing lost, nothing redone. The documents of a part (PART "all", one stream split by the held-out rule; or
-"val" and "train", the dataset's own splits) are read in shards of --shard_docs, and shard K is tokenized by
-one of --num_proc processes into --out/shards-KEY/PART-K.npz (KEY: a hash of the settings), written whole
-(cli.written), with the stream's position after it (datasets' IterableDataset.state_dict). Killed at any
-moment, the same command reads on from the position kept in the last shard K whose shards 0..K are all
-written, tokenizes only the shards that are missing, and assembles the same bytes: a shard's bytes depend only
-on its documents, the tokenizer (saved in the shards folder first) and the rule, never on --num_proc or on
-when it was written. The four outputs are put in place as on the text path (prepare.write_outputs), then the
-shards folder is removed. Another run's shards folder is refused without --overwrite (its own command
-finishes it); --out's prepared data is kept as on the text path (prepare.keep_outputs).
-
-Memory is flat in the corpus size: --num_proc + 1 shards in flight at most, the assembly one at a time.
-Offline, a hub name fails at once with one line (the Hub is probed first, 10 s at most, so that datasets' own
-retries never run). Errors: ValueError or OSError, printed by prepare.py as one line.
+Nothing lost, nothing redone: shard K of a part (PART "all", split by the held-out rule; or "val" and "train",
+the dataset's own splits) is tokenized by one of --num_proc processes into --out/shards-KEY/PART-K.npz (KEY:
+a hash of the settings), written whole (cli.written) with the stream's position after it. Killed at any moment,
+the same command reads on from the position in the last shard K whose shards 0..K are all written, tokenizes
+only the missing shards and assembles the same bytes (a shard's depend on its documents, the tokenizer, saved
+there first, and the rule only). The shards folder is removed once the outputs are in place; another run's is
+refused without --overwrite. Memory is flat: --num_proc + 1 shards in flight. Offline, a hub name fails at once
+in one line (the Hub is probed first, so datasets' retries never run). Errors: ValueError or OSError.
 """
 import contextlib
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -39,7 +32,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections import deque
@@ -148,16 +140,16 @@ def check_hub(dataset, timeout=HUB_PROBE_S):
                                                                                   "HF_DATASETS_OFFLINE")):
         return
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    result = []
+    result = []                                 # [] no answer, [None] an answer, [why, None] an error
 
     def probe():
         try:
             urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
-            result.append(None)
         except urllib.error.HTTPError:          # a status: it answered
-            result.append(None)
+            pass
         except Exception as e:                  # URLError, a timeout, a bad proxy: all mean "not reached"
             result.append(why(e))
+        result.append(None)
     t = threading.Thread(target=probe, daemon=True)   # a name lookup can outlast urlopen's timeout
     t.start()
     t.join(timeout + 1)
@@ -272,7 +264,10 @@ def read_shard(path):
         return summary(z["lengths"], z["nbytes"], z["val"]), str(z["position"])
 
 
-_ENCODINGS = {}
+@functools.lru_cache(maxsize=2)
+def encoding(path, size, mtime):
+    """The tokenizer at `path`, loaded once a process for its size and mtime (a file rewritten is read again)."""
+    return load_tokenizer(path)
 
 
 def encode_shard(tokenizer_path, path, docs, val, position):
@@ -282,10 +277,7 @@ def encode_shard(tokenizer_path, path, docs, val, position):
     <|endoftext|>, lengths (uint32 [n]: each document's tokens, 0 for an empty one), nbytes (uint64 [n]: UTF-8
     bytes), val, position. Returns summary(). Raises OSError if writing fails."""
     st = os.stat(tokenizer_path)
-    key = (tokenizer_path, st.st_size, st.st_mtime_ns)      # a file rewritten at the same path is read again
-    if key not in _ENCODINGS:
-        _ENCODINGS[key] = load_tokenizer(tokenizer_path)
-    enc = _ENCODINGS[key]
+    enc = encoding(tokenizer_path, st.st_size, st.st_mtime_ns)
     eot = np.array([enc.eot_token], dtype=np.uint32)
     lengths, nbytes, pieces = np.zeros(len(docs), np.uint32), np.zeros(len(docs), np.uint64), []
     for i, d in enumerate(docs):
@@ -333,28 +325,29 @@ def produce(args, folder, part, split, submit, ahead):
     if n:
         print(f"{part}: going on after shard {n - 1}: {n} shards written by an earlier run are not tokenized "
               "again", flush=True)
-    count = {key: sum(s[key] for s in kept) for key in ("docs", "empty", "train_tokens", "val_tokens", "bytes")}
     progress = Progress(f"{split} (training and held out)" if part == "all" else f"{part} ({split})")
+    count = dict.fromkeys(("docs", "empty", "train_tokens", "val_tokens", "bytes"), 0)
 
-    def numbers():          # MB, tokens and the fraction done: of the documents (if known) or of --max_tokens
-        return (count["bytes"] / 1e6, count["train_tokens"] + count["val_tokens"],
-                min(max((count["docs"] + count["empty"]) / total if total else 0.0,
-                        count["train_tokens"] / goal if goal else 0.0), 1.0))
-
-    def take():             # the next shard in order is written: count it
-        task = pending.popleft()
-        for key, v in (task if isinstance(task, dict) else task.get()).items():
+    def add(s):             # a shard's summary, in order; done: of the documents (if known) or of --max_tokens
+        for key, v in s.items():
             count[key] += v
-        mb, tokens, fraction = numbers()
-        progress.show(mb, count["docs"], tokens, fraction)
+        done = max((count["docs"] + count["empty"]) / total if total else 0,
+                   count["train_tokens"] / goal if goal else 0)
+        progress.update(count["bytes"] / 1e6, count["docs"], count["train_tokens"] + count["val_tokens"], min(done, 1))
+
+    def take():
+        task = pending.popleft()
+        add(task if isinstance(task, dict) else task.get())
 
     def reached():
         return goal is not None and count["train_tokens"] >= goal
+    for s in kept:
+        add(s)
     pending = deque()
     with contextlib.closing(read_shards(args, split, n, state)) as shards:
         for k, docs, position in () if reached() else shards:
             if k == n:
-                progress.begin(*numbers())    # the rates count from the stream's first shard
+                progress.begin()              # the rates count from the stream's first shard
             path = shard_path(folder, part, k)
             pending.append(read_shard(path)[0] if os.path.exists(path) else
                            submit(path, docs, held_out(args, part, k, len(docs)), position))
@@ -365,8 +358,7 @@ def produce(args, folder, part, split, submit, ahead):
                 break
     while pending and not reached():          # shards past the --max_tokens cut are not counted
         take()
-    mb, tokens, _ = numbers()
-    progress.show(mb, count["docs"], tokens, final=True)
+    progress.end()
 
 
 # ----------------------------------------------------------------------------- the run
@@ -399,7 +391,7 @@ def assemble(args, folder, parts, train_path, val_path):
                     st["stories"] += int((lengths[sel] > 0).sum())
                     st["empty"] += int((lengths[sel] == 0).sum())
                 k += 1
-                progress.show((ftrain.tell() + fval.tell()) / 1e6)
+                progress.update((ftrain.tell() + fval.tell()) / 1e6)
     for split, st in stats.items():
         if not st["tokens"]:
             raise ValueError(f"no {'validation' if split == 'val' else 'training'} text: " + (
@@ -460,15 +452,15 @@ def prepare_corpus(args, lock=None):
     """prepare.py --dataset's work on checked `args` (check_args), with --out made and locked (`lock`: the
     locked descriptor, int, or None): keep what --out holds (prepare.keep_outputs, and the shards folders:
     module docstring), tokenize the missing shards, assemble the split files and put the four outputs in place
-    (prepare.write_outputs), then remove the shards folder -> 0. Raises ValueError (bad input, one line) or
-    OSError (reading or writing failed); KeyboardInterrupt goes through."""
-    t0 = time.time()
+    (prepare.write_outputs), then remove the shards folder -> True, or False if --out holds this data already.
+    Raises ValueError (bad input, one line) or OSError (reading or writing failed); KeyboardInterrupt goes
+    through."""
     settings = corpus_settings(args)
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = os.path.join(args.out, f"shards-{key}")
     if not keep_outputs(args, settings, resuming=os.path.isdir(folder)):
         shutil.rmtree(folder, ignore_errors=True)       # a run stopped after its outputs were in place
-        return 0
+        return False
     others = sorted(d for d in os.listdir(args.out) if d.startswith("shards-") and d != os.path.basename(folder))
     if others and not args.overwrite:
         raise ValueError(f"{args.out} holds the shards of an unfinished --dataset run of other settings "
@@ -493,8 +485,8 @@ def prepare_corpus(args, lock=None):
                 {"rule": "document i of shard k held out iff numpy.random.default_rng([seed, k]).random(shard_docs)[i]"
                          " < val_fraction", "val_fraction": args.val_fraction, "seed": args.seed,
                  "shard_docs": args.shard_docs})
-        return {"train": stats["train"], "val": stats["val"], "held_out": {**rule, "documents": stats["val"]["stories"]},
-                "settings": settings}
+        rule["documents"] = stats["val"]["stories"]
+        return {"train": stats["train"], "val": stats["val"], "held_out": rule, "settings": settings}
     try:
         meta = write_outputs(args.out, fill)
     except ValueError:
@@ -503,8 +495,6 @@ def prepare_corpus(args, lock=None):
     shutil.rmtree(folder)
     for split in ("train", "val"):
         st = meta[split]
-        print(f"{split}: {st['stories']} documents, {st['bytes']} bytes, {st['tokens']} tokens, "
+        print(f"{split}: {st['stories']} documents, {st['bytes']} bytes, {st['tokens']} {meta['dtype']} tokens, "
               f"{st['bytes_per_token']:.3f} bytes/token" + (f", {st['empty']} empty skipped" if st["empty"] else ""))
-    print(f"wrote {args.out} ({meta['dtype']} tokens, vocabulary {meta['vocab_size']}) in {time.time() - t0:.1f}s "
-          "total")
-    return 0
+    return True

@@ -181,38 +181,41 @@ class StoryStream:
 
 
 class Progress:
-    """The one progress line of prepare.py, printed by show() at most every `every` seconds and once more at the
-    end (final=True): 'LABEL: [N documents, ]MB[/TOTAL] MB, [M tokens, ]MB/s[, M tokens/s]' and then the ETA
-    where the fraction done is known (MB of a known total, or as given), or at the end the seconds taken.
-    MB and tokens are totals; the rates and the ETA count from begin() (what was done before it, an earlier
-    run's shards, counts in the totals only)."""
+    """The one progress line of prepare.py, printed by update() at most every `every` seconds and by end():
+    'LABEL: [N documents, ]MB[/TOTAL] MB, [M tokens, ]MB/s[, M tokens/s]', then the ETA where the fraction done
+    is known (of total_mb, or as given), or at the end the seconds taken. The rates and the ETA count from
+    begin() (what was done before, an earlier run's shards, counts in the totals only)."""
 
     def __init__(self, label, total_mb=0.0, every=5.0):
         self.label, self.total_mb, self.every = label, total_mb, every
+        self.now = (0.0, None, 0, 0.0)             # MB, documents, tokens, fraction done
         self.begin()
 
-    def begin(self, mb=0.0, tokens=0, fraction=0.0):
-        """Start the clock of the rates and the ETA here, with mb, tokens and the fraction done so far."""
+    def begin(self):
+        """Start the clock of the rates and the ETA here."""
         self.t0 = self.last = time.time()
-        self.base = (mb, tokens, fraction)
+        self.base = self.now
 
-    def show(self, mb, docs=None, tokens=None, fraction=None, final=False):
-        """Print the line for mb (float) MB read, docs and tokens (int) made, fraction (0..1) done, if
-        `every` seconds have passed since the last one or `final`."""
-        now = time.time()
-        if not final and now - self.last < self.every:
-            return
-        self.last, dt = now, max(now - self.t0, 1e-9)
-        fraction = fraction if fraction is not None else mb / self.total_mb if self.total_mb else 0.0
+    def update(self, mb, docs=None, tokens=None, fraction=None):
+        """Count mb (float) MB read, docs and tokens (int) made, the fraction (0..1) done (default: of total_mb);
+        print the line if `every` seconds have passed since the last one."""
+        self.now = (mb, docs, tokens, fraction if fraction is not None else mb / self.total_mb if self.total_mb else 0)
+        if time.time() - self.last >= self.every:
+            self.end(final=False)
+
+    def end(self, final=True):
+        """Print the line now (the last one, with the seconds taken, if `final`)."""
+        (mb, docs, tokens, fraction), (mb0, _, tokens0, fraction0) = self.now, self.base
+        self.last = time.time()
+        dt = max(self.last - self.t0, 1e-9)
         line = (f"{self.label}: " + (f"{docs:,} documents, " if docs is not None else "") + f"{mb:.1f}"
-                + (f"/{self.total_mb:.1f}" if self.total_mb else "") + " MB, "
-                + (f"{tokens / 1e6:,.2f} M tokens, " if tokens is not None else "")
-                + f"{(mb - self.base[0]) / dt:.1f} MB/s"
-                + (f", {(tokens - self.base[1]) / 1e6 / dt:.3f} M tokens/s" if tokens is not None else ""))
+                + (f"/{self.total_mb:.1f}" if self.total_mb else "") + f" MB, "
+                + (f"{tokens / 1e6:,.2f} M tokens, " if tokens is not None else "") + f"{(mb - mb0) / dt:.1f} MB/s"
+                + (f", {(tokens - (tokens0 or 0)) / 1e6 / dt:.3f} M tokens/s" if tokens is not None else ""))
         if final:
             line += f", done in {dt:.1f}s"
-        elif fraction > self.base[2]:
-            line += f", ETA {dt * (1 - fraction) / (fraction - self.base[2]):.0f}s"
+        elif fraction > fraction0:
+            line += f", ETA {dt * (1 - fraction) / (fraction - fraction0):.0f}s"
         print(line, flush=True)
 
 
@@ -243,9 +246,9 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
             n_bytes += sum(len(t.encode("utf-8")) for t in texts) - len(EOT) * len(stories)
             n_stories += len(stories)
             if size:
-                progress.show(stream.bytes_read / 1e6)
+                progress.update(stream.bytes_read / 1e6)
     if size:
-        progress.show(stream.bytes_read / 1e6, final=True)
+        progress.end()
     return {"tokens": n_tok, "bytes": n_bytes, "stories": n_stories}
 
 
@@ -490,34 +493,40 @@ def main(argv=None):
     return run_command("prepare.py", run, argv, kept="--out is as it was: run the same command again")
 
 
+def prepare_text(args):
+    """The text files' path of run(): keep what --out holds (keep_outputs), or else train or copy the tokenizer
+    and encode the splits into the four outputs (write_outputs) -> True, or False if --out holds this data
+    already. Raises ValueError (bad input, one line), OSError."""
+    paths = text_paths(args)
+    streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
+               "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
+    settings = prepare_settings(args, paths)
+    if not keep_outputs(args, settings):
+        return False
+    if not sum(len(stories) for stories in streams["val"]):   # a bad valid file fails before the BPE
+        raise ValueError(f"{paths[1]} has no text (empty file or only separators)")
+
+    def fill(tmp):
+        write_tokenizer(args, streams["train"], tmp("tokenizer.tiktoken"), paths[0])
+        splits = encode_splits(load_tokenizer(tmp("tokenizer.tiktoken")), streams, tmp)
+        return {"train": splits["train"], "val": splits["val"], "settings": settings}
+    write_outputs(args.out, fill)
+    return True
+
+
 def run(argv):
-    """main's work on argv (list of str): check, lock --out, keep what it holds (keep_outputs), or else train or
-    copy the tokenizer and encode the splits (data/corpus.py's prepare_corpus for --dataset) into temporary
-    files renamed into place at the end (write_outputs) -> 0, or 2 after a one-line error. Its temporary files
-    are removed however it stops (KeyboardInterrupt included)."""
+    """main's work on argv (list of str): check, lock --out, then its text files' (prepare_text) or --dataset's
+    work (data/corpus.py) -> 0, or 2 after a one-line error. Temporary files are removed however it stops
+    (KeyboardInterrupt included), and --out's outputs replaced only whole (write_outputs)."""
     t0 = time.time()
     lock = None
     try:
         args = parse_args(argv)
         lock = lock_out(args.out)
         remove_stale_temps(args.out, "prepare.py")      # a killed run's temporary files (cli.written's)
-        if args.dataset is not None:
-            from data import corpus
-            return corpus.prepare_corpus(args, lock)
-        paths = text_paths(args)
-        streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
-                   "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
-        settings = prepare_settings(args, paths)
-        if not keep_outputs(args, settings):
+        from data import corpus                         # here: corpus imports this module
+        if not (corpus.prepare_corpus(args, lock) if args.dataset is not None else prepare_text(args)):
             return 0
-        if not sum(len(stories) for stories in streams["val"]):   # a bad valid file fails before the BPE
-            raise ValueError(f"{paths[1]} has no text (empty file or only separators)")
-
-        def fill(tmp):
-            write_tokenizer(args, streams["train"], tmp("tokenizer.tiktoken"), paths[0])
-            splits = encode_splits(load_tokenizer(tmp("tokenizer.tiktoken")), streams, tmp)
-            return {"train": splits["train"], "val": splits["val"], "settings": settings}
-        write_outputs(args.out, fill)
     except (OSError, ValueError) as e:
         print(f"prepare.py: error: {e}", file=sys.stderr)
         return 2
@@ -526,6 +535,7 @@ def run(argv):
             os.close(lock)
     print(f"wrote {args.out} in {time.time() - t0:.1f}s total")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
