@@ -47,7 +47,6 @@ LOCAL_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".arr
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4")
 CORPUS_FLAGS = {"name": None, "split": "train", "text_field": "text", "val_split": None, "val_fraction": 0.005,
                 "seed": 0, "max_tokens": None, "num_proc": None, "shard_docs": 1024}   # --dataset's own flags
-HUB_PROBE_S = 10
 
 
 def why(e):
@@ -131,7 +130,7 @@ def source_id(args):
     return src
 
 
-def check_hub(dataset, timeout=HUB_PROBE_S):
+def check_hub(dataset, timeout=10):
     """Raise ValueError (one line) unless the Hugging Face Hub (HF_ENDPOINT) answers an HTTP request within
     `timeout` seconds (any status: it answered), so that an unreachable hub fails at once instead of after
     datasets' retries (about 25 s). Skipped offline (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE: datasets then fails
@@ -191,8 +190,8 @@ def known_docs(args):
             import pyarrow.parquet as pq
             return pq.ParquetFile(args.dataset).metadata.num_rows
         if os.path.isfile(args.dataset) and args.dataset.lower().endswith(".jsonl"):
-            with open(args.dataset, "rb") as f:
-                return sum(1 for line in f if line.strip())
+            with open(args.dataset, "rb") as f:        # its newlines: its lines, near enough for an ETA
+                return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
     except Exception:
         return None
 
