@@ -209,7 +209,7 @@ class Progress:
         self.last = time.time()
         dt = max(self.last - self.t0, 1e-9)
         line = (f"{self.label}: " + (f"{docs:,} documents, " if docs is not None else "") + f"{mb:.1f}"
-                + (f"/{self.total_mb:.1f}" if self.total_mb else "") + f" MB, "
+                + (f"/{self.total_mb:.1f}" if self.total_mb else "") + " MB, "
                 + (f"{tokens / 1e6:,.2f} M tokens, " if tokens is not None else "") + f"{(mb - mb0) / dt:.1f} MB/s"
                 + (f", {(tokens - (tokens0 or 0)) / 1e6 / dt:.3f} M tokens/s" if tokens is not None else ""))
         if final:
