@@ -7,47 +7,46 @@ datasets.load_dataset reads, streamed too: no cache copy), tokenized into the sa
     python data/prepare.py --dataset corpus.jsonl --out data/mine          # a local file: text in its "text" field
 
 Documents: the --text_field of each record (None or "" skipped, counted), each followed by <|endoftext|> (its id;
-a document's own "<|endoftext|>" text is encoded as text). Validation: the dataset's own --val_split, or else the
+the text "<|endoftext|>" in a document is encoded as text). Validation: the dataset's own --val_split, or the
 documents held out by a seeded rule: in shard k (documents k*S .. k*S+S-1, S = --shard_docs), document i is
-held out iff numpy.random.default_rng([seed, k]).random(S)[i] < --val_fraction. meta.json counts both splits and
-says the rule. --max_tokens N: training documents up to and including the one whose tokens bring the total to N
-(the validation documents read up to there are kept). The tokenizer: a BPE trained on the first --bpe_max_bytes
-(UTF-8 bytes) of training documents, or --tokenizer: a tokenizer.tiktoken file, or a Hugging Face tokenizer.json
-(converted by experiments/convert.py, which checks it splits text alike). A vocabulary over 65,536 tokens writes
-uint32 token files; meta.json's "dtype" says which ("uint16" or "uint32"), and train.py reads both.
+held out iff numpy.random.default_rng([seed, k]).random(S)[i] < --val_fraction. --max_tokens N: the training
+documents up to the one whose tokens bring the total to N. The tokenizer and the outputs: as the text path's
+(prepare.write_tokenizer, keep_outputs, write_outputs); past 65,536 tokens the token files are uint32.
 
-Nothing lost, nothing redone (data/shards.py): the documents are tokenized in shards of --shard_docs, each
-written whole to --out/shards-KEY/ by one of --num_proc processes, with the stream's position after it; killed
-at any moment, the same command reads on from there, tokenizes only the missing shards and assembles the same
-bytes. The shards folder is removed once train.bin, val.bin, tokenizer.tiktoken and meta.json (last) are in
-place. A shards folder of other settings is refused without --overwrite (its own command finishes it);
-prepared data in --out is kept as on the text path.
-
-Memory is flat in the corpus size (data/shards.py). Offline, a hub name fails in a second or two with one line (the
-Hub is probed first, 10 s at most, so that datasets' own retries never run); errors are ValueError or OSError,
-printed by prepare.py as one line.
+Nothing lost, nothing redone: shard K of a part (PART "all", split by the held-out rule; or "val" and "train",
+the dataset's own splits) is tokenized by one of --num_proc processes into --out/shards-KEY/PART-K.npz (KEY:
+a hash of the settings), written whole (cli.written) with the stream's position after it. Killed at any moment,
+the same command reads on from the position in the last shard K whose shards 0..K are all written, tokenizes
+only the missing shards and assembles the same bytes (a shard's depend on its documents, the tokenizer, saved
+there first, and the rule only). The shards folder is removed once the outputs are in place; another run's is
+refused without --overwrite. Memory is flat: --num_proc + 1 shards in flight. Offline, a hub name fails at once
+in one line (the Hub is probed first, so datasets' retries never run). Errors: ValueError or OSError.
 """
 import contextlib
+import functools
 import hashlib
 import json
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
+from collections import deque
 
-from data import shards
-from data.tokenizer import file_sha256, load_tokenizer, save_tokenizer, train_bpe
+import numpy as np
 
-CORPUS_VERSION = "corpus 1"     # the shard format and the rules above: a change makes every shards folder "other"
+from data.prepare import VERSION, Progress, keep_outputs, write_outputs, write_tokenizer
+from data.tokenizer import file_sha256, load_tokenizer
+from harness.cli import remove_stale_temps, written
+
+CORPUS_VERSION = "corpus 2"     # the shard format and the rules above: a change makes every shards folder "other"
 LOCAL_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".arrow": "arrow"}
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4")
 CORPUS_FLAGS = {"name": None, "split": "train", "text_field": "text", "val_split": None, "val_fraction": 0.005,
                 "seed": 0, "max_tokens": None, "num_proc": None, "shard_docs": 1024}   # --dataset's own flags
-HUB_PROBE_S = 10
 
 
 def why(e):
@@ -55,15 +54,12 @@ def why(e):
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
 
 
-# ----------------------------------------------------------------------------- checking the command line
-
 def check_args(args):
-    """Check the --dataset flags of prepare.py's parsed `args` (argparse.Namespace) -> args (--num_proc set).
-    Raises ValueError (one line) for a corpus flag without --dataset; with it: --train/--valid, the text
-    files' flags, an --out inside a --dataset folder, an empty --dataset, --split or --text_field, a local
-    path (by its form) that does not exist,
-    --val_fraction outside (0, 1) (without --val_split), --max_tokens, --num_proc or --shard_docs < 1, --seed
-    < 0, --split equal to --val_split, or a --tokenizer that is not a file or not a tokenizer (read_tokenizer)."""
+    """Check the --dataset flags of prepare.py's parsed `args` (argparse.Namespace; their types checked there)
+    -> args, --num_proc set. Raises ValueError (one line) for a corpus flag without --dataset; with it:
+    --train/--valid, the text files' flags, an --out inside a --dataset folder, an empty --dataset, --split or
+    --text_field, a local path (by its form) that does not exist, --val_split equal to --split or beside
+    --val_fraction, a --val_fraction outside (0, 1)."""
     given = [f"--{k}" for k, v in CORPUS_FLAGS.items() if getattr(args, k) != v]
     if args.dataset is None:
         if given:
@@ -81,7 +77,7 @@ def check_args(args):
             raise ValueError(f"--{name} is empty")
     path_like = (args.dataset.startswith(("/", ".", "~")) or args.dataset.count("/") > 1
                  or args.dataset.lower().endswith(tuple(LOCAL_FORMATS) + COMPRESSED + (".txt",)))
-    if path_like and not is_local(args.dataset):
+    if path_like and not os.path.exists(args.dataset):
         raise ValueError(f"--dataset {args.dataset}: no such file or folder (a hub name is NAME or OWNER/NAME)")
     if args.val_split is not None:
         if args.val_split == args.split:
@@ -90,43 +86,11 @@ def check_args(args):
             raise ValueError("--val_split and --val_fraction are two validation rules: pass one of them")
     elif not 0 < args.val_fraction < 1:
         raise ValueError(f"--val_fraction must be in (0, 1), got {args.val_fraction}")
-    for name in ("max_tokens", "num_proc", "shard_docs"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be >= 0, got {args.seed}")
-    if args.tokenizer is not None:
-        enc, _ = read_tokenizer(args.tokenizer)
-        if args.vocab_size is not None and args.vocab_size != enc.n_vocab:
-            raise ValueError(f"--vocab_size {args.vocab_size} but tokenizer {args.tokenizer} has {enc.n_vocab} tokens")
     args.num_proc = args.num_proc or os.cpu_count() or 1
     return args
 
 
-def read_tokenizer(path):
-    """--tokenizer `path`: a tokenizer.tiktoken rank file or a Hugging Face tokenizer.json (a byte-level BPE,
-    converted by experiments.convert.read_tokenizer, which imports torch: only here) -> (tiktoken.Encoding, the
-    rank file's text, str). Raises FileNotFoundError if it is not a file, ValueError if it cannot be read or
-    converted (one line)."""
-    from data.tokenizer import check_file
-    check_file(path, "tokenizer file")
-    with open(path, "rb") as f:
-        head = f.read(64).lstrip()[:1]
-    if head != b"{":
-        enc = load_tokenizer(path)
-        with open(path, encoding="ascii") as f:
-            return enc, f.read()
-    from experiments.convert import read_tokenizer as read_json
-    enc, text, _ = read_json(path)
-    return enc, text
-
-
 # ----------------------------------------------------------------------------- the source
-
-def is_local(dataset):
-    """True if --dataset names a local file or folder (it wins over a hub name, as in datasets)."""
-    return os.path.exists(dataset)
-
 
 def local_format(path):
     """datasets' builder for a local file by its extension ('parquet', 'json', 'arrow'; .gz etc. looked
@@ -141,72 +105,64 @@ def local_format(path):
     return fmt
 
 
-def local_files(path):
-    """The files of a local --dataset: itself, or those under the folder (hidden ones left out), sorted."""
-    if os.path.isfile(path):
-        return [path]
-    found = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [os.path.join(root, f) for f in sorted(files) if not f.startswith(".")]
-    return found
-
-
 def source_id(args):
     """What identifies the corpus (a JSON dict, part of the settings): the hub name, or each local file's path
-    (relative to --dataset), size and sha256 (read whole: about 3 s a GB), with --name, --split, --val_split and
-    --text_field. Raises ValueError for a local folder without files, OSError if one can't be read."""
+    (relative to --dataset; hidden ones left out, as datasets leaves them), size and sha256 (read whole: about
+    3 s a GB), with --name, --split, --val_split and --text_field. Raises ValueError for a local folder without
+    files or a file of another format, OSError if one can't be read."""
     src = {"dataset": args.dataset, "name": args.name, "split": args.split, "val_split": args.val_split,
            "text_field": args.text_field}
-    if is_local(args.dataset):
-        files = local_files(args.dataset)
+    if os.path.isfile(args.dataset):
+        local_format(args.dataset)
+        files = [(args.dataset, os.path.basename(args.dataset))]
+    elif os.path.isdir(args.dataset):
+        files = []
+        for root, dirs, names in os.walk(args.dataset):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            files += [(os.path.join(root, f), os.path.relpath(os.path.join(root, f), args.dataset))
+                      for f in sorted(names) if not f.startswith(".")]
         if not files:
             raise ValueError(f"--dataset {args.dataset} is a folder without files")
-        if os.path.isfile(args.dataset):
-            local_format(args.dataset)
-        src["dataset"] = os.path.abspath(args.dataset)
-        src["files"] = [{"path": os.path.relpath(f, args.dataset) if f != args.dataset else os.path.basename(f),
-                         "bytes": os.path.getsize(f), "sha256": file_sha256(f)} for f in files]
+    else:
+        return src
+    src["dataset"] = os.path.abspath(args.dataset)
+    src["files"] = [{"path": rel, "bytes": os.path.getsize(f), "sha256": file_sha256(f)} for f, rel in files]
     return src
 
 
-def offline():
-    """True if HF_HUB_OFFLINE or HF_DATASETS_OFFLINE asks datasets to stay offline."""
-    return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE",
-                                                                                      "HF_DATASETS_OFFLINE"))
-
-
-def check_hub(dataset, timeout=HUB_PROBE_S):
+def check_hub(dataset, timeout=10):
     """Raise ValueError (one line) unless the Hugging Face Hub (HF_ENDPOINT) answers an HTTP request within
-    `timeout` seconds (any status counts: it answered), so that an unreachable hub fails at once instead of
-    after datasets' retries (about 25 s). Skipped offline (datasets then fails by itself, at once)."""
-    if offline():
+    `timeout` seconds (any status: it answered), so that an unreachable hub fails at once instead of after
+    datasets' retries (about 25 s). Skipped offline (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE: datasets then fails
+    by itself, at once)."""
+    if any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE",
+                                                                                  "HF_DATASETS_OFFLINE")):
         return
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    result = []
+    result = []                                 # [] no answer, [None] an answer, [why, None] an error
 
     def probe():
         try:
             urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
-            result.append(None)
-        except urllib.error.HTTPError:
-            result.append(None)
-        except Exception as e:              # URLError, a timeout, a bad proxy: all mean "not reached"
-            result.append(e)
+        except urllib.error.HTTPError:          # a status: it answered
+            pass
+        except Exception as e:                  # URLError, a timeout, a bad proxy: all mean "not reached"
+            result.append(why(e))
+        result.append(None)
     t = threading.Thread(target=probe, daemon=True)   # a name lookup can outlast urlopen's timeout
     t.start()
     t.join(timeout + 1)
     if not result or result[0] is not None:
-        reason = why(result[0].reason if hasattr(result[0], "reason") else result[0]) if result else "no answer"
         raise ValueError(f"dataset {dataset} could not be reached: the Hugging Face Hub ({endpoint}) does not "
-                         f"answer ({reason}); check the network, or give a local parquet, jsonl or arrow path")
+                         f"answer ({result[0] if result else 'no answer'}); check the network, or give a local "
+                         "parquet, jsonl or arrow path")
 
 
 def open_split(args, split):
     """The documents' stream of `split` of --dataset: a datasets.IterableDataset (streaming, local files too).
     Raises ValueError (one line): a hub dataset that cannot be reached (offline, no network) or found, a
     missing config or split, a folder datasets cannot read."""
-    local = is_local(args.dataset)
+    local = os.path.exists(args.dataset)
     if not local:
         check_hub(args.dataset)
     import datasets                       # only here: train.py and sample.py never import it
@@ -214,10 +170,10 @@ def open_split(args, split):
     datasets.disable_progress_bars()
     if "torch" not in sys.modules:        # else each stream imports torch (3-4 s) to share an epoch counter
         datasets.config.TORCH_AVAILABLE = False     # with torch's DataLoader workers, which are not used here
-    builder = local_format(args.dataset) if local and os.path.isfile(args.dataset) else None
     try:
-        if builder:
-            return datasets.load_dataset(builder, data_files=args.dataset, split=split, streaming=True)
+        if local and os.path.isfile(args.dataset):
+            return datasets.load_dataset(local_format(args.dataset), data_files=args.dataset, split=split,
+                                         streaming=True)
         return datasets.load_dataset(args.dataset, name=args.name, split=split, streaming=True)
     except ConnectionError as e:
         raise ValueError(f"dataset {args.dataset} could not be reached ({why(e)})") from None
@@ -226,48 +182,26 @@ def open_split(args, split):
                          + f" --split {split} could not be opened ({why(e)})") from None
 
 
-def known_docs(args, split):
-    """The number of documents of `split`, where it is cheap to know (a local parquet's metadata, a local
-    .jsonl's lines) -> int, or None."""
-    if not (is_local(args.dataset) and os.path.isfile(args.dataset)):
-        return None
-    name = args.dataset.lower()
+def known_docs(args):
+    """The number of documents of a local parquet file (its metadata) or .jsonl file (its lines), for the ETA
+    -> int, or None (any other source, or a file that datasets will report bad itself)."""
     try:
-        if name.endswith(".parquet"):
+        if os.path.isfile(args.dataset) and args.dataset.lower().endswith(".parquet"):
             import pyarrow.parquet as pq
             return pq.ParquetFile(args.dataset).metadata.num_rows
-        if name.endswith(".jsonl"):
-            n, last = 0, b"\n"
-            with open(args.dataset, "rb") as f:
-                while block := f.read(1 << 24):
-                    n, last = n + block.count(b"\n"), block[-1:]
-            return n + (last != b"\n")
-    except Exception:                      # no ETA is no error: datasets reports a bad file itself
+        if os.path.isfile(args.dataset) and args.dataset.lower().endswith(".jsonl"):
+            with open(args.dataset, "rb") as f:        # its newlines: its lines, near enough for an ETA
+                return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+    except Exception:
         return None
-    return None
 
 
-def texts(batch, args, first):
-    """The documents (list of str) of a batch of records (a dict of columns) from `first` (its first
-    document's index): --text_field's values, None as "". Raises ValueError for a missing field or a value
-    that is not text."""
-    if args.text_field not in batch:
-        raise ValueError(f"--text_field {args.text_field!r} is not a field of {args.dataset}; its fields: "
-                         + ", ".join(map(repr, batch)))
-    docs = batch[args.text_field]
-    for i, d in enumerate(docs):
-        if not isinstance(d, str):
-            if d is not None:
-                raise ValueError(f"document {first + i} of {args.dataset} has a {type(d).__name__} in "
-                                 f"{args.text_field!r}, not text")
-    return ["" if d is None else d for d in docs]
-
-
-def shard_batches(args, split, start):
-    """Iterate the shards of `split` from shard `start` = (index, saved state or None) -> (k, docs, state):
-    shard k's documents (list of str) and the stream's position after it (a JSON-able dict, or None).
-    Raises ValueError (open_split, texts), OSError if reading fails midway (naming the shard)."""
-    k, state = start
+def read_shards(args, split, k=0, state=None):
+    """The shards of `split` from shard k, the stream resumed at `state` (a position read_shards gave, as a
+    dict; None: from the start) -> iterator of (k, docs, position): shard k's documents (list of str:
+    --text_field's values, None read as "") and the stream's position after it (a JSON str; "" if it is not
+    JSON). Raises ValueError (open_split; a missing --text_field, a value that is not text, a record that
+    cannot be read), OSError if reading fails midway (naming the shard)."""
     ds = open_split(args, split)
     if state is not None:
         ds.load_state_dict(state)
@@ -284,21 +218,194 @@ def shard_batches(args, split, start):
             except Exception as e:
                 raise OSError(f"reading {args.dataset} failed at shard {k} ({why(e)}); run the same command "
                               "again to go on from the last shard written") from None
-            docs = texts(batch, args, k * args.shard_docs)
-            yield k, docs, ds.state_dict()
+            if args.text_field not in batch:
+                raise ValueError(f"--text_field {args.text_field!r} is not a field of {args.dataset}; its fields: "
+                                 + ", ".join(map(repr, batch)))
+            docs = batch[args.text_field]
+            for i, d in enumerate(docs):
+                if d is not None and not isinstance(d, str):
+                    raise ValueError(f"document {k * args.shard_docs + i} of {args.dataset} has a "
+                                     f"{type(d).__name__} in {args.text_field!r}, not text")
+            try:
+                position = json.dumps(ds.state_dict())
+            except (TypeError, ValueError):
+                position = ""
+            yield k, ["" if d is None else d for d in docs], position
             k += 1
     finally:
         it.close()            # now, not at exit, when pyarrow's generators print a traceback as they close
 
 
+# ----------------------------------------------------------------------------- the shards
+
+def held_out(args, part, k, n):
+    """Which of shard k's n documents are validation ones -> bool numpy [n]: all of PART 'val', none of
+    'train', the seeded rule (module docstring) for 'all'."""
+    if part != "all":
+        return np.full(n, part == "val")
+    return np.random.default_rng([args.seed, k]).random(args.shard_docs)[:n] < args.val_fraction
+
+
+def shard_path(folder, part, k):
+    return os.path.join(folder, f"{part}-{k:07d}.npz")
+
+
+def summary(lengths, nbytes, val):
+    """A shard's counts -> {docs (non-empty), empty, train_tokens, val_tokens, bytes} (ints)."""
+    return {"docs": int((lengths > 0).sum()), "empty": int((lengths == 0).sum()),
+            "train_tokens": int(lengths[~val].sum()), "val_tokens": int(lengths[val].sum()),
+            "bytes": int(nbytes.sum())}
+
+
+def read_shard(path):
+    """The shard file `path` -> (its summary(), the stream's position after it: a JSON str, or "")."""
+    with np.load(path) as z:
+        return summary(z["lengths"], z["nbytes"], z["val"]), str(z["position"])
+
+
+@functools.lru_cache(maxsize=2)
+def encoding(path, size, mtime):
+    """The tokenizer at `path`, loaded once a process for its size and mtime (a file rewritten is read again)."""
+    return load_tokenizer(path)
+
+
+def encode_shard(tokenizer_path, path, docs, val, position):
+    """Tokenize one shard (a worker's task; in the main process with --num_proc 1): docs (list of str), val
+    (bool [n], the held-out ones), position (str: the stream's after the shard) -> the file `path` (np.savez,
+    written whole): tokens (uint16, or uint32 for a vocabulary over 65,536) = each non-empty document's ids then
+    <|endoftext|>, lengths (uint32 [n]: each document's tokens, 0 for an empty one), nbytes (uint64 [n]: UTF-8
+    bytes), val, position. Returns summary(). Raises OSError if writing fails."""
+    st = os.stat(tokenizer_path)
+    enc = encoding(tokenizer_path, st.st_size, st.st_mtime_ns)
+    eot = np.array([enc.eot_token], dtype=np.uint32)
+    lengths, nbytes, pieces = np.zeros(len(docs), np.uint32), np.zeros(len(docs), np.uint64), []
+    for i, d in enumerate(docs):
+        if d:
+            ids = enc.encode_to_numpy(d, disallowed_special=())
+            pieces += [ids, eot]
+            lengths[i], nbytes[i] = ids.size + 1, len(d.encode("utf-8"))
+    dtype = np.uint16 if enc.n_vocab <= 65536 else np.uint32
+    tokens = np.concatenate(pieces).astype(dtype) if pieces else np.zeros(0, dtype)
+    with written(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, tokens=tokens, lengths=lengths, nbytes=nbytes, val=val, position=np.array(position))
+    return summary(lengths, nbytes, val)
+
+
+def worker_init(lock):
+    """A pool worker (forked) ignores Ctrl-C (the main process stops it) and closes its copy of --out's locked
+    descriptor `lock` (int or None), so the lock goes with the main process: the same command can run again
+    at once after a kill -9, while a worker left over finishes (at most) its shard, whole."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if lock is not None:
+        os.close(lock)
+
+
+def resume_point(folder, part):
+    """Where an earlier run of these settings left `part` -> (K + 1, the stream's position after shard K (a
+    dict), [summary of shards 0..K]) for the last K whose shards 0..K are all written and whose position is
+    kept; (0, None, []) if there is none."""
+    kept, good, state = [], 0, None
+    while os.path.exists(shard_path(folder, part, len(kept))):
+        s, position = read_shard(shard_path(folder, part, len(kept)))
+        kept.append(s)
+        if position:
+            good, state = len(kept), json.loads(position)
+    return good, state, kept[:good]
+
+
+def produce(args, folder, part, split, submit, ahead):
+    """Make every shard of `part` (read from the stream of `split`) exist in `folder`, tokenizing only those that
+    do not, up to the stream's end or the shard whose training tokens bring the total to --max_tokens.
+    submit(path, docs, val, position) -> encode_shard's summary (dict), or a task (the pool's AsyncResult) that
+    gives it; `ahead`: tasks in flight at most. Prints progress (prepare.Progress). Raises ValueError, OSError
+    (reading, a task)."""
+    goal, total = (args.max_tokens if part != "val" else None), known_docs(args)
+    n, state, kept = resume_point(folder, part)
+    if n:
+        print(f"{part}: going on after shard {n - 1}: {n} shards written by an earlier run are not tokenized "
+              "again", flush=True)
+    progress = Progress(f"{split} (training and held out)" if part == "all" else f"{part} ({split})")
+    count = dict.fromkeys(("docs", "empty", "train_tokens", "val_tokens", "bytes"), 0)
+
+    def add(s):             # a shard's summary, in order; done: of the documents (if known) or of --max_tokens
+        for key, v in s.items():
+            count[key] += v
+        done = max((count["docs"] + count["empty"]) / total if total else 0,
+                   count["train_tokens"] / goal if goal else 0)
+        progress.update(count["bytes"] / 1e6, count["docs"], count["train_tokens"] + count["val_tokens"], min(done, 1))
+
+    def take():
+        task = pending.popleft()
+        add(task if isinstance(task, dict) else task.get())
+
+    def reached():
+        return goal is not None and count["train_tokens"] >= goal
+    for s in kept:
+        add(s)
+    pending = deque()
+    with contextlib.closing(read_shards(args, split, n, state)) as shards:
+        for k, docs, position in () if reached() else shards:
+            if k == n:
+                progress.begin()              # the rates count from the stream's first shard
+            path = shard_path(folder, part, k)
+            pending.append(read_shard(path)[0] if os.path.exists(path) else
+                           submit(path, docs, held_out(args, part, k, len(docs)), position))
+            while pending and (len(pending) > ahead or isinstance(pending[0], dict) or pending[0].ready()) \
+                    and not reached():
+                take()
+            if reached():
+                break
+    while pending and not reached():          # shards past the --max_tokens cut are not counted
+        take()
+    progress.end()
+
+
 # ----------------------------------------------------------------------------- the run
+
+def assemble(args, folder, parts, train_path, val_path):
+    """Write the split files train_path and val_path from each part's shards in order (the training tokens cut
+    after the document that brings them to --max_tokens) -> {split: {tokens, bytes, stories (non-empty
+    documents), empty, bytes_per_token}}. Raises ValueError if a split is empty, OSError if reading or writing
+    fails."""
+    stats = {s: dict.fromkeys(("tokens", "bytes", "stories", "empty"), 0) for s in ("train", "val")}
+    with open(train_path, "wb") as ftrain, open(val_path, "wb") as fval:
+        for part, _ in parts:
+            goal, progress, k = args.max_tokens if part != "val" else None, Progress(f"assembling {part}"), 0
+            while os.path.exists(shard_path(folder, part, k)) and not (goal and stats["train"]["tokens"] >= goal):
+                with np.load(shard_path(folder, part, k)) as z:
+                    tokens, lengths, nbytes, val = z["tokens"], z["lengths"], z["nbytes"], z["val"]
+                if goal:
+                    room = goal - stats["train"]["tokens"]
+                    hit = np.nonzero(np.cumsum(np.where(val, 0, lengths).astype(np.int64)) >= room)[0]
+                    keep = int(hit[0]) + 1 if hit.size else len(lengths)
+                    lengths, nbytes, val = lengths[:keep], nbytes[:keep], val[:keep]
+                mask = np.repeat(val, lengths)
+                tokens = tokens[:mask.size]
+                ftrain.write(tokens[~mask].tobytes())
+                fval.write(tokens[mask].tobytes())
+                for split, sel in (("train", ~val), ("val", val)):
+                    st = stats[split]
+                    st["tokens"] += int(lengths[sel].sum())
+                    st["bytes"] += int(nbytes[sel].sum())
+                    st["stories"] += int((lengths[sel] > 0).sum())
+                    st["empty"] += int((lengths[sel] == 0).sum())
+                k += 1
+                progress.update((ftrain.tell() + fval.tell()) / 1e6)
+    for split, st in stats.items():
+        if not st["tokens"]:
+            raise ValueError(f"no {'validation' if split == 'val' else 'training'} text: " + (
+                f"the held-out rule (--val_fraction {args.val_fraction}) kept none of the "
+                f"{stats['train']['stories']} documents; give a larger --val_fraction" if split == "val" and
+                args.val_split is None else f"{args.dataset} has no non-empty document in its {split} split"))
+        st["bytes_per_token"] = st["bytes"] / st["tokens"]
+    return stats
+
 
 def corpus_settings(args):
     """What --out's outputs depend on (a JSON dict, kept in meta.json as "settings"; its hash names the shards
     folder): the source (source_id), the validation rule, --max_tokens, --shard_docs, the vocabulary, the BPE's
-    sample or the --tokenizer file's sha256, and both format versions. Not --num_proc (the outputs do not
-    depend on it). Raises ValueError, OSError (source_id)."""
-    from data.prepare import VERSION
+    sample or the --tokenizer file's sha256, and both format versions; not --num_proc. Raises ValueError,
+    OSError (source_id)."""
     return {"version": VERSION, "corpus": CORPUS_VERSION, "source": source_id(args),
             "val_fraction": None if args.val_split else args.val_fraction,
             "seed": None if args.val_split else args.seed, "max_tokens": args.max_tokens,
@@ -307,158 +414,86 @@ def corpus_settings(args):
             "tokenizer_sha256": file_sha256(args.tokenizer) if args.tokenizer else None}
 
 
-def keep_rule(args, settings, folder):
-    """prepare.py's rule for what --out holds, with the shards: True to go on (making or resuming `folder`),
-    False (after a line saying so) when --out holds this data already. Raises ValueError (one line) when --out
-    holds other or damaged prepared data, or another run's shards folder, without --overwrite (with it, the
-    other shards are removed). A shards folder of these settings means an allowed run was stopped: it goes on."""
-    from data.prepare import held_outputs
-    resuming = os.path.isdir(folder)
-    others = sorted(d for d in os.listdir(args.out) if d.startswith("shards-") and d != os.path.basename(folder))
-    held = None if args.overwrite else held_outputs(args.out, settings)
-    if held == "same":
-        if resuming:                    # the run was stopped after its outputs were in place
-            shutil.rmtree(folder)
-        print(f"{args.out} already holds this data, prepared from the same corpus with the same settings: "
-              "nothing to do (--overwrite prepares it again)")
+def tokenize(args, folder, parts, lock):
+    """Make every part's shards in `folder` (produce), after the tokenizer, saved there once (a later run
+    reuses it): prepare.write_tokenizer on the training documents of the last part. --num_proc processes,
+    forked where the system can (before datasets starts a thread; each closes its copy of the locked
+    descriptor `lock`). Raises ValueError, OSError; KeyboardInterrupt goes through, the pool stopped."""
+    pool = None
+    if args.num_proc > 1:
+        fork = "fork" in multiprocessing.get_all_start_methods()
+        pool = multiprocessing.get_context("fork" if fork else None).Pool(args.num_proc, worker_init,
+                                                                           (lock if fork else None,))
+    try:
+        for _, split in parts:          # a missing split or config fails before the BPE is trained
+            open_split(args, split)
+        tok_path = os.path.join(folder, "tokenizer.tiktoken")
+        if not os.path.exists(tok_path):
+            part, split = parts[-1]
+            with contextlib.closing(read_shards(args, split)) as shards, written(tok_path) as tmp:
+                training = ([d for d, held in zip(docs, held_out(args, part, k, len(docs))) if d and not held]
+                            for k, docs, _ in shards)
+                write_tokenizer(args, training, tmp, f"{args.dataset} --split {split}")
+
+        def submit(path, docs, val, position):
+            if pool is None:
+                return encode_shard(tok_path, path, docs, val, position)
+            return pool.apply_async(encode_shard, (tok_path, path, docs, val, position))
+        for part, split in parts:
+            produce(args, folder, part, split, submit, args.num_proc + 1)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
+def prepare_corpus(args, lock=None):
+    """prepare.py --dataset's work on checked `args` (check_args), with --out made and locked (`lock`: the
+    locked descriptor, int, or None): keep what --out holds (prepare.keep_outputs, and the shards folders:
+    module docstring), tokenize the missing shards, assemble the split files and put the four outputs in place
+    (prepare.write_outputs), then remove the shards folder -> True, or False if --out holds this data already.
+    Raises ValueError (bad input, one line) or OSError (reading or writing failed); KeyboardInterrupt goes
+    through."""
+    settings = corpus_settings(args)
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    folder = os.path.join(args.out, f"shards-{key}")
+    if not keep_outputs(args, settings, resuming=os.path.isdir(folder)):
+        shutil.rmtree(folder, ignore_errors=True)       # a run stopped after its outputs were in place
         return False
-    if held is not None and not resuming:
-        raise ValueError(f"{args.out} already holds prepared data " + ("of other settings or text" if held == "other"
-                         else f"that is damaged: {held}") + "; pass --overwrite to replace it, or choose another --out")
+    others = sorted(d for d in os.listdir(args.out) if d.startswith("shards-") and d != os.path.basename(folder))
     if others and not args.overwrite:
         raise ValueError(f"{args.out} holds the shards of an unfinished --dataset run of other settings "
                          f"({others[0]}): run its command again to finish it, or pass --overwrite to drop them")
     for d in others:
         shutil.rmtree(os.path.join(args.out, d))
         print(f"prepare.py: note: removed {d}, the shards of an unfinished run of other settings", file=sys.stderr)
-    return True
-
-
-def make_tokenizer(args, folder, parts):
-    """The tokenizer of the run, saved once in `folder` (a later run reuses it) -> its path: --tokenizer's rank
-    file (read_tokenizer), or a BPE of --vocab_size (default 4096) trained on the first --bpe_max_bytes of UTF-8
-    text of the training documents (held-out ones left out). Raises ValueError if there is no training text or
-    too little for the vocabulary, OSError if writing fails."""
-    path = os.path.join(folder, "tokenizer.tiktoken")
-    if os.path.exists(path):
-        return path
-    if args.tokenizer is not None:
-        text = read_tokenizer(args.tokenizer)[1]
-        shards.write_whole(path, lambda f: f.write(text.encode("ascii")))
-        return path
-    part, split = parts[-1]
-    sample, size = [], 0
-    with contextlib.closing(shard_batches(args, split, (0, None))) as batches:
-        for k, docs, _ in batches:
-            for d, held in zip(docs, shards.held_out(args, part, k, len(docs))):
-                if d and not held:
-                    sample.append(d)
-                    size += len(d.encode("utf-8"))
-            if 0 < args.bpe_max_bytes < size:
-                break
-    if not sample:
-        raise ValueError(f"{args.dataset} has no training text (no non-empty document in --split {split})")
-    print(f"training the BPE on the first {len(sample)} training documents ({size / 1e6:.1f} MB) of "
-          f"{args.dataset}", flush=True)
-    ranks = train_bpe(sample, args.vocab_size or 4096, verbose=True)
-    del sample
-    tmp = os.path.join(folder, f".tokenizer.tiktoken.tmp{os.getpid()}")
-    save_tokenizer(ranks, tmp)
-    os.replace(tmp, path)
-    return path
-
-
-def finish(args, folder, parts, settings, tok_path):
-    """Assemble the split files (shards.assemble) and put the four outputs in --out: temporary files renamed
-    into place, meta.json last; then remove the shards folder -> meta (dict). Raises ValueError, OSError; a
-    failure leaves --out's outputs as they were (a rename of several files is not one step: a kill between two
-    leaves the shards folder, and the same command then assembles again)."""
-    tmps = []
-
-    def tmp(name):
-        tmps.append((os.path.join(args.out, f".{name}.tmp{os.getpid()}"), name))
-        return tmps[-1][0]
+    os.makedirs(folder, exist_ok=True)
+    remove_stale_temps(folder, "prepare.py")            # shards a killed run (or its workers) was writing
+    parts = [("val", args.val_split), ("train", args.split)] if args.val_split else [("all", args.split)]
     try:
-        stats = shards.assemble(args, folder, parts, tmp)
-        enc = load_tokenizer(tok_path)
-        shutil.copyfile(tok_path, tmp("tokenizer.tiktoken"))
-        from data.tokenizer import tokenizer_sha256
+        tokenize(args, folder, parts, lock)
+    except ValueError:                 # bad input: a folder without a shard is no run to go on with
+        if not any(f.endswith(".npz") for f in os.listdir(folder)):
+            shutil.rmtree(folder)
+        raise
+
+    def fill(tmp):
+        shutil.copyfile(os.path.join(folder, "tokenizer.tiktoken"), tmp("tokenizer.tiktoken"))
+        stats = assemble(args, folder, parts, tmp("train.bin"), tmp("val.bin"))
         rule = ({"rule": "the dataset's own split", "split": args.val_split} if args.val_split else
                 {"rule": "document i of shard k held out iff numpy.random.default_rng([seed, k]).random(shard_docs)[i]"
                          " < val_fraction", "val_fraction": args.val_fraction, "seed": args.seed,
                  "shard_docs": args.shard_docs})
         rule["documents"] = stats["val"]["stories"]
-        meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
-                "tokenizer_sha256": tokenizer_sha256(tok_path), "dtype": "uint16" if enc.n_vocab <= 65536 else "uint32",
-                "train": stats["train"], "val": stats["val"], "held_out": rule, "settings": settings}
-        with open(tmp("meta.json"), "w") as f:
-            json.dump(meta, f, indent=2)
-        for t, name in tmps:
-            os.replace(t, os.path.join(args.out, name))
-        tmps.clear()
-    finally:
-        for t, _ in tmps:
-            if os.path.exists(t):
-                os.remove(t)
-    shutil.rmtree(folder)
-    return meta
-
-
-def start_pool(n, lock):
-    """A pool of n tokenizing processes (shards.worker_init): forked where the system can (made before datasets
-    starts any thread; each closes its copy of the locked descriptor `lock`), else spawned."""
-    if "fork" in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("fork").Pool(n, shards.worker_init, (lock,))
-    return multiprocessing.get_context().Pool(n, shards.worker_init, (None,))
-
-
-def prepare_corpus(args, lock=None):
-    """prepare.py --dataset's work on checked `args` (check_args), with --out made and locked (`lock`: the
-    locked descriptor, int, or None): keep what --out holds (keep_rule), make or reuse the tokenizer, tokenize
-    the missing shards of each part (shards.produce, --num_proc processes), assemble and put the outputs in
-    place (finish) -> 0. Raises ValueError (bad input, one line) or OSError (reading or writing failed);
-    KeyboardInterrupt goes through, with the pool stopped and no temporary file left in the shards folder."""
-    t0 = time.time()
-    settings = corpus_settings(args)
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    folder = os.path.join(args.out, f"shards-{key}")
-    if not keep_rule(args, settings, folder):
-        return 0
-    os.makedirs(folder, exist_ok=True)
-    parts = [("val", args.val_split), ("train", args.split)] if args.val_split else [("all", args.split)]
-    pool = start_pool(args.num_proc, lock) if args.num_proc > 1 else None
+        return {"train": stats["train"], "val": stats["val"], "held_out": rule, "settings": settings}
     try:
-        shards.remove_temps(folder)
-        for _, split in parts:          # a missing split or config fails before the BPE is trained
-            open_split(args, split)
-        tok_path = make_tokenizer(args, folder, parts)
-
-        def submit(path, docs, val):
-            if pool is None:
-                return shards.Done(shards.encode_shard(tok_path, path, docs, val))
-            return pool.apply_async(shards.encode_shard, (tok_path, path, docs, val))
-        ctx = shards.Context(args, folder, submit, args.num_proc + 1, lambda split, start:
-                             shard_batches(args, split, start), lambda split: known_docs(args, split))
-        for part, split in parts:
-            shards.produce(ctx, part, split)
-    except ValueError:                 # bad input: a folder without a shard is no run to go on with
-        if not any(f.endswith(".npz") for f in os.listdir(folder)):
-            shutil.rmtree(folder)
-        raise
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-        shards.remove_temps(folder)
-    try:
-        meta = finish(args, folder, parts, settings, tok_path)
+        meta = write_outputs(args.out, fill)
     except ValueError:
         shutil.rmtree(folder)          # no split can be made of these settings: nothing to go on from
         raise
+    shutil.rmtree(folder)
     for split in ("train", "val"):
         st = meta[split]
-        print(f"{split}: {st['stories']} documents, {st['bytes']} bytes, {st['tokens']} tokens, "
+        print(f"{split}: {st['stories']} documents, {st['bytes']} bytes, {st['tokens']} {meta['dtype']} tokens, "
               f"{st['bytes_per_token']:.3f} bytes/token" + (f", {st['empty']} empty skipped" if st["empty"] else ""))
-    print(f"wrote {args.out} ({meta['dtype']} tokens, vocabulary {meta['vocab_size']}) in {time.time() - t0:.1f}s "
-          "total")
-    return 0
+    return True

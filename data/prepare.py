@@ -14,7 +14,7 @@ Outputs in --out (default data/tinystories next to this file):
 
 --dataset NAME_OR_PATH reads a Hugging Face dataset (streaming) or a local parquet, jsonl or arrow file or
 folder instead of the text files, in resumable shards: a killed run, run again, goes on where it stopped and
-writes the same bytes (data/corpus.py, data/shards.py say how).
+writes the same bytes (data/corpus.py says how).
 
 Tokenizer: ranks 0..255 are the single bytes, merges get ranks 256.., and
 <|endoftext|> is the special token vocab_size-1 (vocab_size-257 merges).
@@ -35,15 +35,14 @@ if __name__ == "__main__":     # run as data/prepare.py: the repository root on 
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
 import json
-import shutil
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from harness.cli import TEMP_NAME, ArgumentParser, remove_stale_temps, run_command, written
-from data import corpus  # noqa: E402
+from harness.cli import (TEMP_NAME, ArgumentParser, number, random_seed, remove_stale_temps,  # noqa: E402
+                         run_command, written)
 from data.tokenizer import (EOT, check_file, file_sha256, load_tokenizer, save_tokenizer,  # noqa: E402
                             tokenizer_sha256, train_bpe)
 
@@ -181,47 +180,75 @@ class StoryStream:
                 yield self._stories(buf[:cut], start)
 
 
+class Progress:
+    """The one progress line of prepare.py, printed by update() at most every `every` seconds and by end():
+    'LABEL: [N documents, ]MB[/TOTAL] MB, [M tokens, ]MB/s[, M tokens/s]', then the ETA where the fraction done
+    is known (of total_mb, or as given), or at the end the seconds taken. The rates and the ETA count from
+    begin() (what was done before, an earlier run's shards, counts in the totals only)."""
+
+    def __init__(self, label, total_mb=0.0, every=5.0):
+        self.label, self.total_mb, self.every = label, total_mb, every
+        self.now = (0.0, None, 0, 0.0)             # MB, documents, tokens, fraction done
+        self.begin()
+
+    def begin(self):
+        """Start the clock of the rates and the ETA here."""
+        self.t0 = self.last = time.time()
+        self.base = self.now
+
+    def update(self, mb, docs=None, tokens=None, fraction=None):
+        """Count mb (float) MB read, docs and tokens (int) made, the fraction (0..1) done (default: of total_mb);
+        print the line if `every` seconds have passed since the last one."""
+        self.now = (mb, docs, tokens, fraction if fraction is not None else mb / self.total_mb if self.total_mb else 0)
+        if time.time() - self.last >= self.every:
+            self.end(final=False)
+
+    def end(self, final=True):
+        """Print the line now (the last one, with the seconds taken, if `final`)."""
+        (mb, docs, tokens, fraction), (mb0, _, tokens0, fraction0) = self.now, self.base
+        self.last = time.time()
+        dt = max(self.last - self.t0, 1e-9)
+        line = (f"{self.label}: " + (f"{docs:,} documents, " if docs is not None else "") + f"{mb:.1f}"
+                + (f"/{self.total_mb:.1f}" if self.total_mb else "") + " MB, "
+                + (f"{tokens / 1e6:,.2f} M tokens, " if tokens is not None else "") + f"{(mb - mb0) / dt:.1f} MB/s"
+                + (f", {(tokens - (tokens0 or 0)) / 1e6 / dt:.3f} M tokens/s" if tokens is not None else ""))
+        if final:
+            line += f", done in {dt:.1f}s"
+        elif fraction > fraction0:
+            line += f", ETA {dt * (1 - fraction) / (fraction - fraction0):.0f}s"
+        print(line, flush=True)
+
+
 def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
     """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream), each followed by
     <|endoftext|>, writing uint16 token ids to the binary file object `out` as they come: the result
-    equals encode_split(enc, all stories). Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..." that tiktoken encodes on
-    num_threads threads (default: all cores) straight into numpy (tiktoken encodes the pieces between
-    special tokens independently, so this is per-story encoding). Prints progress (MB done, MB/s, ETA)
-    every progress_s seconds when the stream has a `size`. Returns {"tokens", "bytes", "stories"} (bytes:
-    UTF-8 bytes of the stripped stories). Raises ValueError if a token id does not fit in uint16, OSError
-    if writing fails."""
+    equals encode_split(enc, all stories). Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..."
+    that tiktoken encodes on num_threads threads (default: all cores) straight into numpy (tiktoken encodes
+    the pieces between special tokens independently, so this is per-story encoding). Prints progress (MB
+    done, MB/s, ETA: Progress) every progress_s seconds when the stream has a `size`. Returns {"tokens",
+    "bytes", "stories"} (bytes: UTF-8 bytes of the stripped stories). Raises ValueError if a token id does
+    not fit in uint16, OSError if writing fails."""
     threads = num_threads or os.cpu_count() or 1
-    allowed = {EOT}
     n_tok = n_bytes = n_stories = 0
-    t0 = last = time.time()
     size = getattr(stream, "size", 0)
-
-    def report(final=False):
-        done = getattr(stream, "bytes_read", 0) / 1e6
-        dt = max(time.time() - t0, 1e-9)
-        rate = done / dt
-        eta = (size / 1e6 - done) / rate if rate > 0 else 0.0
-        print(f"{label}: {done:.1f}/{size / 1e6:.1f} MB, {rate:.1f} MB/s, "
-              + (f"done in {dt:.1f}s" if final else f"ETA {eta:.0f}s"), flush=True)
-
+    progress = Progress(label, size / 1e6, progress_s)
     with ThreadPoolExecutor(threads) as ex:
         for stories in stream:
             if not stories:
                 continue
             k = -(-len(stories) // (4 * threads))
             texts = [EOT.join(stories[i:i + k]) + EOT for i in range(0, len(stories), k)]
-            for ids in ex.map(lambda t: enc.encode_to_numpy(t, allowed_special=allowed), texts):
+            for ids in ex.map(lambda t: enc.encode_to_numpy(t, allowed_special={EOT}), texts):
                 if ids.size and int(ids.max()) >= 65536:
                     raise ValueError("token ids do not fit in uint16 (vocab_size > 65536)")
                 out.write(ids.astype(np.uint16).tobytes())
                 n_tok += int(ids.size)
             n_bytes += sum(len(t.encode("utf-8")) for t in texts) - len(EOT) * len(stories)
             n_stories += len(stories)
-            if size and time.time() - last >= progress_s:
-                last = time.time()
-                report()
+            if size:
+                progress.update(stream.bytes_read / 1e6)
     if size:
-        report(final=True)
+        progress.end()
     return {"tokens": n_tok, "bytes": n_bytes, "stories": n_stories}
 
 
@@ -290,26 +317,61 @@ def held_outputs(out, settings):
     return "same" if meta.get("settings") == settings else "other"
 
 
+def keep_outputs(args, settings, resuming=False):
+    """The keep/--overwrite rule: True to go on and write --out; False, after a line saying so, when it holds
+    this data already (made with `settings`, its files whole). Raises ValueError (one line) when it holds other
+    or damaged prepared data and neither --overwrite nor `resuming` (a stopped run of these settings that may
+    have put some of its outputs in place: data/corpus.py) is given."""
+    held = None if args.overwrite else held_outputs(args.out, settings)
+    if held == "same":
+        print(f"{args.out} already holds this data, prepared from the same source with the same settings: "
+              "nothing to do (--overwrite prepares it again)")
+        return False
+    if held is not None and not resuming:
+        raise ValueError(f"{args.out} already holds prepared data " + ("of other settings or text" if held == "other"
+                         else f"that is damaged: {held}") + "; pass --overwrite to replace it, or choose another --out")
+    return True
+
+
+def write_outputs(out, fill):
+    """Write the four OUTPUTS in `out` whole, or leave them as they were (cli.written: temporary files renamed
+    in OUTPUTS' order at the end): fill(tmp) writes tmp("tokenizer.tiktoken"), tmp("train.bin") and
+    tmp("val.bin") (tmp: name -> its temporary path) and returns meta.json's own entries ({"train", "val",
+    ..., "settings"}); meta.json adds the tokenizer's (vocab_size, eot_id, sha256) and the token files' dtype
+    ("uint16", or "uint32" past 65,536 tokens) before them -> the meta (dict). Raises what fill raises, OSError."""
+    with written(*(os.path.join(out, name) for name in OUTPUTS)) as tmps:
+        tmp = dict(zip(OUTPUTS, tmps)).get
+        entries = fill(tmp)
+        enc = load_tokenizer(tmp("tokenizer.tiktoken"))
+        meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
+                "tokenizer_sha256": tokenizer_sha256(tmp("tokenizer.tiktoken")),
+                "dtype": "uint16" if enc.n_vocab <= 65536 else "uint32", **entries}
+        with open(tmp("meta.json"), "w") as f:
+            json.dump(meta, f, indent=2)
+    return meta
+
+
 def parse_args(argv=None):
     """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv); an unknown
-    option, a bad type or a flag given twice: one line, exit 2 (cli.ArgumentParser). Raises ValueError for
-    --vocab_size outside [257, 65536], --chunk_bytes < 1, --bpe_max_bytes < 0, an empty path, an --out that
-    is a file, only one of --train and --valid, or a --tokenizer that is malformed, has over 65536 tokens or
-    disagrees with --vocab_size; FileNotFoundError if it is not a file (check_file). --dataset and its flags:
-    corpus.check_args (there a --tokenizer may be a tokenizer.json, and hold more than 65536 tokens)."""
+    option, a bad type, a number out of its range (--vocab_size outside [257, 65536], --chunk_bytes,
+    --max_tokens, --num_proc or --shard_docs < 1, a --seed outside [0, 2**32)) or a flag given twice: one line,
+    exit 2 (cli.ArgumentParser). Raises ValueError for --bpe_max_bytes < 0, an empty path, an --out that is a
+    file, only one of --train and --valid, or a --tokenizer that is malformed, disagrees with --vocab_size or,
+    without --dataset, has over 65536 tokens (read_tokenizer: a tokenizer.json is converted); FileNotFoundError
+    if it is not a file (check_file). --dataset and its flags: corpus.check_args."""
     p = ArgumentParser("prepare.py", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument("--train", help="local training text (default: download TinyStories-train.txt)")
     p.add_argument("--valid", help="local validation text (default: download TinyStories-valid.txt)")
     p.add_argument("--out", default=os.path.join(DATA_DIR, "tinystories"), help="output dir")
-    p.add_argument("--vocab_size", type=int, default=None,
+    p.add_argument("--vocab_size", type=number(int, 257, high=65536), default=None,
                    help="tokens incl. <|endoftext|> (default 4096; with --tokenizer: that file's)")
     p.add_argument("--bpe_max_bytes", type=int, default=100_000_000,
                    help="train the BPE on the first stories up to this many bytes (0: all)")
     p.add_argument("--tokenizer", metavar="FILE",
                    help="encode with this existing tokenizer.tiktoken instead of training one "
                         "(with --dataset: or a Hugging Face tokenizer.json)")
-    p.add_argument("--chunk_bytes", type=int, default=8 << 20,
+    p.add_argument("--chunk_bytes", type=number(int, 1), default=8 << 20,
                    help="read and encode the text in chunks of about this many bytes")
     p.add_argument("--skip_bad_utf8", action="store_true",
                    help="skip a story that is not valid UTF-8 (counted in meta.json) instead of stopping")
@@ -325,17 +387,13 @@ def parse_args(argv=None):
     c.add_argument("--val_split", help="validate on this split of the dataset (default: hold documents out)")
     c.add_argument("--val_fraction", type=float, default=0.005,
                    help="documents held out for validation, seeded (default 0.005)")
-    c.add_argument("--seed", type=int, default=0, help="the seed of the held-out rule (default 0)")
-    c.add_argument("--max_tokens", type=int,
+    c.add_argument("--seed", type=random_seed, default=0, help="the seed of the held-out rule (default 0)")
+    c.add_argument("--max_tokens", type=number(int, 1),
                    help="stop after this many training tokens (whole documents; default: all)")
-    c.add_argument("--num_proc", type=int, help="tokenizing processes (default: the cores)")
-    c.add_argument("--shard_docs", type=int, default=1024,
+    c.add_argument("--num_proc", type=number(int, 1), help="tokenizing processes (default: the cores)")
+    c.add_argument("--shard_docs", type=number(int, 1), default=1024,
                    help="documents a shard, the unit of resuming (default 1024)")
     args = p.parse_args(argv)
-    if args.vocab_size is not None and not 257 <= args.vocab_size <= 65536:
-        raise ValueError(f"--vocab_size must be in [257, 65536], got {args.vocab_size}")
-    if args.chunk_bytes < 1:
-        raise ValueError(f"--chunk_bytes must be >= 1, got {args.chunk_bytes}")
     if args.bpe_max_bytes < 0:
         raise ValueError(f"--bpe_max_bytes must be >= 0 (0: all the text), got {args.bpe_max_bytes}")
     for name in ("train", "valid", "tokenizer", "out"):
@@ -343,17 +401,18 @@ def parse_args(argv=None):
             raise ValueError(f"--{name} is empty; give a path")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file, not a folder")
-    if corpus.check_args(args).dataset is not None:         # --dataset's flags, and none of them without it
-        return args
-    if (args.train is None) != (args.valid is None):
+    from data import corpus                                 # here: corpus imports this module
+    corpus.check_args(args)                                 # --dataset's flags, and none of them without it
+    if args.dataset is None and (args.train is None) != (args.valid is None):
         raise ValueError("pass both --train and --valid, or neither (to download)")
     if args.tokenizer is not None:
-        enc = load_tokenizer(args.tokenizer)
-        if enc.n_vocab > 65536:
-            raise ValueError(f"tokenizer {args.tokenizer} has {enc.n_vocab} tokens; uint16 files hold 65536")
+        enc = read_tokenizer(args.tokenizer)[0]
         if args.vocab_size is not None and args.vocab_size != enc.n_vocab:
             raise ValueError(f"--vocab_size {args.vocab_size} but tokenizer {args.tokenizer} "
                              f"has {enc.n_vocab} tokens")
+        if args.dataset is None and enc.n_vocab > 65536:
+            raise ValueError(f"tokenizer {args.tokenizer} has {enc.n_vocab} tokens; the text files' path writes "
+                             "uint16 files (65536 tokens at most; --dataset writes uint32 past them)")
     return args
 
 
@@ -369,18 +428,36 @@ def text_paths(args):
         raise ValueError(f"download failed ({e}); pass --train/--valid to use local files")
 
 
-def write_tokenizer(args, train, path):
-    """Write the tokenizer file to `path`: a copy of --tokenizer, or else a BPE of --vocab_size (default
-    4096) trained on the first --bpe_max_bytes of the stories of `train` (a StoryStream). Raises ValueError
-    if the training text is empty or too small for the vocabulary, OSError if reading or writing fails."""
+def read_tokenizer(path):
+    """--tokenizer `path`: a tokenizer.tiktoken rank file, or a Hugging Face tokenizer.json (a byte-level BPE,
+    converted by experiments.convert.read_tokenizer, which imports torch: only here) -> (tiktoken.Encoding, the
+    rank file's content, bytes). Raises FileNotFoundError if it is not a file (check_file), ValueError if it
+    cannot be read or converted (one line)."""
+    check_file(path, "tokenizer file")
+    with open(path, "rb") as f:
+        content = f.read()
+    if content.lstrip()[:1] != b"{":
+        return load_tokenizer(path), content
+    from experiments.convert import read_tokenizer as read_json
+    enc, text, _ = read_json(path)
+    return enc, text.encode("ascii")
+
+
+def write_tokenizer(args, chunks, path, source):
+    """Write the tokenizer file to `path`: --tokenizer's rank file (read_tokenizer), or else a BPE of
+    --vocab_size (default 4096) trained on bpe_sample(chunks, --bpe_max_bytes): chunks is an iterable of lists
+    of str (a StoryStream, the training documents of a corpus), read only as far as needed; `source` names it
+    in messages. Raises ValueError if it has no text or too little for the vocabulary, OSError if reading or
+    writing fails."""
     if args.tokenizer is not None:
-        shutil.copyfile(args.tokenizer, path)
+        with open(path, "wb") as f:
+            f.write(read_tokenizer(args.tokenizer)[1])
         return
-    sample = bpe_sample(train, args.bpe_max_bytes)
+    sample = bpe_sample(chunks, args.bpe_max_bytes)
     if not sample:
-        raise ValueError(f"{train.path} has no text (empty file or only separators)")
-    print(f"training the BPE on the first {len(sample)} stories "
-          f"({sum(map(len, sample)) / 1e6:.1f} MB) of {train.path}", flush=True)
+        raise ValueError(f"{source} has no text to train the BPE on (empty, or only separators or empty documents)")
+    print(f"training the BPE on the first {len(sample)} stories ({sum(map(len, sample)) / 1e6:.1f} MB) of {source}",
+          flush=True)
     ranks = train_bpe(sample, args.vocab_size or 4096, verbose=True)
     del sample
     save_tokenizer(ranks, path)
@@ -416,47 +493,40 @@ def main(argv=None):
     return run_command("prepare.py", run, argv, kept="--out is as it was: run the same command again")
 
 
+def prepare_text(args):
+    """The text files' path of run(): keep what --out holds (keep_outputs), or else train or copy the tokenizer
+    and encode the splits into the four outputs (write_outputs) -> True, or False if --out holds this data
+    already. Raises ValueError (bad input, one line), OSError."""
+    paths = text_paths(args)
+    streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
+               "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
+    settings = prepare_settings(args, paths)
+    if not keep_outputs(args, settings):
+        return False
+    if not sum(len(stories) for stories in streams["val"]):   # a bad valid file fails before the BPE
+        raise ValueError(f"{paths[1]} has no text (empty file or only separators)")
+
+    def fill(tmp):
+        write_tokenizer(args, streams["train"], tmp("tokenizer.tiktoken"), paths[0])
+        splits = encode_splits(load_tokenizer(tmp("tokenizer.tiktoken")), streams, tmp)
+        return {"train": splits["train"], "val": splits["val"], "settings": settings}
+    write_outputs(args.out, fill)
+    return True
+
+
 def run(argv):
-    """main's work on argv (list of str): check, lock --out, keep what it holds (held_outputs: 0 if it is
-    this run's data, an error if other data, unless --overwrite), train or copy the tokenizer, encode the
-    splits into temporary files and rename them into place at the end -> 0, or 2 after a one-line
-    error. Its temporary files are removed however it stops (KeyboardInterrupt included)."""
+    """main's work on argv (list of str): check, lock --out, then its text files' (prepare_text) or --dataset's
+    work (data/corpus.py) -> 0, or 2 after a one-line error. Temporary files are removed however it stops
+    (KeyboardInterrupt included), and --out's outputs replaced only whole (write_outputs)."""
     t0 = time.time()
     lock = None
     try:
         args = parse_args(argv)
         lock = lock_out(args.out)
         remove_stale_temps(args.out, "prepare.py")      # a killed run's temporary files (cli.written's)
-        if args.dataset is not None:
-            return corpus.prepare_corpus(args, lock)
-        paths = text_paths(args)
-        streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
-                   "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
-        settings = prepare_settings(args, paths)
-        held = None if args.overwrite else held_outputs(args.out, settings)
-        if held == "same":
-            print(f"{args.out} already holds this data, prepared from the same text with the same settings: "
-                  "nothing to do (--overwrite prepares it again)")
+        from data import corpus                         # here: corpus imports this module
+        if not (corpus.prepare_corpus(args, lock) if args.dataset is not None else prepare_text(args)):
             return 0
-        if held is not None:
-            raise ValueError(f"{args.out} already holds prepared data " + ("of other settings or text" if held ==
-                             "other" else f"that is damaged: {held}") + "; pass --overwrite to replace it, or "
-                             "choose another --out")
-
-        if not sum(len(stories) for stories in streams["val"]):   # a bad valid file fails before the BPE
-            raise ValueError(f"{paths[1]} has no text (empty file or only separators)")
-        # temporary files in the out dir (.NAME.tmpPID), renamed to OUTPUTS in their order at the end
-        with written(*(os.path.join(args.out, name) for name in OUTPUTS)) as tmps:
-            tmp = dict(zip(OUTPUTS, tmps)).get
-            tok_tmp = tmp("tokenizer.tiktoken")
-            write_tokenizer(args, streams["train"], tok_tmp)
-            enc = load_tokenizer(tok_tmp)
-            splits = encode_splits(enc, streams, tmp)
-            meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
-                    "tokenizer_sha256": tokenizer_sha256(tok_tmp), "dtype": "uint16", "train": splits["train"],
-                    "val": splits["val"], "settings": settings}
-            with open(tmp("meta.json"), "w") as f:
-                json.dump(meta, f, indent=2)
     except (OSError, ValueError) as e:
         print(f"prepare.py: error: {e}", file=sys.stderr)
         return 2

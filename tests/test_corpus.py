@@ -1,4 +1,4 @@
-"""Tests for data/prepare.py --dataset (data/corpus.py, data/shards.py: any corpus in, issue 70) and train.py
+"""Tests for data/prepare.py --dataset (data/corpus.py: any corpus in, issue 70) and train.py
 reading its uint16 and uint32 token files.
 
     python test_mixer.py test_corpus
@@ -18,7 +18,7 @@ from unittest import mock
 
 import numpy as np
 
-from data import corpus, prepare, shards
+from data import corpus, prepare
 from data.tokenizer import EOT, load_tokenizer, save_tokenizer
 from tests.common import ROOT, run
 
@@ -189,28 +189,27 @@ class TestResume(CorpusCase):
     def test_failed_run_goes_on_without_tokenizing_again(self):
         """A run that fails after 3 shards (a full disk, simulated in the 4th), run again: the same four files
         as an uninterrupted run, byte for byte, with only the missing shards tokenized (counted); with
-        --max_tokens too, and with the stream's positions after shards 1 and 2 lost (it reads on from shard 1,
-        and finds shards 1 and 2 written). Then the same command again does nothing."""
-        real, calls = shards.encode_shard, []
+        --max_tokens too, and with the stream's positions after shards 1 and 2 not kept (a position that is not
+        JSON: it reads on from shard 1, and finds shards 1 and 2 written). Then the same command again does
+        nothing."""
+        real, calls = corpus.encode_shard, []
 
-        def counting(tok, path, docs, val):
+        def counting(tok, path, docs, val, position):
             calls.append(os.path.basename(path))
             if fail_at and len(calls) == fail_at:
                 raise OSError('No space left on device (simulated)')
-            return real(tok, path, docs, val)
+            lost_here = lost and os.path.basename(path) in ('all-0000001.npz', 'all-0000002.npz')
+            return real(tok, path, docs, val, '' if lost_here else position)
         for more, lost in (([], False), (['--max_tokens', '9000'], False), ([], True)):
             with self.subTest(more=more, lost=lost):
                 ref = self.reference(*more)
                 folder, calls[:], fail_at = os.path.join(self.tmp, 'run'), [], 4
-                with mock.patch.object(shards, 'encode_shard', counting):
+                with mock.patch.object(corpus, 'encode_shard', counting):
                     rc, _, err = prepare_(*self.flags('run', *more))
                 self.assertEqual((rc, err.count('\n')), (2, 1), err)
                 self.assertIn('No space left', err)
-                [sh] = os.listdir(folder)
-                for k in (1, 2) if lost else ():
-                    os.remove(os.path.join(folder, sh, f'all-{k:07d}.state.json'))
                 calls[:], fail_at = [], None
-                with mock.patch.object(shards, 'encode_shard', counting):
+                with mock.patch.object(corpus, 'encode_shard', counting):
                     rc, out, err = prepare_(*self.flags('run', *more))
                 self.assertEqual(rc, 0, err)
                 self.assertIn(f'{1 if lost else 3} shards written by an earlier run are not tokenized again', out)
@@ -231,7 +230,7 @@ class TestResume(CorpusCase):
         folder = os.path.join(self.tmp, 'run')
 
         def stopped(*more):             # a run that fails at its first shard: its shards folder stays
-            with mock.patch.object(shards, 'encode_shard', side_effect=OSError('disk full (simulated)')):
+            with mock.patch.object(corpus, 'encode_shard', side_effect=OSError('disk full (simulated)')):
                 self.assertEqual(prepare_(*self.flags('run', *more))[0], 2)
             return [n for n in os.listdir(folder) if n.startswith('shards-')]
 
@@ -286,18 +285,18 @@ class TestResume(CorpusCase):
                 shutil.rmtree(folder)
 
     def test_killed_process_resumes_to_the_same_bytes(self):
-        """prepare.py with 2 processes, killed (SIGKILL, the whole process at once) after it has read 6 shards,
+        """prepare.py with 2 processes, killed (SIGKILL, the whole process at once) as it reads its 8th shard,
         then the same command: the same bytes as an uninterrupted run in one process."""
         ref = self.reference()
         kill = ("import os, runpy, signal, sys\n"
                 "sys.path.insert(0, os.getcwd())\n"
-                "from data import shards\n"
-                "real = shards.save_state\n"
-                "def save_state(folder, part, k, state):\n"
-                "    real(folder, part, k, state)\n"
-                "    if k == 6:\n"
+                "from data import corpus\n"
+                "real = corpus.shard_path\n"
+                "def shard_path(folder, part, k):\n"
+                "    if k == 7:\n"
                 "        os.kill(os.getpid(), signal.SIGKILL)\n"
-                "shards.save_state = save_state\n"
+                "    return real(folder, part, k)\n"
+                "corpus.shard_path = shard_path\n"
                 "sys.argv = sys.argv[1:]\n"
                 "runpy.run_path(sys.argv[0], run_name='__main__')\n")
         args = self.flags('run')
