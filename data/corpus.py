@@ -38,6 +38,10 @@ from collections import deque
 
 import numpy as np
 
+if __name__ == "__main__":       # before the imports that need the repository root on the path
+    print("corpus.py: error: data/prepare.py's --dataset, not a command: python data/prepare.py --help", file=sys.stderr)
+    sys.exit(2)
+
 from data.prepare import VERSION, Progress, keep_outputs, write_outputs, write_tokenizer
 from data.tokenizer import file_sha256, load_tokenizer
 from harness.cli import remove_stale_temps, written
