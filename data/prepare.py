@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from harness.cli import (TEMP_NAME, ArgumentParser, number, random_seed, remove_stale_temps,  # noqa: E402
+from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_seed, remove_stale_temps,  # noqa: E402
                          run_command, written)
 from data.tokenizer import (EOT, check_file, file_sha256, load_tokenizer, save_tokenizer,  # noqa: E402
                             tokenizer_sha256, train_bpe)
@@ -264,13 +264,7 @@ def lock_out(out):
     prepare.py holds it (naming its pid when its temporary files show it), OSError if out can't be made."""
     os.makedirs(out, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
-    try:
-        import fcntl
-    except ImportError:                                 # not POSIX: no lock
-        return fd
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if not hold_lock(fd):
         os.close(fd)
         pids = sorted({int(m.group(2)) for m in map(TEMP_NAME.match, os.listdir(out)) if m})
         raise ValueError(f"{out} is being written by another prepare.py run"

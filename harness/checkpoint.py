@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 import mixer
-from harness.cli import fail, remove_stale_temps, write_atomic, written
+from harness.cli import fail, hold_lock, remove_stale_temps, write_atomic, written
 from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
@@ -138,17 +138,11 @@ def lock_run(out_dir):
     OS releases the lock when the process dies, however it dies, so a killed run never blocks the next.
     Raises CheckpointError naming the run (its pid) that holds it, or when the folder cannot be written."""
     try:
-        import fcntl
-    except ImportError:                         # not POSIX: no lock
-        return None
-    try:
         os.makedirs(out_dir, exist_ok=True)
         f = open(os.path.join(out_dir, '.lock'), 'a+')
     except OSError as e:
         raise CheckpointError(f'cannot write to the run folder {out_dir!r} ({_reason(e)})') from None
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if not hold_lock(f.fileno()):
         f.seek(0)
         pid = f.read().strip() or '?'
         f.close()

@@ -340,6 +340,22 @@ def _remove(path):
         os.remove(path)
 
 
+def hold_lock(fd):
+    """Take an exclusive lock on the open file or folder descriptor fd (flock) for this process's life: the OS
+    releases it when the process dies, however it dies, so a killed run never blocks the next -> True, or
+    False when another process holds it (not POSIX: no lock, True). train.py's run folder and
+    data/prepare.py's --out are locked so."""
+    try:
+        import fcntl
+    except ImportError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
 def pid_alive(pid):
     """True if a process `pid` runs on this machine (another user's included)."""
     try:
