@@ -163,9 +163,7 @@ class Attention(nn.Module):
     def flops(self, T):
         return 4 * T * self.qkv.in_features             # QK^T and AV in full
 
-    def decays(self):
-        """{parameter: weight decay or not} of its own parameters: none (its Linear layers take the rule of
-        every Linear weight: weight decay)."""
+    def decays(self):                    # no parameters of its own: its Linear layers take every Linear's rule
         return {}
 
 
@@ -244,8 +242,7 @@ class LinearAttention(nn.Module):
         d = self.qkv.in_features
         return 4 * min(T, self.chunk_size) * d + 4 * d * d // self.n_head
 
-    def decays(self):
-        """No parameters of its own (its Linear layers take the rule of every Linear weight): {}."""
+    def decays(self):                    # no parameters of its own: its Linear layers take every Linear's rule
         return {}
 
 
