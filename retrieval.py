@@ -499,8 +499,7 @@ def evaluate(model, fit, q, t, sp):
     (train_retrieval's dict) 'final_train_loss', 'curve', 'kept_step', 'best_test_step'}."""
     tr, te = torch.tensor(sp.fit), torch.tensor(sp.test)
     center = torch.cat([q[tr], t[tr]]).mean(0)
-    methods = {'mixer (trained)': lambda a, b: model(a, b), 'cosine': cosine_scores(),
-               'cosine (centred)': cosine_scores(center)}
+    methods = {'mixer (trained)': model, 'cosine': cosine_scores(), 'cosine (centred)': cosine_scores(center)}
     acc = {m: {str(n): accuracy(fn, q[te], t[te], sp.draws[n]) for n in sp.ns} for m, fn in methods.items()}
     loss = {str(n): {'train': retrieval_loss(model, q[tr], t[tr], sp.train_draws[n]) if n in sp.train_draws
                      else None, 'test': retrieval_loss(model, q[te], t[te], sp.draws[n])} for n in sp.ns}

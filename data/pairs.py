@@ -76,23 +76,18 @@ def ict_pairs(stories, seed=1337, max_pairs=None, per_story=1, min_sentences=3, 
     rng = np.random.default_rng(seed)
     out = []
     for si in rng.permutation(len(stories)).tolist():
-        if max_pairs is not None and len(out) >= max_pairs:
-            break
         story = stories[si]
         spans = split_sentences(story)
         if len(spans) < min_sentences:
             continue
-        long_ = [sp for sp in spans if len(story[sp[0]:sp[1]].split()) >= min_words]
-        options = []
-        for sp in (long_ or spans):
-            target, cut = remove_span(story, *sp)
-            if story[sp[0]:sp[1]] not in target:
-                options.append((story[sp[0]:sp[1]], target, cut))
+        long_ = [(a, b) for a, b in spans if len(story[a:b].split()) >= min_words]
+        options = [(story[a:b], *remove_span(story, a, b)) for a, b in long_ or spans]   # (query, target, cut)
+        options = [(q, target, cut) for q, target, cut in options if q not in target]
         for k in rng.permutation(len(options))[:per_story].tolist():
             q, target, cut = options[k]
             out.append({'query': q, 'target': target, 'cut': cut, 'story': si})
-            if max_pairs is not None and len(out) >= max_pairs:
-                break
+        if max_pairs is not None and len(out) >= max_pairs:
+            return out[:max_pairs]
     return out
 
 

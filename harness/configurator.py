@@ -104,7 +104,7 @@ def check_settings(cfg):
         if cfg[key] not in choices:
             fail(f'{key} must be one of {", ".join(map(repr, choices))}, got {cfg[key]!r}')
     for key, low in AT_LEAST.items():
-        if key in cfg and cfg[key] < low:
+        if cfg[key] < low:
             fail(f'{key} must be >= {low}, got {cfg[key]!r}')
     if cfg['mixing_weight_decay'] is not None and not (
             isinstance(cfg['mixing_weight_decay'], (int, float)) and cfg['mixing_weight_decay'] >= 0):
@@ -117,7 +117,7 @@ def check_settings(cfg):
         if not 0 <= cfg[key] < 1:
             fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
     for key in ('fft_threshold', 'chunk_size'):
-        if key in cfg and cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
+        if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
             fail(f'{key} must be None (the device\'s own) or an int >= 1, got {cfg[key]!r}')
     for key in ('out_dir', 'data_dir'):
         if not cfg[key].strip():

@@ -74,8 +74,7 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=1.0)
     shared 2-core machine halved the peak), times the threads; more threads than cores overstate it."""
     cuda, threads = torch.device(device).type == 'cuda', torch.get_num_threads()
     n, clock = n or matmul_size(device), time.perf_counter if cuda else time.thread_time
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     torch.set_num_threads(threads if cuda else 1)
     for _ in range(3):
         a @ b
@@ -176,19 +175,20 @@ def setup_device(cfg):
         fail(f"unknown device {dev!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
     if kind not in ('cpu', 'cuda'):
         fail(f"device {dev!r} is not supported: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
-    if kind == 'cuda' and not torch.cuda.is_available():
+    cuda = kind == 'cuda'
+    if cuda and not torch.cuda.is_available():
         fail(f'device {dev} requested but CUDA is not available')
     if dev == 'cpu':                   # before any thread starts (gloo's included)
         keep_freed_memory()            # large per-step tensors: no page faults each step
     rank, world, local = 0, 1, 0
     if ddp:
         rank, world, local = (int(os.environ[k]) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK'))
-        if dev.startswith('cuda'):
+        if cuda:
             dev = f'cuda:{local}'
             torch.cuda.set_device(dev)
-        dist.init_process_group(backend='nccl' if dev.startswith('cuda') else 'gloo',
+        dist.init_process_group(backend='nccl' if cuda else 'gloo',
                                 timeout=datetime.timedelta(seconds=cfg.get('ddp_timeout', 300)))
-    elif kind == 'cuda':
+    elif cuda:
         # Without torchrun: make the device current, or every argument-less call (synchronize, the
         # caches) would use GPU 0; torch.cuda.set_device refuses a device without an index.
         if torch.device(dev).index is None:
@@ -197,7 +197,6 @@ def setup_device(cfg):
             torch.cuda.set_device(dev)
         except (RuntimeError, ValueError) as e:
             fail(f'device {dev}: {str(e).splitlines()[0]}')
-    cuda = dev.startswith('cuda')
     dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
