@@ -31,7 +31,7 @@ if __name__ == '__main__':       # before the imports that need the repository r
     print("pairs.py: error: retrieval.py's pairs, not a command: python retrieval.py --help", file=sys.stderr)
     sys.exit(2)
 
-from data.prepare import check_file, load_tokenizer, split_stories, tokenizer_sha256  # noqa: E402
+from data.prepare import check_file, load_tokenizer, split_stories, token_dtype, tokenizer_sha256  # noqa: E402
 
 
 class UsageError(Exception):
@@ -141,7 +141,7 @@ class TokenStories:
 
 
 def read_data_dir_stories(data_dir, split):
-    """Stories of data_dir's {split}.bin (uint16 tokens, stories separated by the eot id of meta.json),
+    """Stories of data_dir's {split}.bin (token_dtype's ids, stories separated by the eot id of meta.json),
     decoded with the data dir's tokenizer (byte-level BPE: the exact text): a TokenStories. Raises
     UsageError if meta.json or the .bin file is missing or damaged, the tokenizer cannot be loaded or is
     not the one meta.json records (its SHA-256), or the file holds token ids the tokenizer does not have."""
@@ -165,10 +165,10 @@ def read_data_dir_stories(data_dir, split):
     if found != sha:
         raise UsageError(f'{tok_path} (sha256 {found}) is not the tokenizer meta.json records (sha256 {sha}): '
                          f'the token files were encoded with another; run data/prepare.py again')
-    size = os.path.getsize(path)
-    if size == 0 or size % 2:
-        raise UsageError(f'{path} holds {size} bytes: not a token file of uint16 ids (run data/prepare.py again)')
-    ids = np.memmap(path, dtype=np.uint16, mode='r')
+    size, dtype = os.path.getsize(path), token_dtype(data_dir)
+    if size == 0 or size % dtype.itemsize:
+        raise UsageError(f'{path} holds {size} bytes: not a token file of {dtype} ids (run data/prepare.py again)')
+    ids = np.memmap(path, dtype=dtype, mode='r')
     if int(ids.max()) >= enc.n_vocab:
         raise UsageError(f'{path} holds token id {int(ids.max())}, but its tokenizer has {enc.n_vocab} tokens '
                          '(the token files and the tokenizer are from different runs of data/prepare.py)')

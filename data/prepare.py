@@ -258,6 +258,17 @@ OUTPUTS = ("tokenizer.tiktoken", "train.bin", "val.bin", "meta.json")
 VERSION = "prepare 1"       # the output format and the BPE trainer: a change here makes every --out "other"
 
 
+def token_dtype(data_dir):
+    """The dtype of data_dir's token files (train.bin, val.bin) as its meta.json says: uint16, or uint32 for a
+    vocabulary over 65,536 -> numpy dtype; uint16 where meta.json names none (written before "dtype") or
+    cannot be read (its readers check it themselves)."""
+    try:
+        with open(os.path.join(data_dir, "meta.json")) as f:
+            return np.dtype(json.load(f).get("dtype", "uint16"))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return np.dtype(np.uint16)
+
+
 def lock_out(out):
     """Make the folder `out` and lock it for this run (flock on the folder itself: no extra file; the
     OS releases it when the process dies) -> the locked file descriptor. Raises ValueError when another

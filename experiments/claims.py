@@ -68,6 +68,7 @@ from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS
 from harness.cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
 from experiments.flags import listing
 from harness.configurator import read_config_file
+from data.prepare import token_dtype
 from experiments.runner import (ROOT, Runner, command, fmt_s, job, reset_dir, say, step_times, train_job, train_run,
                                window_loss_job)
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there
@@ -240,8 +241,8 @@ def budget_runs(runner, out, plan, base, step_s, budget_s, budgets, lrs, seeds, 
 def unigram(data_dir):
     """The token-frequency level of val.bin under train.bin's add-one unigram ->
     (cross entropy in nats/token, accuracy of always guessing train's most common token)."""
-    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
-    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    train, val = (np.memmap(os.path.join(data_dir, f'{s}.bin'), dtype=token_dtype(data_dir), mode='r')
+                  for s in ('train', 'val'))
     n = int(max(train.max(), val.max())) + 1
     counts = np.bincount(train, minlength=n)
     p = (counts + 1) / (len(train) + n)
@@ -347,7 +348,7 @@ def run_claims(args):
                                   args.seeds, s['reg_seeds']), budget_s=budget_s)
 
     n_train = meta['train']['tokens'] if 'tokens' in meta.get('train', {}) else len(
-        np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r'))
+        np.memmap(os.path.join(data_dir, 'train.bin'), dtype=token_dtype(data_dir), mode='r'))
     notes = write_report(out, plan, extras, step_s, args, budget_s, n_train, tokens_per_step(base['lm']))
     write_runs(out, plan)
     for note in notes:

@@ -60,6 +60,7 @@ import torch
 from harness import checkpoint
 import mixer
 from attention import causal_mask
+from data.prepare import token_dtype
 from harness.cli import ArgumentParser, check_writable, failing, number, run_command
 
 fail = failing('look.py')            # 'PROG: error: msg' on stderr, exit 2
@@ -289,10 +290,10 @@ def read_windows(data_dir, ckpt, vocab_size, T, n):
     if sha != ckpt['tokenizer']['sha256']:
         fail(f'the data in {data_dir} was encoded with another tokenizer than the checkpoint\'s: '
              'its token ids mean other text (set --data_dir to the folder the model was trained on)')
-    size = os.path.getsize(val_path)
-    if size % 2 or size // 2 < T + 1:
-        fail(f'{val_path} holds {size} bytes: not a token file of at least {T + 1} uint16 ids')
-    data = np.memmap(val_path, dtype=np.uint16, mode='r')
+    size, dtype = os.path.getsize(val_path), token_dtype(data_dir)
+    if size % dtype.itemsize or size // dtype.itemsize < T + 1:
+        fail(f'{val_path} holds {size} bytes: not a token file of at least {T + 1} {dtype} ids')
+    data = np.memmap(val_path, dtype=dtype, mode='r')
     starts = torch.linspace(0, len(data) - T - 1, n).long().tolist()
     idx = torch.from_numpy(np.stack([data[s:s + T].astype(np.int64) for s in starts]))
     if int(idx.max()) >= vocab_size:

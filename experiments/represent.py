@@ -54,6 +54,7 @@ from harness.cli import (ArgumentParser, check_writable, distinct_files, failing
                  save_results)
 from experiments.flags import listing
 from experiments.runner import md_table
+from data.prepare import token_dtype
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
 SHAPES = {'full': dict(d_model=128, n_layer=4, n_ctx=256, vocab_size=4096),
@@ -135,10 +136,10 @@ def windows(data_dir, n_ctx, T, count, vocab_size, seed=0):
     path = os.path.join(data_dir, 'val.bin')
     if not os.path.isfile(path):
         fail(f'{path} not found: run data/prepare.py first (or leave out --data_dir)')
-    size = os.path.getsize(path)
-    if size % 2 or size // 2 < T + 1:
-        fail(f'{path} holds {size} bytes: not a token file of at least T + 1 = {T + 1} uint16 ids')
-    val = np.memmap(path, dtype=np.uint16, mode='r')
+    size, dtype = os.path.getsize(path), token_dtype(data_dir)
+    if size % dtype.itemsize or size // dtype.itemsize < T + 1:
+        fail(f'{path} holds {size} bytes: not a token file of at least T + 1 = {T + 1} {dtype} ids')
+    val = np.memmap(path, dtype=dtype, mode='r')
     starts = np.linspace(0, len(val) - T - 1, count).astype(np.int64)
     return torch.from_numpy(np.stack([val[s:s + T].astype(np.int64) for s in starts]))
 

@@ -346,6 +346,13 @@ class TestWideVocabulary(CorpusCase):
         self.assertEqual(prepare_(*self.flags('narrow'))[0], 0)
         _, narrow, _ = train.load_data({'data_dir': os.path.join(self.tmp, 'narrow'), 'n_ctx': 8})
         self.assertEqual(narrow.dtype, np.uint16)
+        # the other readers of a data folder read its dtype too: retrieval's stories, represent's windows
+        from data.pairs import read_data_dir_stories
+        from experiments.represent import windows
+        stories = read_data_dir_stories(folder, 'val')
+        self.assertEqual([stories[i] for i in range(len(stories))],
+                         [d.strip() for d, h in zip(self.docs, held) if h and d.strip()])
+        np.testing.assert_array_equal(windows(folder, 8, 8, 1, len(ranks) + 1)[0], val_data[:8].astype(np.int64))
 
 
 class TestTokenizerJson(CorpusCase):
