@@ -34,7 +34,10 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 
 if __name__ == '__main__':       # run as a file too (python experiments/eval_tasks.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
@@ -55,7 +58,9 @@ from harness.cli import ArgumentParser, check_writable, device_error, failing, n
 
 fail = failing('eval_tasks.py')
 TASKS_DIR = os.path.dirname(os.path.abspath(tinystories.__file__))     # the shipped tasks, always included
+SHIPPED = {f[:-5] for f in os.listdir(TASKS_DIR) if f.endswith('.yaml')}    # each file names its task
 BPB_TASK = 'tinystories_bpb'         # the task printed beside train.py's own bits per byte
+HUB_PROBE_S = 3.0                    # seconds the Hugging Face Hub has to answer before it counts as offline
 
 
 def _no_metadata_hint(record):
@@ -269,15 +274,74 @@ def task_manager(names, include):
     return tm
 
 
-def check_tasks(tm, names):
-    """Load each task of `names` once, so that one whose data cannot be read here is named: exits 2 (one line)."""
+def offline_asked():
+    """True if HF_HUB_OFFLINE (or HF_DATASETS_OFFLINE) asks the Hugging Face libraries to stay offline."""
+    return any(os.environ.get(v, '').upper() in ('1', 'ON', 'YES', 'TRUE') for v in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE'))
+
+
+def hub_unreachable(timeout=HUB_PROBE_S):
+    """Why the Hugging Face Hub (HF_ENDPOINT) does not answer an HTTP request within `timeout` seconds (one
+    short line), or None when it answers (any status)."""
+    endpoint, result = os.environ.get('HF_ENDPOINT', 'https://huggingface.co').rstrip('/'), []
+
+    def probe():
+        try:
+            urllib.request.urlopen(urllib.request.Request(endpoint, method='HEAD'), timeout=timeout).close()
+            result.append(None)
+        except urllib.error.HTTPError:
+            result.append(None)
+        except Exception as e:              # URLError, a timeout, a proxy: not reached
+            result.append(str(getattr(e, 'reason', e)).splitlines()[0][:120] or type(e).__name__)
+    t = threading.Thread(target=probe, daemon=True)       # a name lookup can outlast urlopen's timeout
+    t.start()
+    t.join(timeout + 1)
+    return result[0] if result else f'no answer in {timeout:.0f} s'
+
+
+@contextlib.contextmanager
+def offline_mode():
+    """Inside (as True), huggingface_hub and datasets read only their local cache, as under HF_HUB_OFFLINE=1
+    (set here on their module constants: they read the variable once, at import)."""
+    import datasets.config
+    import huggingface_hub.constants
+    places = [(huggingface_hub.constants, 'HF_HUB_OFFLINE'), (datasets.config, 'HF_HUB_OFFLINE'),
+              (datasets.config, 'HF_DATASETS_OFFLINE')]
+    before = [getattr(m, a) for m, a in places]
+    for m, a in places:
+        setattr(m, a, True)
+    try:
+        yield True
+    finally:
+        for (m, a), v in zip(places, before):
+            setattr(m, a, v)
+
+
+def hub_access(names):
+    """The context the tasks' data is read in: nothing for the shipped tasks alone; else offline_mode() when
+    HF_HUB_OFFLINE asks for it or the hub does not answer (said on stdout), so that a dataset in the local
+    cache loads at once and any other fails at once, not after the hub client's retries (~25 s)."""
+    if set(names) <= SHIPPED:
+        return contextlib.nullcontext(False)
+    why = 'HF_HUB_OFFLINE' if offline_asked() else hub_unreachable()
+    if why is None:
+        return contextlib.nullcontext(False)
+    if why != 'HF_HUB_OFFLINE':
+        print(f'eval_tasks.py: the Hugging Face Hub does not answer ({why}): reading its datasets from the local '
+              'cache only', flush=True)
+    return offline_mode()
+
+
+def check_tasks(tm, names, offline):
+    """Load each task of `names` once, so that one whose data cannot be read here is named: exits 2 (one line);
+    `offline`: the hub is not reachable (hub_access), which the line says."""
     for name in names:
         try:
             tm.load([name])
         except Exception as e:          # datasets and the hub raise many types: a missing file, no network, ...
-            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-            fail(f'task {name!r} could not be loaded ({type(e).__name__}: {why}); a Hugging Face dataset needs '
-                 'the network once, then its cache')
+            why = str(e).splitlines()[0][:200] if str(e) else ''
+            fail(f'task {name!r} could not be loaded ({type(e).__name__}: {why})' + (
+                 '; offline, only datasets in the local cache can be read: run it once with the network'
+                 if offline else ''))
 
 
 def json_safe(results):
@@ -338,21 +402,23 @@ def evaluate_tasks(argv):
     if _no_metadata_hint not in hinting.filters:
         hinting.addFilter(_no_metadata_hint)
     tm = task_manager(names, include)
-    check_tasks(tm, names)
     cfg, config = model.cfg, ckpt.get('config', {})
     variant = config.get('variant', cfg.kind)
-    print(f'eval_tasks.py: {args.ckpt}: {variant} ({cfg.kind}), n_ctx {cfg.n_ctx}, step {ckpt.get("step", "?")}; '
-          f'{", ".join(names)}' + (f' (the first {args.limit} documents each)' if args.limit else '')
-          + f'; {args.device}, batch {args.batch_size}', flush=True)
     from lm_eval import simple_evaluate
     from lm_eval.utils import make_table
     os.environ.setdefault('DISABLE_MULTIPROC', '1')     # lm-eval's bootstrap here, not in a pool of every core
-    lm, t0 = ProjectLM(model, enc, args.batch_size, args.max_gen_toks), time.perf_counter()
-    try:
-        results = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=args.limit, log_samples=False,
-                                  bootstrap_iters=args.bootstrap_iters, batch_size=args.batch_size, device=args.device)
-    except TooLong as e:
-        fail(str(e))
+    with hub_access(names) as offline:
+        check_tasks(tm, names, offline)
+        print(f'eval_tasks.py: {args.ckpt}: {variant} ({cfg.kind}), n_ctx {cfg.n_ctx}, step {ckpt.get("step", "?")}; '
+              f'{", ".join(names)}' + (f' (the first {args.limit} documents each)' if args.limit else '')
+              + f'; {args.device}, batch {args.batch_size}', flush=True)
+        lm, t0 = ProjectLM(model, enc, args.batch_size, args.max_gen_toks), time.perf_counter()
+        try:
+            results = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=args.limit, log_samples=False,
+                                      bootstrap_iters=args.bootstrap_iters, batch_size=args.batch_size,
+                                      device=args.device)
+        except TooLong as e:
+            fail(str(e))
     seconds = time.perf_counter() - t0
     print(make_table(results))
     if results.get('groups'):

@@ -231,9 +231,10 @@ class TestCommand(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def run_eval(self, *args):
-        return run_in_process('-m', 'experiments.eval_tasks', '--ckpt', self.ckpt, *args,
-                              env={**ENV, 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1'}, timeout=300)
+    def run_eval(self, *args, env=None):
+        """The command in this process, offline (HF_HUB_OFFLINE=1) unless `env` says otherwise."""
+        return run_in_process('-m', 'experiments.eval_tasks', '--ckpt', self.ckpt, *args, timeout=300,
+                              env=env or {**ENV, 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1'})
 
     def test_the_shipped_tasks_score_the_models_own_numbers(self):
         """--limit 3 on the three tasks: exit 0; the JSON holds each task's metrics, and the last-word task's
@@ -264,28 +265,50 @@ class TestCommand(unittest.TestCase):
         self.assertEqual(set(got['eval_tasks']['requests']), {'loglikelihood', 'loglikelihood_rolling'})
 
     def test_a_generate_until_task_from_include_path(self):
-        """A YAML task of one's own (a local JSON lines file, generate_until, until ' '): exit 0, its
-        exact_match in the JSON, and the requests counted."""
+        """A YAML task of one's own (a local JSON lines file, generate_until until '.', 6 tokens) whose first
+        target is the checkpoint's greedy text (sample.generate, cut at '.') and whose second is not: exit 0,
+        exact_match 0.5, 2 generate_until requests counted."""
+        model, enc, _ = checkpoint.load_checkpoint(self.ckpt)
+        ids = enc.encode('Once upon a time')
+        text = enc.decode(sample.generate(model, torch.tensor([ids]), 6, temperature=0)[0, len(ids):].tolist())
+        want = text.split('<|endoftext|>')[0].split('.')[0]
         folder = os.path.join(self.tmp, 'mine')
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, 'docs.jsonl'), 'w') as f:
-            f.write('{"q": "Once upon a time", "a": "there"}\n{"q": "The cat", "a": "sat"}\n')
+            for q, a in (('Once upon a time', want), ('Once upon a time', want + 'x')):
+                f.write(json.dumps({'q': q, 'a': a}) + '\n')
         with open(os.path.join(folder, 'mine.yaml'), 'w') as f:
-            f.write(f'task: my_next_word\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder}/docs.jsonl\n'
+            f.write(f'task: my_next_words\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder}/docs.jsonl\n'
                     'output_type: generate_until\ntest_split: test\ndoc_to_text: "q"\ndoc_to_target: "a"\n'
-                    'generation_kwargs:\n  until: [" "]\n  max_gen_toks: 5\n  do_sample: false\n'
+                    'generation_kwargs:\n  until: ["."]\n  max_gen_toks: 6\n  do_sample: false\n'
                     'metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n')
         out = os.path.join(self.tmp, 'mine.json')
-        r = self.run_eval('--tasks', 'my_next_word', '--include_path', folder, '--output', out)
+        r = self.run_eval('--tasks', 'my_next_words', '--include_path', folder, '--output', out)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         with open(out) as f:
             got = json.load(f)
-        self.assertIn('exact_match,none', got['results']['my_next_word'])
+        self.assertEqual(got['results']['my_next_words']['exact_match,none'], 0.5, want)
         self.assertEqual(got['eval_tasks']['requests']['generate_until']['requests'], 2)
+
+    def test_an_exported_folder_scores_as_its_checkpoint(self):
+        """experiments/convert.py's export of the checkpoint (a folder, nothing unpickled) gets the same numbers."""
+        folder = os.path.join(self.tmp, 'exported')
+        r = run_in_process('-m', 'experiments.convert', '--ckpt', self.ckpt, '--out', folder, env=ENV)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = []
+        for ckpt in (self.ckpt, folder):
+            out = os.path.join(self.tmp, f'{len(got)}.json')
+            r = run_in_process('-m', 'experiments.eval_tasks', '--ckpt', ckpt, '--tasks', 'tinystories_lastword',
+                               '--limit', '2', '--output', out, env={**ENV, 'HF_HUB_OFFLINE': '1'}, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            with open(out) as f:
+                got.append(json.load(f)['results']['tinystories_lastword'])
+        self.assertEqual(got[0], got[1])
 
     def test_bad_input_is_one_line_and_exit_2(self):
         """An unknown task (lm-eval's own tasks not indexed here: seconds), a task whose hub dataset is not
-        cached (offline), an empty task name, a missing --include_path, an existing --output: one line each."""
+        cached (HF_HUB_OFFLINE=1, or no answer from the hub: at once, not after the hub client's retries), an
+        empty task name, a missing --include_path, an existing --output: one line each, naming the cause."""
         hub = os.path.join(self.tmp, 'hub')
         os.makedirs(hub, exist_ok=True)
         with open(os.path.join(hub, 'hub.yaml'), 'w') as f:
@@ -299,19 +322,27 @@ class TestCommand(unittest.TestCase):
 
         def only_ours(include_path=None, include_defaults=True):        # lm-eval's 14,000 tasks unindexed
             return real(include_path=include_path, include_defaults=False)
-        for args, words in ((['--tasks', 'no_such_task'], ["unknown task 'no_such_task'"]),
-                            (['--tasks', 'not_cached_here', '--include_path', hub], ["task 'not_cached_here'", 'network']),
-                            (['--tasks', 'tinystories_bpb,'], ['empty name']),
-                            (['--tasks', 'tinystories_bpb', '--include_path', os.path.join(self.tmp, 'none')], ['not found']),
-                            (['--tasks', 'tinystories_bpb', '--output', existing], ['exists', '--overwrite'])):
-            with self.subTest(args[1]), mock.patch.object(tasks, 'TaskManager', only_ours):
-                r = self.run_eval(*args, *([] if '--output' in args else ['--output', os.path.join(self.tmp, 'x.json')]))
+        online = {k: v for k, v in ENV.items() if k not in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE')}
+        no_answer = mock.patch('urllib.request.urlopen', side_effect=OSError('staged: no network'))
+        for args, env, words in (
+                (['--tasks', 'no_such_task'], None, ["unknown task 'no_such_task'"]),
+                (['--tasks', 'not_cached_here', '--include_path', hub], None, ["task 'not_cached_here'", 'offline']),
+                (['--tasks', 'not_cached_here', '--include_path', hub], online, ["task 'not_cached_here'", 'offline']),
+                (['--tasks', 'tinystories_bpb,'], None, ['empty name']),
+                (['--tasks', 'tinystories_bpb', '--include_path', os.path.join(self.tmp, 'none')], None, ['not found']),
+                (['--tasks', 'tinystories_bpb', '--output', existing], None, ['exists', '--overwrite'])):
+            with self.subTest(args[1], online=env is online), mock.patch.object(tasks, 'TaskManager', only_ours), \
+                    no_answer:
+                r = self.run_eval(*args, *([] if '--output' in args else ['--output', os.path.join(self.tmp, 'x.json')]),
+                                  env=env)
                 self.assertEqual(r.returncode, 2, r.stderr[-2000:])
                 lines = error_lines(r.stderr)
                 self.assertEqual(len(lines), 1, r.stderr)
                 self.assertTrue(lines[0].startswith('eval_tasks.py: error: '), lines)
                 for w in words:
                     self.assertIn(w, lines[0])
+                if env is online:
+                    self.assertIn('the Hugging Face Hub does not answer (staged: no network)', r.stdout)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, 'x.json')))
 
 
