@@ -93,7 +93,7 @@ class ProjectLM(TemplateLM):
     """lm-eval's LM over a mixer.LanguageModel (eval mode, on its device) and its tiktoken.Encoding `enc`:
     loglikelihood, loglikelihood_rolling and generate_until (the module's docstring says how each reads
     its text), batch_size sequences a forward or a decoder. max_length is the model's n_ctx. `stats`: for
-    each request kind, [requests, seconds] so far. A continuation longer than n_ctx tokens: TooLong (a ValueError)."""
+    each request kind, [requests, seconds, CPU seconds] so far. A continuation longer than n_ctx tokens: TooLong (a ValueError)."""
 
     def __init__(self, model, enc, batch_size=16, max_gen_toks=256):
         super().__init__()
@@ -118,12 +118,14 @@ class ProjectLM(TemplateLM):
 
     @contextlib.contextmanager
     def _timed(self, kind, n):
-        """Count n requests of `kind` and the seconds the block takes in self.stats."""
-        t0 = time.perf_counter()
+        """Count n requests of `kind`, the seconds the block takes and the process's CPU seconds in it
+        (every thread's) in self.stats."""
+        t0, c0 = time.perf_counter(), time.process_time()
         yield
-        count = self.stats.setdefault(kind, [0, 0.0])
+        count = self.stats.setdefault(kind, [0, 0.0, 0.0])
         count[0] += n
         count[1] += time.perf_counter() - t0
+        count[2] += time.process_time() - c0
 
     def loglikelihood(self, requests, disable_tqdm=False):
         """lm-eval's (context, continuation) requests -> [(log-probability in nats, is_greedy)] (TemplateLM's
@@ -132,7 +134,7 @@ class ProjectLM(TemplateLM):
             return super().loglikelihood(requests, disable_tqdm=True)
 
     @torch.inference_mode()
-    def _loglikelihood_tokens(self, requests, disable_tqdm=False, label='loglikelihood'):
+    def _loglikelihood_tokens(self, requests, disable_tqdm=False, label='loglikelihood requests'):
         """[(strings, context ids, continuation ids)] -> [(sum of the continuation's log-probabilities, nats;
         each continuation token the argmax)]: the last n_ctx + 1 tokens of context + continuation, all but the
         last the input, longest first, batch_size a forward, right-padded (causal: padding changes nothing)."""
@@ -142,7 +144,7 @@ class ProjectLM(TemplateLM):
                 raise TooLong(f'a continuation of {len(cont)} tokens is longer than the model context n_ctx={n_ctx}')
             rows.append(((ctx + cont)[-(n_ctx + 1):], cont))
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
-        out, meter = [None] * len(rows), Meter(f'{label} sequences', len(rows))
+        out, meter = [None] * len(rows), Meter(label, len(rows))
         for b in range(0, len(order), self.batch_size):
             batch = order[b:b + self.batch_size]
             width = len(rows[batch[0]][0]) - 1
@@ -171,7 +173,7 @@ class ProjectLM(TemplateLM):
                     windows.append((None, ctx, cont))
                     owner.append(i)
             totals = [0.0] * len(requests)
-            for i, (ll, _) in zip(owner, self._loglikelihood_tokens(windows, label='rolling windows')):
+            for i, (ll, _) in zip(owner, self._loglikelihood_tokens(windows, label='loglikelihood_rolling windows')):
                 totals[i] += ll
             return totals
 
@@ -426,9 +428,11 @@ def evaluate_tasks(argv):
     extra = {'checkpoint': os.path.abspath(args.ckpt), 'variant': variant, 'kind': cfg.kind, 'n_ctx': cfg.n_ctx,
              'step': ckpt.get('step'), 'device': args.device, 'batch_size': args.batch_size,
              'torch_threads': torch.get_num_threads(), 'seconds': seconds,
-             'requests': {k: {'requests': n, 'seconds': s, 'per_second': n / s} for k, (n, s) in lm.stats.items()}}
+             'requests': {k: {'requests': n, 'seconds': s, 'cpu_seconds': c, 'per_second': n / s}
+                          for k, (n, s, c) in lm.stats.items()}}
     for kind, r in extra['requests'].items():
-        print(f'{kind}: {r["requests"]} requests in {r["seconds"]:.1f} s, {r["per_second"]:.1f} requests/s')
+        print(f'{kind}: {r["requests"]} requests in {r["seconds"]:.1f} s ({r["cpu_seconds"]:.1f} s of CPU, '
+              f'{torch.get_num_threads()} threads), {r["per_second"]:.1f} requests/s')
     if BPB_TASK in names:
         extra['train_py_bpb'] = compare_bpb(results, model, enc, config, args)
     results['eval_tasks'] = extra
