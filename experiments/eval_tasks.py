@@ -93,7 +93,8 @@ class ProjectLM(TemplateLM):
     """lm-eval's LM over a mixer.LanguageModel (eval mode, on its device) and its tiktoken.Encoding `enc`:
     loglikelihood, loglikelihood_rolling and generate_until (the module's docstring says how each reads
     its text), batch_size sequences a forward or a decoder. max_length is the model's n_ctx. `stats`: for
-    each request kind, [requests, seconds, CPU seconds] so far. A continuation longer than n_ctx tokens: TooLong (a ValueError)."""
+    each request kind, [requests, seconds, CPU seconds] so far. A continuation longer than n_ctx tokens:
+    TooLong (a ValueError)."""
 
     def __init__(self, model, enc, batch_size=16, max_gen_toks=256):
         super().__init__()
@@ -103,10 +104,12 @@ class ProjectLM(TemplateLM):
 
     @property
     def eot_token_id(self):
+        """<|endoftext|>'s id: the prefix of an empty context and of every rolling text."""
         return self.enc.eot_token
 
     @property
     def max_length(self):
+        """The model's context n_ctx (tokens)."""
         return self.model.cfg.n_ctx
 
     def tok_encode(self, string, add_special_tokens=None, **kwargs):
@@ -114,6 +117,7 @@ class ProjectLM(TemplateLM):
         return self.enc.encode(string, allowed_special={'<|endoftext|>'}, disallowed_special=())
 
     def tok_decode(self, tokens, **kwargs):
+        """Token ids (list of int, or one int) -> str (bytes that are not UTF-8 as U+FFFD)."""
         return self.enc.decode([tokens] if isinstance(tokens, int) else tokens)
 
     @contextlib.contextmanager
@@ -163,8 +167,9 @@ class ProjectLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests, disable_tqdm=False):
         """lm-eval's (text,) requests -> [log-probability of the text, nats]: lm-eval's rolling windows of n_ctx
-        tokens after <|endoftext|> (utils.get_rolling_token_windows, context_len=1: every token predicted once,
-        a window's first token from no context but the window before's last token), batched across texts."""
+        tokens after <|endoftext|> (utils.get_rolling_token_windows, context_len=1: every token predicted once;
+        a middle window's first token reads only the token before it, the last window a full n_ctx), batched
+        across texts."""
         with self._timed('loglikelihood_rolling', len(requests)):
             windows, owner = [], []
             for i, (text,) in enumerate(req.args for req in requests):
@@ -243,8 +248,8 @@ def train_bpb(model, enc, texts, windows, batch_size):
     own = train.evaluate(model, ids, cfg, dev, contextlib.nullcontext(), n_bytes / len(ids))['val_bpb']
     model.eval()                                        # train.evaluate leaves the model in train mode
     full = (len(ids) - 1) // n_ctx                      # every token once: back-to-back windows, then the rest
-    batches = [torch.from_numpy(np.stack([ids[s * n_ctx:(s + 1) * n_ctx + 1] for s in range(b, min(b + batch_size, full))]))
-               for b in range(0, full, batch_size)]
+    windows = [ids[s * n_ctx:(s + 1) * n_ctx + 1] for s in range(full)]
+    batches = [torch.from_numpy(np.stack(windows[b:b + batch_size])) for b in range(0, full, batch_size)]
     if len(ids) - 1 > full * n_ctx:
         batches.append(torch.from_numpy(ids[None, full * n_ctx:]))
     nats = {True: 0.0, False: 0.0}                      # on <|endoftext|> targets, on the rest
@@ -278,7 +283,8 @@ def task_manager(names, include):
 
 def offline_asked():
     """True if HF_HUB_OFFLINE (or HF_DATASETS_OFFLINE) asks the Hugging Face libraries to stay offline."""
-    return any(os.environ.get(v, '').upper() in ('1', 'ON', 'YES', 'TRUE') for v in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE'))
+    return any(os.environ.get(v, '').upper() in ('1', 'ON', 'YES', 'TRUE')
+               for v in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE'))
 
 
 def hub_unreachable(timeout=HUB_PROBE_S):
@@ -371,7 +377,8 @@ def parse(argv):
     p.add_argument('--limit', type=number(int, 1), default=None, help='score only the first N documents of each task')
     p.add_argument('--batch_size', type=number(int, 1), default=16, help='sequences a forward or a decoder')
     p.add_argument('--device', default='cpu')
-    p.add_argument('--max_gen_toks', type=number(int, 1), default=256, help="generate_until's limit, unless the task sets one")
+    p.add_argument('--max_gen_toks', type=number(int, 1), default=256,
+                   help="generate_until's limit, unless the task sets one")
     p.add_argument('--bootstrap_iters', type=number(int, 0), default=1000,
                    help="lm-eval's resamples for the standard error of perplexity-like metrics (0: none)")
     p.add_argument('--overwrite', action='store_true', help='replace an existing --output')

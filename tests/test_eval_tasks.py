@@ -154,13 +154,18 @@ class TestAdapter(unittest.TestCase):
 
     def test_generate_until_is_greedy_and_stops_at_until(self):
         """generate_until without a stop string is sample.generate's greedy text (crossing n_ctx: its window);
-        with `until` a piece of that text, the text before it, decoded with fewer decoder steps; two contexts
+        with `until` a piece of that text, the text before it, decoded with fewer decoder calls; two contexts
         of one length in one batch each get their own text. Every kind; the stop and the batch on three."""
+        cat, dog = 'Hello world, said the cat', 'Hello world, said the dog'      # one token length
+
+        def gen(lm, *contexts, until=(), n=30):
+            return lm.generate_until(requests('generate_until', *[(c, {'until': list(until), 'max_gen_toks': n})
+                                                                  for c in contexts]))
         for name in mixer.VARIANTS:
             with self.subTest(name):
                 lm = self.lm(name, batch_size=2)
-                ids = ENC.encode('Hello world, said the cat')
-                free = lm.generate_until(requests('generate_until', ('Hello world, said the cat', {'until': [], 'max_gen_toks': 30})))[0]
+                ids = ENC.encode(cat)
+                free = gen(lm, cat)[0]
                 want = sample.generate(lm.model, torch.tensor([ids]), 30, temperature=0)[0, len(ids):].tolist()
                 self.assertEqual(free, ENC.decode(want).split('<|endoftext|>')[0])
                 if name not in ('flat', 'recurrent', 'transformer'):
@@ -170,14 +175,10 @@ class TestAdapter(unittest.TestCase):
                 calls, step, prefill = [], sample.Decoder.step, sample.Decoder.prefill     # a token's logits each
                 with mock.patch.object(sample.Decoder, 'step', lambda dec, idx: calls.append(1) or step(dec, idx)), \
                         mock.patch.object(sample.Decoder, 'prefill', lambda dec, idx: calls.append(1) or prefill(dec, idx)):
-                    cut = lm.generate_until(requests('generate_until', ('Hello world, said the cat', {'until': [stop], 'max_gen_toks': 30})))[0]
+                    cut = gen(lm, cat, until=[stop])[0]
                 self.assertEqual(cut, free.split(stop)[0])
                 self.assertLess(len(calls), 20)                 # 30 without stopping
-                other = 'Hello world, said the dog'
-                alone = lm.generate_until(requests('generate_until', (other, {'until': ['\n'], 'max_gen_toks': 12})))
-                both = lm.generate_until(requests('generate_until', ('Hello world, said the cat', {'until': ['\n'], 'max_gen_toks': 12}),
-                                                  (other, {'until': ['\n'], 'max_gen_toks': 12})))
-                self.assertEqual(both[1], alone[0])
+                self.assertEqual(gen(lm, cat, dog, until=['\n'], n=12)[1], gen(lm, dog, until=['\n'], n=12)[0])
 
 
 class TestTasks(unittest.TestCase):
