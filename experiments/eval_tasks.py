@@ -248,8 +248,8 @@ def train_bpb(model, enc, texts, windows, batch_size):
     own = train.evaluate(model, ids, cfg, dev, contextlib.nullcontext(), n_bytes / len(ids))['val_bpb']
     model.eval()                                        # train.evaluate leaves the model in train mode
     full = (len(ids) - 1) // n_ctx                      # every token once: back-to-back windows, then the rest
-    windows = [ids[s * n_ctx:(s + 1) * n_ctx + 1] for s in range(full)]
-    batches = [torch.from_numpy(np.stack(windows[b:b + batch_size])) for b in range(0, full, batch_size)]
+    chunks = [ids[s * n_ctx:(s + 1) * n_ctx + 1] for s in range(full)]
+    batches = [torch.from_numpy(np.stack(chunks[b:b + batch_size])) for b in range(0, full, batch_size)]
     if len(ids) - 1 > full * n_ctx:
         batches.append(torch.from_numpy(ids[None, full * n_ctx:]))
     nats = {True: 0.0, False: 0.0}                      # on <|endoftext|> targets, on the rest

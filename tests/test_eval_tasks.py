@@ -264,7 +264,9 @@ class TestCommand(unittest.TestCase):
         self.assertAlmostEqual(math.log(res['tinystories_lastword']['perplexity,none']), -sum(lls) / 3, places=4)
         self.assertIn(f"|{res['tinystories_ending']['acc,none']:.4f}|", r.stdout.replace(' ', ''))
         cmp = got['eval_tasks']['train_py_bpb']
-        self.assertIn(f"train.py on the same 3 stories: {cmp['windows']:.4f}", r.stdout)
+        self.assertIn(f"train.py on the same 3 stories: {cmp['windows']:.4f} (4 windows", r.stdout)
+        self.assertEqual(cmp['n_windows'], 4)                   # the checkpoint's eval_windows
+        self.assertLess(cmp['every_token_no_eot'], cmp['every_token'])
         self.assertEqual(set(got['eval_tasks']['requests']), {'loglikelihood', 'loglikelihood_rolling'})
 
     def test_a_generate_until_task_from_include_path(self):
