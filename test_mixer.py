@@ -432,11 +432,19 @@ RESULTS_ENV = 'TEST_MIXER_RESULTS'      # where a module's process writes its ou
 USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
 
 
+def cpu_seconds():
+    """CPU seconds (user + system) this process and the processes it waited for have used so far: a
+    module's cost on a shared machine, where its wall time counts the others' work too."""
+    import resource
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run_module(name, fast, running):
     """tests/<name>.py in a process of its own (python test_mixer.py [--fast] name, its results written
     to $TEST_MIXER_RESULTS), added to the set `running` while it runs -> (its output, {test id: outcome},
-    ids --fast skipped, {test id: seconds}). A process that ends without its results (killed, crashed)
-    is one failed test, 'name (its process)'."""
+    ids --fast skipped, {test id: seconds}, its CPU seconds (cpu_seconds), or None if it did not report). A
+    process that ends without its results (killed, crashed) is one failed test, 'name (its process)'."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, 'results.json')
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *(['--fast'] if fast else []), name],
@@ -450,8 +458,8 @@ def run_module(name, fast, running):
                 got = json.load(f)
         except (OSError, ValueError):
             return (text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n',
-                    {f'{name} (its process)': 'failed'}, set(), {})
-    return text, got['outcomes'], set(got['fast']), got['seconds']
+                    {f'{name} (its process)': 'failed'}, set(), {}, None)
+    return text, got['outcomes'], set(got['fast']), got['seconds'], got.get('cpu')
 
 
 def run_parallel(names, jobs, fast):
@@ -461,18 +469,21 @@ def run_parallel(names, jobs, fast):
     order = sorted(names, key=lambda n: -MODULE_SECONDS.get(n, 60))
     total = left = sum(MODULE_SECONDS.get(n, 60) for n in order)
     t0 = time.perf_counter()
-    out, fast_ids, seconds, running = {}, set(), {}, set()
+    out, fast_ids, seconds, running, cpus = {}, set(), {}, set(), {}
     pool = concurrent.futures.ThreadPoolExecutor(jobs)
     try:
         futures = {pool.submit(run_module, n, fast, running): n for n in order}
         for i, f in enumerate(concurrent.futures.as_completed(futures), 1):
-            text, o, fs, sec = f.result()
+            text, o, fs, sec, cpu = f.result()
             out.update(o), fast_ids.update(fs), seconds.update(sec)
             left -= MODULE_SECONDS.get(futures[f], 60)
             done = time.perf_counter() - t0
             eta = done * left / max(1, total - left)
             print(text, end='')
-            print(f'== {futures[f]} ({i} of {len(order)} modules): {tally(o, fs)[1]}; {done:.0f} s so far, '
+            if cpu is not None:
+                cpus[futures[f]] = cpu
+            cpu = '' if cpu is None else f', {cpu:.0f} s of CPU'
+            print(f'== {futures[f]} ({i} of {len(order)} modules{cpu}): {tally(o, fs)[1]}; {done:.0f} s so far, '
                   f'about {eta:.0f} s to go', flush=True)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -480,6 +491,8 @@ def run_parallel(names, jobs, fast):
             p.kill()
         raise
     pool.shutdown()
+    print(f'CPU seconds a module ({sum(cpus.values()):.0f} in all): '
+          + ', '.join(f'{m} {s:.0f}' for m, s in sorted(cpus.items(), key=lambda kv: -kv[1])))
     return out, fast_ids, seconds
 
 
@@ -535,7 +548,7 @@ def main(argv):
     out, fast_ids, seconds = outcomes(result, ci), fast_skipped(result), result.seconds
     if os.environ.get(RESULTS_ENV):                     # a module's process of a parallel run
         with open(os.environ[RESULTS_ENV], 'w') as f:
-            json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds}, f)
+            json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds, 'cpu': cpu_seconds()}, f)
         return 0
     if parallel:
         try:
