@@ -432,34 +432,33 @@ RESULTS_ENV = 'TEST_MIXER_RESULTS'      # where a module's process writes its ou
 USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
 
 
-def cpu_seconds():
-    """CPU seconds (user + system) this process and the processes it waited for have used so far: a
-    module's cost on a shared machine, where its wall time counts the others' work too."""
-    import resource
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def run_module(name, fast, running):
     """tests/<name>.py in a process of its own (python test_mixer.py [--fast] name, its results written
     to $TEST_MIXER_RESULTS), added to the set `running` while it runs -> (its output, {test id: outcome},
-    ids --fast skipped, {test id: seconds}, its CPU seconds (cpu_seconds), or None if it did not report). A
-    process that ends without its results (killed, crashed) is one failed test, 'name (its process)'."""
+    ids --fast skipped, {test id: seconds}, its CPU seconds or None). The CPU seconds are user + system of the
+    process and of every process it waited for (os.wait4; None where there is none): a module's cost on a shared
+    machine, whose wall time counts the other processes' work too. A process that ends without its results
+    (killed, crashed) is one failed test, 'name (its process)'."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, 'results.json')
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *(['--fast'] if fast else []), name],
                              cwd=ROOT, env={**os.environ, RESULTS_ENV: path}, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
         running.add(p)
-        text = p.communicate()[0]
+        with p.stdout:
+            text, cpu = p.stdout.read(), None
+        if hasattr(os, 'wait4'):
+            status, usage = os.wait4(p.pid, 0)[1:]
+            p.returncode, cpu = os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
+        p.wait()
         running.discard(p)
         try:
             with open(path) as f:
                 got = json.load(f)
         except (OSError, ValueError):
             return (text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n',
-                    {f'{name} (its process)': 'failed'}, set(), {}, None)
-    return text, got['outcomes'], set(got['fast']), got['seconds'], got.get('cpu')
+                    {f'{name} (its process)': 'failed'}, set(), {}, cpu)
+    return text, got['outcomes'], set(got['fast']), got['seconds'], cpu
 
 
 def run_parallel(names, jobs, fast):
@@ -548,7 +547,7 @@ def main(argv):
     out, fast_ids, seconds = outcomes(result, ci), fast_skipped(result), result.seconds
     if os.environ.get(RESULTS_ENV):                     # a module's process of a parallel run
         with open(os.environ[RESULTS_ENV], 'w') as f:
-            json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds, 'cpu': cpu_seconds()}, f)
+            json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds}, f)
         return 0
     if parallel:
         try:
