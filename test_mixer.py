@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 from tests.common import FAST_SKIP, NO_TEXT, ROOT, python_processes_forbidden, refused_python_processes
 
@@ -351,14 +352,19 @@ class TestRunner(unittest.TestCase):
     def test_fast_stops_a_slow_test_and_only_that_one(self):
         """--fast's clock: a test still running after FAST_SECONDS is stopped there and counted as --fast's
         skip, also when the code under it turns the stop into another error; a quick test passes, a real
-        failure stays a failure, and the clock is off after the run."""
+        failure stays a failure, and the clock is off after the run. (Stopped, not let finish: the line after
+        the sleep never runs. No wall-clock bound: a loaded machine takes longer to get there.)"""
+        finished = []
+
         class Fake(unittest.TestCase):
             def test_slow(self):
                 time.sleep(FAST_SECONDS + 5)
+                finished.append('test_slow')
 
             def test_slow_under_a_broad_except(self):
                 try:
                     time.sleep(FAST_SECONDS + 5)
+                    finished.append('test_slow_under_a_broad_except')
                 except Exception as e:
                     raise RuntimeError('wrapped') from e
 
@@ -368,14 +374,14 @@ class TestRunner(unittest.TestCase):
             def test_fails_by_itself(self):
                 self.fail('a real failure')
         suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
-        t0, TimedResult.fast = time.perf_counter(), True
+        TimedResult.fast = True
         try:
             with open(os.devnull, 'w') as devnull:
                 result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
         finally:
             TimedResult.fast = False
             fast_clock(0)
-        self.assertLess(time.perf_counter() - t0, 2 * FAST_SECONDS + 4)
+        self.assertEqual(finished, [])
         self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
                          [('test_slow', FAST_SLOW), ('test_slow_under_a_broad_except', FAST_SLOW)])
         self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
@@ -407,18 +413,22 @@ class TestRunner(unittest.TestCase):
         self.assertIn('test_nope: its process ended (exit code 2)', printed.getvalue())
 
     def test_class_setup_time_is_counted(self):
+        """A class's setup time is its own entry, not its first test's: timed on a clock that only the setup
+        moves (a real sleep would make the verdict hang on the machine's load)."""
+        now = [100.0]
+
         class Slow(unittest.TestCase):
             @classmethod
             def setUpClass(cls):
-                time.sleep(0.2)
+                now[0] += 0.2
 
             def test_a(self):
                 pass
         suite = unittest.defaultTestLoader.loadTestsFromTestCase(Slow)
-        with open(os.devnull, 'w') as devnull:
+        with open(os.devnull, 'w') as devnull, mock.patch('time.perf_counter', lambda: now[0]):
             result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        self.assertGreaterEqual(result.seconds[f'{__name__}.Slow (class setup)'], 0.2)
-        self.assertLess(result.seconds[next(k for k in result.seconds if k.endswith('test_a'))], 0.2)
+        self.assertAlmostEqual(result.seconds[f'{__name__}.Slow (class setup)'], 0.2, places=9)
+        self.assertEqual(result.seconds[next(k for k in result.seconds if k.endswith('test_a'))], 0)
 
 
 # Seconds each module took in the whole suite on the project's 2-core machine, one process a module
