@@ -85,7 +85,7 @@ class TestBench(unittest.TestCase):
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for tables in SPLIT]
         cls.procs = []
         for p in procs:                     # (their stderr, progress lines, stays far below a pipe's 64 kB)
-            out, err = p.communicate(timeout=300)
+            out, err = p.communicate(timeout=1200)
             cls.procs.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
         cls.out = '\n'.join(p.stdout for p in cls.procs)
 
@@ -209,7 +209,7 @@ class TestBench(unittest.TestCase):
 
     def test_bad_flag_exits_2(self):
         """(In this process: test_faults runs bench's bad flags as processes too.)"""
-        proc = run_in_process('-m', 'experiments.bench', '--variants', 'nope', timeout=120)
+        proc = run_in_process('-m', 'experiments.bench', '--variants', 'nope', timeout=600)
         self.assertEqual(proc.returncode, 2)
         self.assertIn('nope', proc.stderr)
 

@@ -136,7 +136,7 @@ for name in names:
         the command's result is a file (it goes on), else 1."""
         for argv, prog in COMMANDS.items():
             with self.subTest(prog):
-                r = run_in_process(*argv, '--help', env=ENV, stdout='closed', timeout=120)
+                r = run_in_process(*argv, '--help', env=ENV, stdout='closed', timeout=600)
                 self.assertEqual((r.returncode, r.stderr), (0 if prog in KEEP else 1, ''))
 
 
@@ -295,7 +295,7 @@ class TestMessages(WithData):
                             (['-m', 'experiments.bench', '--device', 'cpu', '--tables', 'generation', '--prompts',
                               '10000000'], ['n_ctx 10000256', 'would need'])):
             with self.subTest(argv=argv[:2]):
-                self.assert_refused(run_in_process(*argv, env=ENV, timeout=120), *words)
+                self.assert_refused(run_in_process(*argv, env=ENV, timeout=600), *words)
 
 
 class TestPeak(unittest.TestCase):
