@@ -158,7 +158,8 @@ def compilation_refused():
 class TimedResult(unittest.TextTestResult):
     """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's
     (its id), and the time between two classes' tests (the next class's setUpClass and the last
-    one's tearDownClass) as 'module.Class (class setup)'. Under --fast, an error or failure of a
+    one's tearDownClass) as 'module.Class (class setup)'; and their CPU seconds in .cpu {name: s}
+    (process_cpu: what a test costs on a loaded machine, whose wall clock counts the others' work). Under --fast, an error or failure of a
     test (or class setup) that tried to start a Python process is --fast's skip: a library may
     wrap the SkipTest (inductor turns it into an InductorError)."""
 
@@ -167,6 +168,7 @@ class TimedResult(unittest.TextTestResult):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.seconds, self._stop, self._cls, self.started = {}, time.perf_counter(), None, []
+        self.cpu, self._cpu_stop = {}, process_cpu()
         self._refused, self._stopped = refused_python_processes(), _STOPPED[0]
 
     def startTestRun(self):
@@ -178,15 +180,16 @@ class TimedResult(unittest.TextTestResult):
         self.started.append(test.id())
         if self.fast:
             fast_clock(FAST_SECONDS)
-        self._t0 = time.perf_counter()
+        self._t0, self._cpu0 = time.perf_counter(), process_cpu()
         if type(test) is not self._cls:
             self._cls = type(test)
-            self.seconds[f'{self._cls.__module__}.{self._cls.__name__} (class setup)'] = self._t0 - self._stop
+            name = f'{self._cls.__module__}.{self._cls.__name__} (class setup)'
+            self.seconds[name], self.cpu[name] = self._t0 - self._stop, self._cpu0 - self._cpu_stop
         super().startTest(test)
 
     def stopTest(self, test):
-        self._stop = time.perf_counter()
-        self.seconds[test.id()] = self._stop - self._t0
+        self._stop, self._cpu_stop = time.perf_counter(), process_cpu()
+        self.seconds[test.id()], self.cpu[test.id()] = self._stop - self._t0, self._cpu_stop - self._cpu0
         super().stopTest(test)
         self._refused, self._stopped = refused_python_processes(), _STOPPED[0]
         if self.fast:                   # the next class's setup (and this one's teardown) on the clock too
@@ -215,12 +218,21 @@ class TimedResult(unittest.TextTestResult):
         super().addSubTest(test, subtest, err)
 
 
-def slowest(seconds, n=10):
-    """Lines naming the n slowest tests of {test id: seconds}, slowest first, and their share."""
-    total = sum(seconds.values()) or 1.0
+def process_cpu():
+    """CPU seconds (user + system) of this process and of the child processes it has waited for, so far."""
+    import resource
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def slowest(seconds, n=10, cpu=None):
+    """Lines naming the n slowest tests of {test id: seconds}, slowest first, and their share; with
+    cpu {test id: CPU seconds}, each one's CPU seconds beside (the measure a loaded machine keeps)."""
+    total, cpu = sum(seconds.values()) or 1.0, cpu or {}
     top = sorted(seconds.items(), key=lambda kv: -kv[1])[:n]
-    return [f'slowest {len(top)} tests ({sum(s for _, s in top) / total:.0%} of {total:.0f} s):'] + \
-        [f'  {s:6.1f} s  {name}' for name, s in top]
+    return [f'slowest {len(top)} tests ({sum(s for _, s in top) / total:.0%} of {total:.0f} s'
+            + (f'; {sum(cpu.values()):.0f} s of CPU' if cpu else '') + '):'] + \
+        [f'  {s:6.1f} s' + (f' {cpu[name]:6.1f} s CPU' if name in cpu else '') + f'  {name}' for name, s in top]
 
 
 def by_module(seconds):
@@ -392,6 +404,9 @@ class TestRunner(unittest.TestCase):
         lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2)
         self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
         self.assertEqual([x.split()[-1] for x in lines[1:]], ['c', 'b'])
+        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2, cpu={'a': 0.5, 'b': 2.5, 'c': 1.0})
+        self.assertEqual(lines, ['slowest 2 tests (90% of 10 s; 4 s of CPU):', '     6.0 s    1.0 s CPU  c',
+                                 '     3.0 s    2.5 s CPU  b'])
 
     def test_sums_the_seconds_a_module(self):
         line = by_module({'tests.test_a.C.test_x': 1.0, 'tests.test_a.C (class setup)': 2.0,
@@ -402,13 +417,14 @@ class TestRunner(unittest.TestCase):
         """Each module in its own process: its tests' outcomes come back under their ids, and a process that
         ends without reporting (here one refused an unknown module, exit 2) is a failed test, not a gap."""
         with contextlib.redirect_stdout(io.StringIO()) as printed:
-            out, fast, seconds = run_parallel(['test_docs', 'test_nope'], 2, fast=False)
+            out, fast, seconds, cpu = run_parallel(['test_docs', 'test_nope'], 2, fast=False)
         ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0]) for t in c}
         self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
         self.assertEqual({out[t] for t in ids}, {'passed'})
         self.assertEqual(out['test_nope (its process)'], 'failed')
         self.assertEqual(tally(out, fast)[0], 1)
         self.assertLessEqual(ids, set(seconds))
+        self.assertEqual(set(cpu), set(seconds))
         self.assertIn('== test_docs (', printed.getvalue())
         self.assertIn('test_nope: its process ended (exit code 2)', printed.getvalue())
 
@@ -445,7 +461,7 @@ USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
 def run_module(name, fast, running):
     """tests/<name>.py in a process of its own (python test_mixer.py [--fast] name, its results written
     to $TEST_MIXER_RESULTS), added to the set `running` while it runs -> (its output, {test id: outcome},
-    ids --fast skipped, {test id: seconds}, its CPU seconds or None). The CPU seconds are user + system of the
+    ids --fast skipped, {test id: seconds}, {test id: CPU seconds}, its CPU seconds or None). The CPU seconds are user + system of the
     process and of every process it waited for (os.wait4; None where there is none): a module's cost on a shared
     machine, whose wall time counts the other processes' work too. A process that ends without its results
     (killed, crashed) is one failed test, 'name (its process)'."""
@@ -467,24 +483,25 @@ def run_module(name, fast, running):
                 got = json.load(f)
         except (OSError, ValueError):
             return (text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n',
-                    {f'{name} (its process)': 'failed'}, set(), {}, cpu)
-    return text, got['outcomes'], set(got['fast']), got['seconds'], cpu
+                    {f'{name} (its process)': 'failed'}, set(), {}, {}, cpu)
+    return text, got['outcomes'], set(got['fast']), got['seconds'], got['cpu'], cpu
 
 
 def run_parallel(names, jobs, fast):
     """Every module of `names` in its own process, `jobs` at a time, the slowest (MODULE_SECONDS) first;
     each one's output printed whole when it ends, with the count so far and an estimate of the time left
-    -> ({test id: outcome}, ids --fast skipped, {test id: seconds}). Ctrl-C stops every process."""
+    -> ({test id: outcome}, ids --fast skipped, {test id: seconds}, {test id: CPU seconds}). Ctrl-C stops every
+    process."""
     order = sorted(names, key=lambda n: -MODULE_SECONDS.get(n, 60))
     total = left = sum(MODULE_SECONDS.get(n, 60) for n in order)
     t0 = time.perf_counter()
-    out, fast_ids, seconds, running, cpus = {}, set(), {}, set(), {}
+    out, fast_ids, seconds, running, cpus, test_cpu = {}, set(), {}, set(), {}, {}
     pool = concurrent.futures.ThreadPoolExecutor(jobs)
     try:
         futures = {pool.submit(run_module, n, fast, running): n for n in order}
         for i, f in enumerate(concurrent.futures.as_completed(futures), 1):
-            text, o, fs, sec, cpu = f.result()
-            out.update(o), fast_ids.update(fs), seconds.update(sec)
+            text, o, fs, sec, tcpu, cpu = f.result()
+            out.update(o), fast_ids.update(fs), seconds.update(sec), test_cpu.update(tcpu)
             left -= MODULE_SECONDS.get(futures[f], 60)
             done = time.perf_counter() - t0
             eta = done * left / max(1, total - left)
@@ -502,7 +519,7 @@ def run_parallel(names, jobs, fast):
     pool.shutdown()
     print(f'CPU seconds a module ({sum(cpus.values()):.0f} in all): '
           + ', '.join(f'{m} {s:.0f}' for m, s in sorted(cpus.items(), key=lambda kv: -kv[1])))
-    return out, fast_ids, seconds
+    return out, fast_ids, seconds, test_cpu
 
 
 def main(argv):
@@ -554,10 +571,10 @@ def main(argv):
         finally:
             if fast:
                 fast_clock(0)
-    out, fast_ids, seconds = outcomes(result, ci), fast_skipped(result), result.seconds
+    out, fast_ids, seconds, cpu = outcomes(result, ci), fast_skipped(result), result.seconds, result.cpu
     if os.environ.get(RESULTS_ENV):                     # a module's process of a parallel run
         with open(os.environ[RESULTS_ENV], 'w') as f:
-            json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds}, f)
+            json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds, 'cpu': cpu}, f)
         return 0
     if parallel:
         try:
@@ -565,9 +582,9 @@ def main(argv):
         except KeyboardInterrupt:
             print('test_mixer.py: interrupted (Ctrl-C); every test process stopped', file=sys.stderr)
             return 130
-        for have, new in zip((out, fast_ids, seconds), more):
+        for have, new in zip((out, fast_ids, seconds, cpu), more):
             have.update(new)
-    print('\n'.join(slowest(seconds)))
+    print('\n'.join(slowest(seconds, cpu=cpu)))
     print(by_module(seconds))
     code, line = tally(out, fast_ids)
     print(line)
