@@ -3,7 +3,8 @@
 Runs every tests/test_*.py module, one file a subject: test_model (causality,
 incremental decoding, each variant's definition), test_train, test_sample, test_look,
 test_compile, test_prepare, test_retrieval, test_scale, the experiments'
-(test_claims, test_icl, test_mqar, test_represent, test_bench) and test_docs. Tests assert
+(test_claims, test_icl, test_mqar, test_represent, test_bench), test_docs and test_runner (this
+runner's own). Tests assert
 the properties themselves: a future token changes no earlier logit, cached
 generation equals the full forward, loss on real TinyStories text drops,
 resuming equals not stopping.
@@ -20,8 +21,10 @@ absent, and with CI=true in the environment such a skip counts as a failure.
 
 Modules run in processes of their own, --jobs at a time (default 2: the project's machine has 2
 cores and every test runs one torch thread), the slowest first; each one's output is printed
-whole when it ends, with the count so far and the time left. One module named, or --jobs 1, runs
-in this process.
+whole when it ends, with the count so far, its CPU seconds and the time left; the prepared data and
+the tiny checkpoint the modules share are made once, before they start (shared_fixtures). One module
+named, or --jobs 1, runs in this process. The slowest tests are listed with their wall and CPU seconds
+(on a loaded machine the wall clock counts the other processes' work; the CPU seconds do not).
 
 --fast is the edit loop, in one process unless --jobs says otherwise: a test is stopped, and counted
 as skipped on the last line, the moment it starts a Python process (a project script's command line,
@@ -37,16 +40,15 @@ takes part as it is.
 import concurrent.futures
 import contextlib
 import importlib
-import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
-from unittest import mock
 
 from tests.common import FAST_SKIP, NO_TEXT, ROOT, python_processes_forbidden, refused_python_processes
 
@@ -253,200 +255,6 @@ def run_quietly(*cases):
         return unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
 
 
-class TestRunner(unittest.TestCase):
-    """The runner itself: it finds every module, refuses unknown ones, and CI cannot pass by skipping."""
-
-    def test_discovers_every_test_module(self):
-        names = {m.__name__.split('.')[-1] for m in test_modules()}
-        on_disk = {f[:-3] for f in os.listdir(TESTS) if f.startswith('test_') and f.endswith('.py')}
-        self.assertEqual(names, on_disk)
-        self.assertIn('test_train', names)
-        self.assertIn('test_model', names)
-
-    def test_unknown_module_is_refused(self):
-        with self.assertRaisesRegex(ValueError, 'no test module test_nope'):
-            test_modules(['test_nope'])
-        self.assertEqual([m.__name__ for m in test_modules(['test_docs.py'])], ['tests.test_docs'])
-
-    def test_ci_counts_a_data_skip_as_a_failure(self):
-        class Fake(unittest.TestCase):
-            def test_needs_text(self):
-                raise unittest.SkipTest(NO_TEXT)
-
-            def test_other_skip(self):
-                raise unittest.SkipTest('needs CUDA')
-
-            def test_passes(self):
-                pass
-        result = run_quietly(Fake)
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            self.assertEqual(summarize(result, ci=False), (0, '1 passed, 0 failed, 2 skipped (of 3 tests)'))
-            self.assertEqual(summarize(result, ci=True), (1, '1 passed, 1 failed, 1 skipped (of 3 tests)'))
-        self.assertIn('test_needs_text', out.getvalue())
-
-    def test_counts_add_up_with_subtests_and_class_setups(self):
-        """passed + failed + skipped = tests: a class whose setup skips or fails is one test, a test is one
-        whatever its subtests did (the count went negative when skips came from these)."""
-        class SkipsInSetup(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                raise unittest.SkipTest('needs CUDA')
-
-            def test_a(self):
-                pass
-
-            def test_b(self):
-                pass
-
-        class FailsInSetup(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                raise RuntimeError('no data')
-
-            def test_c(self):
-                pass
-
-        class Subtests(unittest.TestCase):
-            def test_skips_three(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        self.skipTest('not here')
-
-            def test_fails_two(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        self.assertEqual(i, 0)
-
-            def test_passes(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        pass
-        result = run_quietly(SkipsInSetup, FailsInSetup, Subtests)
-        code, line = summarize(result, ci=False)
-        self.assertEqual((code, line), (1, '1 passed, 2 failed, 2 skipped (of 5 tests)'))
-
-    def test_fast_skips_a_test_that_starts_python_and_only_that(self):
-        import subprocess
-        from tests.common import run
-
-        class Fake(unittest.TestCase):
-            def test_starts_python(self):
-                run('-c', 'pass')
-
-            def test_starts_a_pool(self):
-                import concurrent.futures
-                import multiprocessing
-                with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn')) as p:
-                    p.submit(int, 1).result()
-
-            def test_starts_another_program(self):
-                self.assertEqual(subprocess.run(['true']).returncode, 0)
-
-            def test_a_library_wraps_the_skip(self):          # as inductor does
-                try:
-                    run('-c', 'pass')
-                except Exception as e:
-                    raise RuntimeError('wrapped') from e
-
-            def test_fails_by_itself(self):
-                self.fail('a real failure')
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
-        with open(os.devnull, 'w') as devnull, python_processes_forbidden():
-            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
-                         [('test_a_library_wraps_the_skip', FAST_SKIP), ('test_starts_a_pool', FAST_SKIP),
-                          ('test_starts_python', FAST_SKIP)])
-        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
-        self.assertEqual((result.testsRun, len(result.errors)), (5, 0))
-        self.assertEqual(run('-c', 'print(6 * 7)').stdout, '42\n')        # outside, processes start again
-        self.assertIn('(3 of them --fast skips: they start a Python process or take over', summarize(result, ci=True)[1])
-
-    def test_fast_stops_a_slow_test_and_only_that_one(self):
-        """--fast's clock: a test still running after FAST_SECONDS is stopped there and counted as --fast's
-        skip, also when the code under it turns the stop into another error; a quick test passes, a real
-        failure stays a failure, and the clock is off after the run. (Stopped, not let finish: the line after
-        the sleep never runs. No wall-clock bound: a loaded machine takes longer to get there.)"""
-        finished = []
-
-        class Fake(unittest.TestCase):
-            def test_slow(self):
-                time.sleep(FAST_SECONDS + 5)
-                finished.append('test_slow')
-
-            def test_slow_under_a_broad_except(self):
-                try:
-                    time.sleep(FAST_SECONDS + 5)
-                    finished.append('test_slow_under_a_broad_except')
-                except Exception as e:
-                    raise RuntimeError('wrapped') from e
-
-            def test_quick(self):
-                pass
-
-            def test_fails_by_itself(self):
-                self.fail('a real failure')
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
-        TimedResult.fast = True
-        try:
-            with open(os.devnull, 'w') as devnull:
-                result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        finally:
-            TimedResult.fast = False
-            fast_clock(0)
-        self.assertEqual(finished, [])
-        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
-                         [('test_slow', FAST_SLOW), ('test_slow_under_a_broad_except', FAST_SLOW)])
-        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
-        self.assertEqual(len(result.errors), 0)
-        self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
-
-    def test_names_the_slowest_tests(self):
-        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2)
-        self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
-        self.assertEqual([x.split()[-1] for x in lines[1:]], ['c', 'b'])
-        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2, cpu={'a': 0.5, 'b': 2.5, 'c': 1.0})
-        self.assertEqual(lines, ['slowest 2 tests (90% of 10 s; 4 s of CPU):', '     6.0 s    1.0 s CPU  c',
-                                 '     3.0 s    2.5 s CPU  b'])
-
-    def test_sums_the_seconds_a_module(self):
-        line = by_module({'tests.test_a.C.test_x': 1.0, 'tests.test_a.C (class setup)': 2.0,
-                          'tests.test_b.D.test_y': 4.0, '__main__.TestRunner.test_z': 0.4})
-        self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
-
-    def test_parallel_run_counts_every_module_and_a_dead_process_fails(self):
-        """Each module in its own process: its tests' outcomes come back under their ids, and a process that
-        ends without reporting (here one refused an unknown module, exit 2) is a failed test, not a gap."""
-        with contextlib.redirect_stdout(io.StringIO()) as printed:
-            out, fast, seconds, cpu = run_parallel(['test_docs', 'test_nope'], 2, fast=False)
-        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0]) for t in c}
-        self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
-        self.assertEqual({out[t] for t in ids}, {'passed'})
-        self.assertEqual(out['test_nope (its process)'], 'failed')
-        self.assertEqual(tally(out, fast)[0], 1)
-        self.assertLessEqual(ids, set(seconds))
-        self.assertEqual(set(cpu), set(seconds))
-        self.assertIn('== test_docs (', printed.getvalue())
-        self.assertIn('test_nope: its process ended (exit code 2)', printed.getvalue())
-
-    def test_class_setup_time_is_counted(self):
-        """A class's setup time is its own entry, not its first test's: timed on a clock that only the setup
-        moves (a real sleep would make the verdict hang on the machine's load)."""
-        now = [100.0]
-
-        class Slow(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                now[0] += 0.2
-
-            def test_a(self):
-                pass
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Slow)
-        with open(os.devnull, 'w') as devnull, mock.patch('time.perf_counter', lambda: now[0]):
-            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        self.assertAlmostEqual(result.seconds[f'{__name__}.Slow (class setup)'], 0.2, places=9)
-        self.assertEqual(result.seconds[next(k for k in result.seconds if k.endswith('test_a'))], 0)
-
-
 # Seconds each module took in the whole suite on the project's 2-core machine, one process a module
 # (CI=true, 2026-11-27, 14 min 13 s in all): the parallel run starts the slowest first, so that no long
 # module starts last and the wall time comes near the total over --jobs (a module not listed counts 60 s).
@@ -485,6 +293,23 @@ def run_module(name, fast, running):
             return (text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n',
                     {f'{name} (its process)': 'failed'}, set(), {}, {}, cpu)
     return text, got['outcomes'], set(got['fast']), got['seconds'], got['cpu'], cpu
+
+
+def shared_fixtures():
+    """prepared_data() and tiny_checkpoint() made once, in this process, for every module's process of a parallel
+    run (their folder in $TEST_MIXER_FIXTURES: tests.common.shared_fixture), where each process made its own (a
+    few CPU seconds a module) -> that folder, to remove at the end; None without the real text or when making
+    them failed (each module then makes its own, and fails there)."""
+    from tests.common import SHARED_ENV, prepared_data, tiny_checkpoint
+    try:
+        root = os.path.dirname(prepared_data())
+        tiny_checkpoint()
+    except (unittest.SkipTest, AssertionError) as e:
+        print(f'test_mixer.py: the shared fixtures were not made ({str(e).strip()[-300:] or type(e).__name__}); '
+              'each module makes its own', file=sys.stderr)
+        return None
+    os.environ[SHARED_ENV] = root
+    return root
 
 
 def run_parallel(names, jobs, fast):
@@ -560,8 +385,6 @@ def main(argv):
     loader = unittest.defaultTestLoader
     parallel = jobs > 1 and len(modules) > 1
     suite = unittest.TestSuite([] if parallel else [loader.loadTestsFromModule(m) for m in modules])
-    if not names:
-        suite.addTests(loader.loadTestsFromTestCase(TestRunner))
     TimedResult.fast = fast
     with python_processes_forbidden() if fast else contextlib.nullcontext(), \
             compilation_refused() if fast else contextlib.nullcontext():
@@ -577,11 +400,15 @@ def main(argv):
             json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds, 'cpu': cpu}, f)
         return 0
     if parallel:
+        shared = shared_fixtures()
         try:
             more = run_parallel([m.__name__.split('.')[-1] for m in modules], jobs, fast)
         except KeyboardInterrupt:
             print('test_mixer.py: interrupted (Ctrl-C); every test process stopped', file=sys.stderr)
             return 130
+        finally:
+            if shared:
+                shutil.rmtree(shared, ignore_errors=True)
         for have, new in zip((out, fast_ids, seconds, cpu), more):
             have.update(new)
     print('\n'.join(slowest(seconds, cpu=cpu)))
