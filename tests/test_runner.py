@@ -13,8 +13,8 @@ import time
 import unittest
 from unittest import mock
 
-from test_mixer import (FAST_SECONDS, FAST_SLOW, TESTS, TimedResult, by_module, fast_clock, run_parallel, run_quietly,
-                        slowest, summarize, tally, test_modules)
+from test_mixer import (EXIT_IN_ENV, FAST_SECONDS, FAST_SLOW, TESTS, TimedResult, by_module, fast_clock, run_parallel,
+                        run_quietly, slowest, summarize, tally, test_modules)
 from tests.common import FAST_SKIP, NO_TEXT, python_processes_forbidden
 
 
@@ -179,19 +179,22 @@ class TestRunner(unittest.TestCase):
         self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
 
     def test_parallel_run_counts_every_module_and_a_dead_process_fails(self):
-        """Each module in its own process: its tests' outcomes come back under their ids, and a process that
-        ends without reporting (here one refused an unknown module, exit 2) is a failed test, not a gap."""
-        with contextlib.redirect_stdout(io.StringIO()) as printed:
-            out, fast, seconds, cpu = run_parallel(['test_docs', 'test_nope'], 2, fast=False)
+        """Modules on worker processes: a module's tests' outcomes come back under their ids; a module that does
+        not import is a failed test; so is one whose worker process dies (here it exits as it is given
+        test_sample: TEST_MIXER_EXIT_IN), not a gap, and the module after it gets a new worker."""
+        with mock.patch.dict(os.environ, {EXIT_IN_ENV: 'test_sample'}), \
+                contextlib.redirect_stdout(io.StringIO()) as printed:
+            out, fast, seconds, cpu = run_parallel(['test_docs', 'test_nope', 'test_sample'], 1, fast=False)
         ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0]) for t in c}
         self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
         self.assertEqual({out[t] for t in ids}, {'passed'})
-        self.assertEqual(out['test_nope (its process)'], 'failed')
+        self.assertEqual((out['test_nope (its import)'], out['test_sample (its process)']), ('failed', 'failed'))
         self.assertEqual(tally(out, fast)[0], 1)
         self.assertLessEqual(ids, set(seconds))
         self.assertEqual(set(cpu), set(seconds))
         self.assertIn('== test_docs (', printed.getvalue())
-        self.assertIn('test_nope: its process ended (exit code 2)', printed.getvalue())
+        self.assertIn('no test module test_nope', printed.getvalue())
+        self.assertIn('test_sample: its process ended (exit code 3)', printed.getvalue())
 
     def test_class_setup_time_is_counted(self):
         """A class's setup time is its own entry, not its first test's: timed on a clock that only the setup
