@@ -309,8 +309,11 @@ class TestPeak(unittest.TestCase):
         threads, real = torch.get_num_threads(), time.perf_counter
         start = real()
         slow = lambda: start + 3 * (real() - start)        # noqa: E731
-        honest = machine.measure_matmul_flops('cpu', torch.float32, n=256, seconds=0.1)
-        with mock.patch('time.perf_counter', slow):
-            loaded = machine.measure_matmul_flops('cpu', torch.float32, n=256, seconds=0.1)
+        honest, loaded = [], []
+        for _ in range(3):          # in turns, the best of each: the other processes' share moves the same for both
+            honest.append(machine.measure_matmul_flops('cpu', torch.float32, n=256, seconds=0.05))
+            with mock.patch('time.perf_counter', slow):
+                loaded.append(machine.measure_matmul_flops('cpu', torch.float32, n=256, seconds=0.05))
+        honest, loaded = max(honest), max(loaded)
         self.assertGreater(loaded / honest, 0.7, f'{loaded / 1e9:.1f} against {honest / 1e9:.1f} GFLOP/s')
         self.assertEqual(torch.get_num_threads(), threads)
