@@ -257,15 +257,15 @@ def run_quietly(*cases):
         return unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
 
 
-# CPU seconds each module took in the whole suite on the project's 2-core machine (2026-11-28, a cold
-# inductor cache, the machine shared: CPU seconds, which its load does not change): the parallel run starts
-# the slowest first, so that no long module starts last and the wall time comes near the total over --jobs
-# (a module not listed counts 60 s).
-MODULE_SECONDS = {'test_compile': 166, 'test_gpu_path': 76, 'test_faults': 69, 'test_icl': 69, 'test_bench': 64,
-                  'test_train': 64, 'test_retrieval': 59, 'test_mqar': 53, 'test_scale': 49, 'test_model': 45,
-                  'test_claims': 40, 'test_faults_outputs': 34, 'test_faults_experiments': 26, 'test_represent': 13,
-                  'test_faults_edges': 11, 'test_convert': 8, 'test_runner': 7, 'test_look': 7, 'test_prepare': 5,
-                  'test_sample': 4, 'test_docs': 2}
+# CPU seconds each module took in the whole suite on the project's 2-core machine (2026-11-28, worker
+# processes, a cold inductor cache, the machine shared: CPU seconds, which its load does not change): the
+# parallel run starts the slowest first, so that no long module starts last and the wall time comes near
+# the total over --jobs (a module not listed counts 60 s).
+MODULE_SECONDS = {'test_compile': 158, 'test_gpu_path': 73, 'test_icl': 69, 'test_faults': 57, 'test_bench': 54,
+                  'test_train': 54, 'test_retrieval': 54, 'test_scale': 49, 'test_mqar': 48, 'test_claims': 44,
+                  'test_model': 44, 'test_faults_outputs': 29, 'test_faults_experiments': 22, 'test_represent': 13,
+                  'test_look': 5, 'test_faults_edges': 4, 'test_runner': 4, 'test_prepare': 3, 'test_sample': 2,
+                  'test_convert': 1, 'test_docs': 1}
 USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
 EXIT_IN_ENV = 'TEST_MIXER_EXIT_IN'      # a module at which a worker process exits at once (tests/test_runner.py: a crash)
 
@@ -310,6 +310,8 @@ def worker(fast, ci):
         if os.environ.get(EXIT_IN_ENV) == name:
             os._exit(3)
         saved = [os.dup(1), os.dup(2)]
+        state = os.getcwd(), dict(os.environ), list(sys.path), {s: signal.getsignal(s) for s in (signal.SIGINT,
+                                                                                                  signal.SIGTERM)}
         with open(path, 'w') as f:
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
@@ -320,6 +322,12 @@ def worker(fast, ci):
                 for fd, old in zip((1, 2), saved):
                     os.dup2(old, fd)
                     os.close(old)
+                os.chdir(state[0])               # what a module changed and left is not the next one's
+                os.environ.clear()
+                os.environ.update(state[1])
+                sys.path[:] = state[2]
+                for sig, handler in state[3].items():
+                    signal.signal(sig, handler)
         replies.write(json.dumps(got) + '\n')
         replies.flush()
     return 0
