@@ -402,7 +402,7 @@ def run_parallel(names, jobs, fast, ci=False):
     every process."""
     order = sorted(names, key=lambda n: -MODULE_SECONDS.get(n, 60))
     total = left = sum(MODULE_SECONDS.get(n, 60) for n in order)
-    t0, todo, done_lock = time.perf_counter(), list(reversed(order)), threading.Lock()
+    t0, todo, done_lock, stopping = time.perf_counter(), list(reversed(order)), threading.Lock(), False
     out, fast_ids, seconds, cpus, test_cpu, finished = {}, set(), {}, {}, {}, []
     workers = Workers(fast)
 
@@ -416,6 +416,8 @@ def run_parallel(names, jobs, fast, ci=False):
             p, text, got = workers.run(p, name)
             with done_lock:
                 nonlocal left
+                if stopping:                        # Ctrl-C: the module was cut short, not failed
+                    return
                 out.update(got['outcomes']), fast_ids.update(got['fast']), seconds.update(got['seconds'])
                 test_cpu.update(got['cpu'])
                 left -= MODULE_SECONDS.get(name, 60)
@@ -441,6 +443,7 @@ def run_parallel(names, jobs, fast, ci=False):
     except KeyboardInterrupt:
         with done_lock:
             todo.clear()
+            stopping = True
         for p in list(workers.live):
             p.kill()
         raise
