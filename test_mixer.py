@@ -296,7 +296,7 @@ def run_module(name, fast, ci):
 
 
 def worker(fast, ci):
-    """python test_mixer.py --worker [--fast]: the modules named on stdin, one a line ('name\tpath'), run one
+    """python test_mixer.py --worker [--fast]: the modules named on stdin, one a line (name, a tab, path), run one
     after another in this process (run_module), each one's output written to its path, each one's results as
     one JSON line on stdout -> exit code 0 when stdin ends. The modules share this process, its import of
     torch and the fixtures it caches (tests.common); stdin and stdout stay the runner's: the tests' own
@@ -334,8 +334,8 @@ def worker(fast, ci):
 
 
 class Workers:
-    """`jobs` worker processes (python test_mixer.py --worker), each running the modules it is given one after
-    another: one start, one import of torch and one set of cached fixtures for many modules. A worker that
+    """The worker processes of a parallel run (python test_mixer.py --worker), each running the modules it is given
+    one after another: one start, one import of torch and one set of cached fixtures for many modules. A worker that
     dies (killed, crashed) fails the module it ran, 'name (its process)', and the next module gets a new one."""
 
     def __init__(self, fast):
