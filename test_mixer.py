@@ -163,9 +163,9 @@ class TimedResult(unittest.TextTestResult):
     """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's
     (its id), and the time between two classes' tests (the next class's setUpClass and the last
     one's tearDownClass) as 'module.Class (class setup)'; and their CPU seconds in .cpu {name: s}
-    (process_cpu: what a test costs on a loaded machine, whose wall clock counts the others' work). Under --fast, an error or failure of a
-    test (or class setup) that tried to start a Python process is --fast's skip: a library may
-    wrap the SkipTest (inductor turns it into an InductorError)."""
+    (process_cpu: what a test costs on a loaded machine, whose wall clock counts the others' work).
+    Under --fast, an error or failure of a test (or class setup) that tried to start a Python process
+    is --fast's skip: a library may wrap the SkipTest (inductor turns it into an InductorError)."""
 
     fast = False            # main sets it for --fast: every test (and the gap before it) on the clock
 
@@ -267,7 +267,7 @@ MODULE_SECONDS = {'test_compile': 158, 'test_gpu_path': 73, 'test_icl': 69, 'tes
                   'test_look': 5, 'test_faults_edges': 4, 'test_runner': 4, 'test_prepare': 3, 'test_sample': 2,
                   'test_convert': 1, 'test_docs': 1}
 USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
-EXIT_IN_ENV = 'TEST_MIXER_EXIT_IN'      # a module at which a worker process exits at once (tests/test_runner.py: a crash)
+EXIT_IN_ENV = 'TEST_MIXER_EXIT_IN'      # a module at which a worker exits at once (tests/test_runner.py: a crash)
 
 
 def run_module(name, fast, ci):
@@ -342,8 +342,8 @@ class Workers:
         self.fast, self.live, self.lock = fast, set(), threading.Lock()
 
     def start(self):
-        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), '--worker', *(['--fast'] if self.fast else [])],
-                             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        argv = [sys.executable, os.path.abspath(__file__), '--worker'] + (['--fast'] if self.fast else [])
+        p = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         with self.lock:
             self.live.add(p)
         return p
@@ -428,9 +428,10 @@ def run_parallel(names, jobs, fast, ci=False):
                 if cpu is not None:
                     cpus[name] = cpu
                 print(text, end='')
-                print(f'== {name} ({len(finished)} of {len(order)} modules' + ('' if cpu is None else
-                      f', {cpu:.0f} s of CPU') + f'): {tally(got["outcomes"], set(got["fast"]))[1]}; {elapsed:.0f} s so '
-                      f'far, about {eta:.0f} s to go', flush=True)
+                cpu = '' if cpu is None else f', {cpu:.0f} s of CPU'
+                print(f'== {name} ({len(finished)} of {len(order)} modules{cpu}): '
+                      f'{tally(got["outcomes"], set(got["fast"]))[1]}; {elapsed:.0f} s so far, about {eta:.0f} s to go',
+                      flush=True)
         if p:
             workers.stop(p, kill=False)
     threads = [threading.Thread(target=lane, daemon=True) for _ in range(min(jobs, len(order)))]
