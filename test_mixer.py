@@ -3,7 +3,8 @@
 Runs every tests/test_*.py module, one file a subject: test_model (causality,
 incremental decoding, each variant's definition), test_train, test_sample, test_look,
 test_compile, test_prepare, test_retrieval, test_scale, the experiments'
-(test_claims, test_icl, test_mqar, test_represent, test_bench) and test_docs. Tests assert
+(test_claims, test_icl, test_mqar, test_represent, test_bench), test_docs and test_runner (this
+runner's own). Tests assert
 the properties themselves: a future token changes no earlier logit, cached
 generation equals the full forward, loss on real TinyStories text drops,
 resuming equals not stopping.
@@ -18,10 +19,14 @@ absent, and with CI=true in the environment such a skip counts as a failure.
     python test_mixer.py --fast test_model
     python test_mixer.py --jobs 1         # everything in this one process (a debugger's view)
 
-Modules run in processes of their own, --jobs at a time (default 2: the project's machine has 2
-cores and every test runs one torch thread), the slowest first; each one's output is printed
-whole when it ends, with the count so far and the time left. One module named, or --jobs 1, runs
-in this process.
+Modules run on --jobs worker processes (default 2: the project's machine has 2 cores and every test
+runs one torch thread), the slowest first, each worker taking the next module when it is free and
+running its modules one after another (one start and one import of torch for many modules); each
+module's output is printed whole when it ends, with the count so far, its CPU seconds and the time
+left; the prepared data and the tiny checkpoint the modules share are made once, before they start
+(shared_fixtures). A worker that dies fails its module, and the next module gets a new worker. One
+module named, or --jobs 1, runs in this process. The slowest tests are listed with their wall and CPU seconds
+(on a loaded machine the wall clock counts the other processes' work; the CPU seconds do not).
 
 --fast is the edit loop, in one process unless --jobs says otherwise: a test is stopped, and counted
 as skipped on the last line, the moment it starts a Python process (a project script's command line,
@@ -34,16 +39,16 @@ experiments' --quick runs. No test is marked by hand, so a new tests/test_*.py m
 takes part as it is.
 """
 
-import concurrent.futures
 import contextlib
 import importlib
-import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -157,15 +162,17 @@ def compilation_refused():
 class TimedResult(unittest.TextTestResult):
     """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's
     (its id), and the time between two classes' tests (the next class's setUpClass and the last
-    one's tearDownClass) as 'module.Class (class setup)'. Under --fast, an error or failure of a
-    test (or class setup) that tried to start a Python process is --fast's skip: a library may
-    wrap the SkipTest (inductor turns it into an InductorError)."""
+    one's tearDownClass) as 'module.Class (class setup)'; and their CPU seconds in .cpu {name: s}
+    (process_cpu: what a test costs on a loaded machine, whose wall clock counts the others' work).
+    Under --fast, an error or failure of a test (or class setup) that tried to start a Python process
+    is --fast's skip: a library may wrap the SkipTest (inductor turns it into an InductorError)."""
 
     fast = False            # main sets it for --fast: every test (and the gap before it) on the clock
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.seconds, self._stop, self._cls, self.started = {}, time.perf_counter(), None, []
+        self.cpu, self._cpu_stop = {}, process_cpu()
         self._refused, self._stopped = refused_python_processes(), _STOPPED[0]
 
     def startTestRun(self):
@@ -177,15 +184,16 @@ class TimedResult(unittest.TextTestResult):
         self.started.append(test.id())
         if self.fast:
             fast_clock(FAST_SECONDS)
-        self._t0 = time.perf_counter()
+        self._t0, self._cpu0 = time.perf_counter(), process_cpu()
         if type(test) is not self._cls:
             self._cls = type(test)
-            self.seconds[f'{self._cls.__module__}.{self._cls.__name__} (class setup)'] = self._t0 - self._stop
+            name = f'{self._cls.__module__}.{self._cls.__name__} (class setup)'
+            self.seconds[name], self.cpu[name] = self._t0 - self._stop, self._cpu0 - self._cpu_stop
         super().startTest(test)
 
     def stopTest(self, test):
-        self._stop = time.perf_counter()
-        self.seconds[test.id()] = self._stop - self._t0
+        self._stop, self._cpu_stop = time.perf_counter(), process_cpu()
+        self.seconds[test.id()], self.cpu[test.id()] = self._stop - self._t0, self._cpu_stop - self._cpu0
         super().stopTest(test)
         self._refused, self._stopped = refused_python_processes(), _STOPPED[0]
         if self.fast:                   # the next class's setup (and this one's teardown) on the clock too
@@ -214,12 +222,21 @@ class TimedResult(unittest.TextTestResult):
         super().addSubTest(test, subtest, err)
 
 
-def slowest(seconds, n=10):
-    """Lines naming the n slowest tests of {test id: seconds}, slowest first, and their share."""
-    total = sum(seconds.values()) or 1.0
+def process_cpu():
+    """CPU seconds (user + system) of this process and of the child processes it has waited for, so far."""
+    import resource
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def slowest(seconds, n=10, cpu=None):
+    """Lines naming the n slowest tests of {test id: seconds}, slowest first, and their share; with
+    cpu {test id: CPU seconds}, each one's CPU seconds beside (the measure a loaded machine keeps)."""
+    total, cpu = sum(seconds.values()) or 1.0, cpu or {}
     top = sorted(seconds.items(), key=lambda kv: -kv[1])[:n]
-    return [f'slowest {len(top)} tests ({sum(s for _, s in top) / total:.0%} of {total:.0f} s):'] + \
-        [f'  {s:6.1f} s  {name}' for name, s in top]
+    return [f'slowest {len(top)} tests ({sum(s for _, s in top) / total:.0%} of {total:.0f} s'
+            + (f'; {sum(cpu.values()):.0f} s of CPU' if cpu else '') + '):'] + \
+        [f'  {s:6.1f} s' + (f' {cpu[name]:6.1f} s CPU' if name in cpu else '') + f'  {name}' for name, s in top]
 
 
 def by_module(seconds):
@@ -240,263 +257,218 @@ def run_quietly(*cases):
         return unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
 
 
-class TestRunner(unittest.TestCase):
-    """The runner itself: it finds every module, refuses unknown ones, and CI cannot pass by skipping."""
-
-    def test_discovers_every_test_module(self):
-        names = {m.__name__.split('.')[-1] for m in test_modules()}
-        on_disk = {f[:-3] for f in os.listdir(TESTS) if f.startswith('test_') and f.endswith('.py')}
-        self.assertEqual(names, on_disk)
-        self.assertIn('test_train', names)
-        self.assertIn('test_model', names)
-
-    def test_unknown_module_is_refused(self):
-        with self.assertRaisesRegex(ValueError, 'no test module test_nope'):
-            test_modules(['test_nope'])
-        self.assertEqual([m.__name__ for m in test_modules(['test_docs.py'])], ['tests.test_docs'])
-
-    def test_ci_counts_a_data_skip_as_a_failure(self):
-        class Fake(unittest.TestCase):
-            def test_needs_text(self):
-                raise unittest.SkipTest(NO_TEXT)
-
-            def test_other_skip(self):
-                raise unittest.SkipTest('needs CUDA')
-
-            def test_passes(self):
-                pass
-        result = run_quietly(Fake)
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            self.assertEqual(summarize(result, ci=False), (0, '1 passed, 0 failed, 2 skipped (of 3 tests)'))
-            self.assertEqual(summarize(result, ci=True), (1, '1 passed, 1 failed, 1 skipped (of 3 tests)'))
-        self.assertIn('test_needs_text', out.getvalue())
-
-    def test_counts_add_up_with_subtests_and_class_setups(self):
-        """passed + failed + skipped = tests: a class whose setup skips or fails is one test, a test is one
-        whatever its subtests did (the count went negative when skips came from these)."""
-        class SkipsInSetup(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                raise unittest.SkipTest('needs CUDA')
-
-            def test_a(self):
-                pass
-
-            def test_b(self):
-                pass
-
-        class FailsInSetup(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                raise RuntimeError('no data')
-
-            def test_c(self):
-                pass
-
-        class Subtests(unittest.TestCase):
-            def test_skips_three(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        self.skipTest('not here')
-
-            def test_fails_two(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        self.assertEqual(i, 0)
-
-            def test_passes(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        pass
-        result = run_quietly(SkipsInSetup, FailsInSetup, Subtests)
-        code, line = summarize(result, ci=False)
-        self.assertEqual((code, line), (1, '1 passed, 2 failed, 2 skipped (of 5 tests)'))
-
-    def test_fast_skips_a_test_that_starts_python_and_only_that(self):
-        import subprocess
-        from tests.common import run
-
-        class Fake(unittest.TestCase):
-            def test_starts_python(self):
-                run('-c', 'pass')
-
-            def test_starts_a_pool(self):
-                import concurrent.futures
-                import multiprocessing
-                with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn')) as p:
-                    p.submit(int, 1).result()
-
-            def test_starts_another_program(self):
-                self.assertEqual(subprocess.run(['true']).returncode, 0)
-
-            def test_a_library_wraps_the_skip(self):          # as inductor does
-                try:
-                    run('-c', 'pass')
-                except Exception as e:
-                    raise RuntimeError('wrapped') from e
-
-            def test_fails_by_itself(self):
-                self.fail('a real failure')
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
-        with open(os.devnull, 'w') as devnull, python_processes_forbidden():
-            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
-                         [('test_a_library_wraps_the_skip', FAST_SKIP), ('test_starts_a_pool', FAST_SKIP),
-                          ('test_starts_python', FAST_SKIP)])
-        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
-        self.assertEqual((result.testsRun, len(result.errors)), (5, 0))
-        self.assertEqual(run('-c', 'print(6 * 7)').stdout, '42\n')        # outside, processes start again
-        self.assertIn('(3 of them --fast skips: they start a Python process or take over', summarize(result, ci=True)[1])
-
-    def test_fast_stops_a_slow_test_and_only_that_one(self):
-        """--fast's clock: a test still running after FAST_SECONDS is stopped there and counted as --fast's
-        skip, also when the code under it turns the stop into another error; a quick test passes, a real
-        failure stays a failure, and the clock is off after the run."""
-        class Fake(unittest.TestCase):
-            def test_slow(self):
-                time.sleep(FAST_SECONDS + 5)
-
-            def test_slow_under_a_broad_except(self):
-                try:
-                    time.sleep(FAST_SECONDS + 5)
-                except Exception as e:
-                    raise RuntimeError('wrapped') from e
-
-            def test_quick(self):
-                pass
-
-            def test_fails_by_itself(self):
-                self.fail('a real failure')
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
-        t0, TimedResult.fast = time.perf_counter(), True
-        try:
-            with open(os.devnull, 'w') as devnull:
-                result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        finally:
-            TimedResult.fast = False
-            fast_clock(0)
-        self.assertLess(time.perf_counter() - t0, 2 * FAST_SECONDS + 4)
-        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
-                         [('test_slow', FAST_SLOW), ('test_slow_under_a_broad_except', FAST_SLOW)])
-        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
-        self.assertEqual(len(result.errors), 0)
-        self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
-
-    def test_names_the_slowest_tests(self):
-        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2)
-        self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
-        self.assertEqual([x.split()[-1] for x in lines[1:]], ['c', 'b'])
-
-    def test_sums_the_seconds_a_module(self):
-        line = by_module({'tests.test_a.C.test_x': 1.0, 'tests.test_a.C (class setup)': 2.0,
-                          'tests.test_b.D.test_y': 4.0, '__main__.TestRunner.test_z': 0.4})
-        self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
-
-    def test_parallel_run_counts_every_module_and_a_dead_process_fails(self):
-        """Each module in its own process: its tests' outcomes come back under their ids, and a process that
-        ends without reporting (here one refused an unknown module, exit 2) is a failed test, not a gap."""
-        with contextlib.redirect_stdout(io.StringIO()) as printed:
-            out, fast, seconds = run_parallel(['test_docs', 'test_nope'], 2, fast=False)
-        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0]) for t in c}
-        self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
-        self.assertEqual({out[t] for t in ids}, {'passed'})
-        self.assertEqual(out['test_nope (its process)'], 'failed')
-        self.assertEqual(tally(out, fast)[0], 1)
-        self.assertLessEqual(ids, set(seconds))
-        self.assertIn('== test_docs (', printed.getvalue())
-        self.assertIn('test_nope: its process ended (exit code 2)', printed.getvalue())
-
-    def test_class_setup_time_is_counted(self):
-        class Slow(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                time.sleep(0.2)
-
-            def test_a(self):
-                pass
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Slow)
-        with open(os.devnull, 'w') as devnull:
-            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        self.assertGreaterEqual(result.seconds[f'{__name__}.Slow (class setup)'], 0.2)
-        self.assertLess(result.seconds[next(k for k in result.seconds if k.endswith('test_a'))], 0.2)
-
-
-# Seconds each module took in the whole suite on the project's 2-core machine, one process a module
-# (CI=true, 2026-11-27, 14 min 13 s in all): the parallel run starts the slowest first, so that no long
-# module starts last and the wall time comes near the total over --jobs (a module not listed counts 60 s).
-MODULE_SECONDS = {'test_compile': 285, 'test_icl': 163, 'test_retrieval': 130, 'test_gpu_path': 123, 'test_mqar': 122,
-                  'test_claims': 120, 'test_scale': 107, 'test_train': 104, 'test_faults': 100, 'test_model': 100,
-                  'test_bench': 89, 'test_faults_outputs': 65, 'test_faults_experiments': 30, 'test_represent': 21,
-                  'test_look': 13, 'test_sample': 11, 'test_prepare': 8, 'test_docs': 1}
-RESULTS_ENV = 'TEST_MIXER_RESULTS'      # where a module's process writes its outcomes (run_module)
+# CPU seconds each module took in the whole suite on the project's 2-core machine (2026-11-28, worker
+# processes, a cold inductor cache, the machine shared: CPU seconds, which its load does not change): the
+# parallel run starts the slowest first, so that no long module starts last and the wall time comes near
+# the total over --jobs (a module not listed counts 60 s).
+MODULE_SECONDS = {'test_compile': 158, 'test_gpu_path': 73, 'test_icl': 69, 'test_faults': 57, 'test_bench': 54,
+                  'test_train': 54, 'test_retrieval': 54, 'test_scale': 49, 'test_mqar': 48, 'test_claims': 44,
+                  'test_model': 44, 'test_faults_outputs': 29, 'test_faults_experiments': 22, 'test_represent': 13,
+                  'test_look': 5, 'test_faults_edges': 4, 'test_runner': 4, 'test_prepare': 3, 'test_sample': 2,
+                  'test_convert': 1, 'test_docs': 1}
 USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
+EXIT_IN_ENV = 'TEST_MIXER_EXIT_IN'      # a module at which a worker exits at once (tests/test_runner.py: a crash)
 
 
-def run_module(name, fast, running):
-    """tests/<name>.py in a process of its own (python test_mixer.py [--fast] name, its results written
-    to $TEST_MIXER_RESULTS), added to the set `running` while it runs -> (its output, {test id: outcome},
-    ids --fast skipped, {test id: seconds}). A process that ends without its results (killed, crashed)
-    is one failed test, 'name (its process)'."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, 'results.json')
-        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *(['--fast'] if fast else []), name],
-                             cwd=ROOT, env={**os.environ, RESULTS_ENV: path}, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-        running.add(p)
-        text = p.communicate()[0]
-        running.discard(p)
+def run_module(name, fast, ci):
+    """Run tests/<name>.py in this process, its output (fds 1 and 2: what C code and child processes write
+    too) wherever they point -> {'outcomes': {test id: outcome}, 'fast': ids --fast skipped, 'seconds':
+    {test id: s}, 'cpu': {test id: CPU s}, 'module_cpu': CPU s of the whole module, its import included}. A
+    module that does not import is one failed test, 'name (its import)', its traceback printed."""
+    cpu0 = process_cpu()
+    try:
+        suite = unittest.defaultTestLoader.loadTestsFromModule(test_modules([name])[0])
+    except Exception:                                   # a syntax error, a missing import: that module fails
+        import traceback
+        traceback.print_exc()
+        return {'outcomes': {f'{name} (its import)': 'failed'}, 'fast': [], 'seconds': {}, 'cpu': {},
+                'module_cpu': process_cpu() - cpu0}
+    TimedResult.fast = fast
+    with python_processes_forbidden() if fast else contextlib.nullcontext(), \
+            compilation_refused() if fast else contextlib.nullcontext():
         try:
-            with open(path) as f:
-                got = json.load(f)
-        except (OSError, ValueError):
-            return (text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n',
-                    {f'{name} (its process)': 'failed'}, set(), {})
-    return text, got['outcomes'], set(got['fast']), got['seconds']
+            result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
+        finally:
+            if fast:
+                fast_clock(0)
+    return {'outcomes': outcomes(result, ci), 'fast': sorted(fast_skipped(result)), 'seconds': result.seconds,
+            'cpu': result.cpu, 'module_cpu': process_cpu() - cpu0}
 
 
-def run_parallel(names, jobs, fast):
-    """Every module of `names` in its own process, `jobs` at a time, the slowest (MODULE_SECONDS) first;
-    each one's output printed whole when it ends, with the count so far and an estimate of the time left
-    -> ({test id: outcome}, ids --fast skipped, {test id: seconds}). Ctrl-C stops every process."""
+def worker(fast, ci):
+    """python test_mixer.py --worker [--fast]: the modules named on stdin, one a line (name, a tab, path), run one
+    after another in this process (run_module), each one's output written to its path, each one's results as
+    one JSON line on stdout -> exit code 0 when stdin ends. The modules share this process, its import of
+    torch and the fixtures it caches (tests.common); stdin and stdout stay the runner's: the tests' own
+    processes get /dev/null and stderr."""
+    commands, replies = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), 'w')
+    with open(os.devnull) as devnull:
+        os.dup2(devnull.fileno(), 0)
+    os.dup2(2, 1)
+    for line in commands:
+        name, path = line.rstrip('\n').split('\t')
+        if os.environ.get(EXIT_IN_ENV) == name:
+            os._exit(3)
+        saved = [os.dup(1), os.dup(2)]
+        state = os.getcwd(), dict(os.environ), list(sys.path), {s: signal.getsignal(s) for s in (signal.SIGINT,
+                                                                                                  signal.SIGTERM)}
+        with open(path, 'w') as f:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
+            try:
+                got = run_module(name, fast, ci)
+            finally:
+                sys.stdout.flush(), sys.stderr.flush()
+                for fd, old in zip((1, 2), saved):
+                    os.dup2(old, fd)
+                    os.close(old)
+                os.chdir(state[0])               # what a module changed and left is not the next one's
+                os.environ.clear()
+                os.environ.update(state[1])
+                sys.path[:] = state[2]
+                for sig, handler in state[3].items():
+                    signal.signal(sig, handler)
+        replies.write(json.dumps(got) + '\n')
+        replies.flush()
+    return 0
+
+
+class Workers:
+    """The worker processes of a parallel run (python test_mixer.py --worker), each running the modules it is given
+    one after another: one start, one import of torch and one set of cached fixtures for many modules. A worker that
+    dies (killed, crashed) fails the module it ran, 'name (its process)', and the next module gets a new one."""
+
+    def __init__(self, fast):
+        self.fast, self.live, self.lock = fast, set(), threading.Lock()
+
+    def start(self):
+        argv = [sys.executable, os.path.abspath(__file__), '--worker'] + (['--fast'] if self.fast else [])
+        p = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        with self.lock:
+            self.live.add(p)
+        return p
+
+    def run(self, p, name):
+        """Module `name` on worker p (None: a new one) -> (the worker, or None if it died; output, results)."""
+        p = p or self.start()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, 'output.txt')
+            try:
+                p.stdin.write(f'{name}\t{path}\n')
+                p.stdin.flush()
+                line = p.stdout.readline()
+            except (BrokenPipeError, OSError):
+                line = ''
+            text = open(path, errors='replace').read() if os.path.exists(path) else ''
+        if line:
+            return p, text, json.loads(line)
+        self.stop(p)
+        return None, text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n', \
+            {'outcomes': {f'{name} (its process)': 'failed'}, 'fast': [], 'seconds': {}, 'cpu': {}, 'module_cpu': None}
+
+    def stop(self, p, kill=True):
+        """End worker p: killed, or (kill=False) told that no module is coming and waited for."""
+        if kill:
+            p.kill()
+        with contextlib.suppress(OSError):
+            p.stdin.close()
+        p.wait()
+        p.stdout.close()
+        with self.lock:
+            self.live.discard(p)
+
+
+def shared_fixtures():
+    """prepared_data() and tiny_checkpoint() made once, in this process, for every module's process of a parallel
+    run (their folder in $TEST_MIXER_FIXTURES: tests.common.shared_fixture), where each process made its own (a
+    few CPU seconds a module) -> that folder, to remove at the end; None without the real text or when making
+    them failed (each module then makes its own, and fails there)."""
+    from tests.common import SHARED_ENV, prepared_data, tiny_checkpoint
+    try:
+        root = os.path.dirname(prepared_data())
+        tiny_checkpoint()
+    except (unittest.SkipTest, AssertionError) as e:
+        print(f'test_mixer.py: the shared fixtures were not made ({str(e).strip()[-300:] or type(e).__name__}); '
+              'each module makes its own', file=sys.stderr)
+        return None
+    os.environ[SHARED_ENV] = root
+    return root
+
+
+def run_parallel(names, jobs, fast, ci=False):
+    """Every module of `names` on `jobs` worker processes (Workers), the slowest (MODULE_SECONDS) first; each
+    one's output printed whole when it ends, with the count so far, its CPU seconds and an estimate of the time
+    left -> ({test id: outcome}, ids --fast skipped, {test id: seconds}, {test id: CPU seconds}). Ctrl-C stops
+    every process."""
     order = sorted(names, key=lambda n: -MODULE_SECONDS.get(n, 60))
     total = left = sum(MODULE_SECONDS.get(n, 60) for n in order)
-    t0 = time.perf_counter()
-    out, fast_ids, seconds, running = {}, set(), {}, set()
-    pool = concurrent.futures.ThreadPoolExecutor(jobs)
+    t0, todo, done_lock, stopping = time.perf_counter(), list(reversed(order)), threading.Lock(), False
+    out, fast_ids, seconds, cpus, test_cpu, finished = {}, set(), {}, {}, {}, []
+    workers = Workers(fast)
+
+    def lane():
+        p = None
+        while True:
+            with done_lock:
+                if not todo:
+                    break
+                name = todo.pop()
+            p, text, got = workers.run(p, name)
+            with done_lock:
+                nonlocal left
+                if stopping:                        # Ctrl-C: the module was cut short, not failed
+                    return
+                out.update(got['outcomes']), fast_ids.update(got['fast']), seconds.update(got['seconds'])
+                test_cpu.update(got['cpu'])
+                left -= MODULE_SECONDS.get(name, 60)
+                finished.append(name)
+                elapsed = time.perf_counter() - t0
+                eta = elapsed * left / max(1, total - left)
+                cpu = got['module_cpu']
+                if cpu is not None:
+                    cpus[name] = cpu
+                print(text, end='')
+                cpu = '' if cpu is None else f', {cpu:.0f} s of CPU'
+                print(f'== {name} ({len(finished)} of {len(order)} modules{cpu}): '
+                      f'{tally(got["outcomes"], set(got["fast"]))[1]}; {elapsed:.0f} s so far, about {eta:.0f} s to go',
+                      flush=True)
+        if p:
+            workers.stop(p, kill=False)
+    threads = [threading.Thread(target=lane, daemon=True) for _ in range(min(jobs, len(order)))]
     try:
-        futures = {pool.submit(run_module, n, fast, running): n for n in order}
-        for i, f in enumerate(concurrent.futures.as_completed(futures), 1):
-            text, o, fs, sec = f.result()
-            out.update(o), fast_ids.update(fs), seconds.update(sec)
-            left -= MODULE_SECONDS.get(futures[f], 60)
-            done = time.perf_counter() - t0
-            eta = done * left / max(1, total - left)
-            print(text, end='')
-            print(f'== {futures[f]} ({i} of {len(order)} modules): {tally(o, fs)[1]}; {done:.0f} s so far, '
-                  f'about {eta:.0f} s to go', flush=True)
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
     except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in list(running):
+        with done_lock:
+            todo.clear()
+            stopping = True
+        for p in list(workers.live):
             p.kill()
         raise
-    pool.shutdown()
-    return out, fast_ids, seconds
+    print(f'CPU seconds a module ({sum(cpus.values()):.0f} in all): '
+          + ', '.join(f'{m} {s:.0f}' for m, s in sorted(cpus.items(), key=lambda kv: -kv[1])))
+    return out, fast_ids, seconds, test_cpu
 
 
 def main(argv):
-    """Run the modules named in argv (default all, and this file's own tests); --fast: only the
-    tests that start no Python process; --jobs N (default: 2, or 1 on one core): N modules at a time,
-    each in its own process (one module, or --jobs 1: all in this process) -> exit code. Every process
-    the suite starts runs one torch thread (OMP_NUM_THREADS=1 unless set): its models are tiny, and
-    two threads that wait for a core spin (the measurements: tests/common.py)."""
+    """Run the modules named in argv (default all); --fast: only the tests that start no Python process;
+    --jobs N (default: 2, or 1 on one core): N modules at a time, on N worker processes (one module, or
+    --jobs 1: all in this process); --worker: be one of those (worker()) -> exit code. Every process the
+    suite starts runs one torch thread (OMP_NUM_THREADS=1 unless set): its models are tiny, and two
+    threads that wait for a core spin (the measurements: tests/common.py)."""
     if '--help' in argv or '-h' in argv:
         print(__doc__)
         return 0
-    fast, jobs, names = False, None, []
+    fast, jobs, names, as_worker = False, None, [], False
     args = iter(argv)
     for a in args:
         if a == '--fast':
             fast = True
+        elif a == '--worker':
+            as_worker = True
         elif a == '--jobs' or a.startswith('--jobs='):
             n = a.partition('=')[2] or next(args, '')
             if not n.isdigit() or int(n) < 1:
@@ -509,43 +481,40 @@ def main(argv):
             return 2
         else:
             names.append(a)
-    if jobs is None:                # --fast: one process (it is mostly torch's import, paid once)
-        jobs = 1 if fast else min(2, os.cpu_count() or 1)
-    try:
-        modules = test_modules(names)
-    except ValueError as e:
-        print(f'test_mixer.py: error: {e}', file=sys.stderr)
-        return 2
     os.environ.setdefault('OMP_NUM_THREADS', '1')
     ci = os.environ.get('CI', '').lower() == 'true'
-    loader = unittest.defaultTestLoader
-    parallel = jobs > 1 and len(modules) > 1
-    suite = unittest.TestSuite([] if parallel else [loader.loadTestsFromModule(m) for m in modules])
-    if not names:
-        suite.addTests(loader.loadTestsFromTestCase(TestRunner))
-    TimedResult.fast = fast
-    with python_processes_forbidden() if fast else contextlib.nullcontext(), \
-            compilation_refused() if fast else contextlib.nullcontext():
+    if as_worker:
+        return worker(fast, ci)
+    if jobs is None:                # --fast: one process (it is mostly torch's import, paid once)
+        jobs = 1 if fast else min(2, os.cpu_count() or 1)
+    names = [n.removesuffix('.py').removeprefix('tests/') for n in names] or module_names()
+    unknown = [n for n in names if n not in module_names()]
+    if unknown:
+        print(f'test_mixer.py: error: no test module {", ".join(unknown)} in tests/ (have: '
+              f'{", ".join(module_names())})', file=sys.stderr)
+        return 2
+    if jobs > 1 and len(names) > 1:
+        shared = shared_fixtures()
         try:
-            result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite) \
-                if suite.countTestCases() else run_quietly()
-        finally:
-            if fast:
-                fast_clock(0)
-    out, fast_ids, seconds = outcomes(result, ci), fast_skipped(result), result.seconds
-    if os.environ.get(RESULTS_ENV):                     # a module's process of a parallel run
-        with open(os.environ[RESULTS_ENV], 'w') as f:
-            json.dump({'outcomes': out, 'fast': sorted(fast_ids), 'seconds': seconds}, f)
-        return 0
-    if parallel:
-        try:
-            more = run_parallel([m.__name__.split('.')[-1] for m in modules], jobs, fast)
+            out, fast_ids, seconds, cpu = run_parallel(names, jobs, fast, ci)
         except KeyboardInterrupt:
             print('test_mixer.py: interrupted (Ctrl-C); every test process stopped', file=sys.stderr)
             return 130
-        for have, new in zip((out, fast_ids, seconds), more):
-            have.update(new)
-    print('\n'.join(slowest(seconds)))
+        finally:
+            if shared:
+                shutil.rmtree(shared, ignore_errors=True)
+    else:
+        suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromModule(m) for m in test_modules(names))
+        TimedResult.fast = fast
+        with python_processes_forbidden() if fast else contextlib.nullcontext(), \
+                compilation_refused() if fast else contextlib.nullcontext():
+            try:
+                result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
+            finally:
+                if fast:
+                    fast_clock(0)
+        out, fast_ids, seconds, cpu = outcomes(result, ci), fast_skipped(result), result.seconds, result.cpu
+    print('\n'.join(slowest(seconds, cpu=cpu)))
     print(by_module(seconds))
     code, line = tally(out, fast_ids)
     print(line)

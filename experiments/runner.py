@@ -236,13 +236,15 @@ def _watch_parent(parent):
     _stop_worker(signal.SIGTERM, None)
 
 
-def _pool_init(threads):
+def _pool_init(threads, parent):
     """A pool process starts: `threads` torch threads; Ctrl-C is the main process's to handle
     (no traceback from every worker); SIGTERM ends it and its command (_stop_worker), and so does
-    the main process's end (_watch_parent)."""
+    the end of the main process `parent` (its pid, given by the main process: a main process killed
+    while this one still imported would make os.getppid() here the pid that adopted it, and the
+    watcher would wait for that one; _watch_parent)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_worker)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     import torch
     torch.set_num_threads(threads)
 
@@ -288,7 +290,7 @@ class Runner:
     def new_pool(self):
         """A fresh pool of spawned processes (_pool_init)."""
         return ProcessPoolExecutor(self.workers, mp_context=get_context('spawn'),
-                                   initializer=_pool_init, initargs=(self.threads,))
+                                   initializer=_pool_init, initargs=(self.threads, os.getpid()))
 
     def submit(self, fn, *args):
         """pool.submit, with Ctrl-C ignored while it may start a pool process: the process

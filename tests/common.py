@@ -9,12 +9,14 @@ with the reason NO_TEXT if it is absent, and with CI=true such a skip counts as 
 failure (test_mixer.summarize).
 """
 
+import atexit
 import contextlib
 import faulthandler
 import io
 import json
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -268,18 +270,31 @@ def python_processes_forbidden():
 
 
 _DATA = {}
+SHARED_ENV = 'TEST_MIXER_FIXTURES'     # where test_mixer.py made prepared_data() and tiny_checkpoint() for every module
+
+
+def shared_fixture(*parts):
+    """The path under $TEST_MIXER_FIXTURES of a fixture the suite's runner made once, before every module's
+    process started (test_mixer.shared_fixtures: read only, as every fixture here), or None where there is none."""
+    root = os.environ.get(SHARED_ENV)
+    path = os.path.join(root, *parts) if root else None
+    return path if path and os.path.exists(path) else None
 
 
 def prepared_data(whole=False):
-    """The tests' data dir, prepared once by data/prepare.py (in this process; 512-token BPE): from
-    slices of the real text (400 kB train, 100 kB valid), or with whole=True from all
-    of it (claims.py's retrieval rows need its 1,841 validation stories). -> path of a
-    dir with train.bin, val.bin, meta.json, tokenizer.tiktoken."""
+    """The tests' data dir, prepared once by data/prepare.py (in this process, or once for every module's
+    process by the suite's runner: shared_fixture; 512-token BPE): from slices of the real text (400 kB
+    train.txt and 100 kB valid.txt, beside the dir), or with whole=True from all of it (claims.py's retrieval
+    rows need its 1,841 validation stories). -> path of a dir with train.bin, val.bin, meta.json,
+    tokenizer.tiktoken."""
     if not HAVE_TEXT:
         raise unittest.SkipTest(NO_TEXT)
     key = 'whole' if whole else 'dir'
+    if key == 'dir' and key not in _DATA and shared_fixture('data', 'meta.json'):
+        _DATA[key] = shared_fixture('data')
     if key not in _DATA:
         tmp = tempfile.mkdtemp(prefix='mixer_test_')
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)      # a run leaves nothing behind in /tmp
         src = {name: os.path.join(TEXT_DIR if whole else tmp, name) for name in ('train.txt', 'valid.txt')}
         for name, size in (('train.txt', 400_000), ('valid.txt', 100_000)) if not whole else ():
             with open(os.path.join(TEXT_DIR, name), encoding='utf-8') as f:
@@ -300,9 +315,16 @@ def tiny_checkpoint():
     """A checkpoint made once by train.py (in this process) on prepared_data(): a flat mixer, d_model 32,
     2 layers, n_ctx 128, after 2 steps (still in the learning-rate warm-up, so close to
     its init, whose uniform causal mixing makes the last token's vector a bag of the
-    text's words: a small but clear retrieval signal). -> path of ckpt.pt"""
+    text's words: a small but clear retrieval signal); made once for every module's process where the suite's
+    runner made it (shared_fixture). -> path of ckpt.pt"""
+    if 'tiny_ckpt' not in _DATA and shared_fixture('tiny_ckpt', 'ckpt.pt'):
+        _DATA['tiny_ckpt'] = shared_fixture('tiny_ckpt', 'ckpt.pt')
     if 'tiny_ckpt' not in _DATA:
-        out = os.path.join(os.path.dirname(prepared_data()), 'tiny_ckpt')
+        beside = os.path.dirname(prepared_data())
+        if prepared_data() == shared_fixture('data'):      # not in the shared folder: its own
+            beside = tempfile.mkdtemp(prefix='mixer_test_')
+            atexit.register(shutil.rmtree, beside, ignore_errors=True)
+        out = os.path.join(beside, 'tiny_ckpt')
         r = run_in_process('train.py', f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=2', '--n_ctx=128',
                 '--batch_size=8', '--max_iters=2', '--eval_interval=2', '--eval_windows=4', '--log_interval=2',
                 f'--out_dir={out}', '--overwrite=True')     # its own folder: one --fast's clock stopped is made again

@@ -195,17 +195,17 @@ def interrupt_pool(test, args, ready, sigints=1, settle=0.0):
     reader.start()
     try:
         t0 = time.time()
-        while not any(ready in l for l in lines) and p.poll() is None and time.time() - t0 < 240:
+        while not any(ready in l for l in lines) and p.poll() is None and time.time() - t0 < 600:
             time.sleep(0.1)
         time.sleep(settle)
         mark = len(lines)
         for i in range(sigints):
             os.killpg(p.pid, signal.SIGINT)
             time.sleep(0.05)
-        p.wait(timeout=120)
-        reader.join(30)
+        p.wait(timeout=600)
+        reader.join(60)
         t1 = time.time()
-        while session_alive(p.pid) and time.time() - t1 < 10:
+        while session_alive(p.pid) and time.time() - t1 < 120:
             time.sleep(0.2)
         left = session_alive(p.pid)
     finally:

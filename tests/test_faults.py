@@ -218,7 +218,7 @@ class TestBadInput(Base):
                     self.skipTest(skip)
 
     def test_every_entry_point_refuses_bad_input_in_one_line(self):
-        self.check_rows(table(self.f), lambda todo: [run_in_process(*row[1], env=ENV, timeout=120) for row in todo])
+        self.check_rows(table(self.f), lambda todo: [run_in_process(*row[1], env=ENV, timeout=600) for row in todo])
 
     def test_each_command_line_refuses_bad_input_in_one_line(self):
         rows = [row for row in table(self.f) if row[0] in PROCESS_ROWS]
@@ -227,7 +227,7 @@ class TestBadInput(Base):
 
         def in_processes(todo):
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
-                return list(pool.map(lambda row: run(*row[1], env=ENV, timeout=120), todo))
+                return list(pool.map(lambda row: run(*row[1], env=ENV, timeout=600), todo))
         self.check_rows(rows, in_processes)
 
 
@@ -454,16 +454,16 @@ class TestRunFolder(Base):
         a, b = popen(argv), popen(argv)
         try:
             t0 = time.time()
-            while a.poll() is None and b.poll() is None and time.time() - t0 < 120:
+            while a.poll() is None and b.poll() is None and time.time() - t0 < 600:
                 time.sleep(0.1)
             loser, winner = (a, b) if a.poll() is not None else (b, a)
-            _, err = loser.communicate(timeout=30)
+            _, err = loser.communicate(timeout=600)
             r = SimpleNamespace(returncode=loser.returncode, stdout='', stderr=err)
             self.assert_fault(r, 2, ['in use by another run', f'pid {winner.pid}'])
             while not os.path.exists(os.path.join(out, 'ckpt.pt')) and winner.poll() is None:
                 time.sleep(0.1)
             os.killpg(winner.pid, signal.SIGINT)
-            _, err = winner.communicate(timeout=60)
+            _, err = winner.communicate(timeout=300)
             self.assert_fault(SimpleNamespace(returncode=winner.returncode, stdout='', stderr=err), 130,
                               ['interrupted'])
         finally:
@@ -478,7 +478,7 @@ class TestRunFolder(Base):
         beside the new log, and the line says no checkpoint was written."""
         out = run_copy(self.f, 'overwrite')
         r = run(self.f.wrapper, f'--data_dir={self.f.data}', *TINY, '--overwrite=True', '--max_iters=50',
-                '--eval_interval=1000', f'--out_dir={out}', env={**ENV, 'NAN_AT': '2'}, timeout=120)
+                '--eval_interval=1000', f'--out_dir={out}', env={**ENV, 'NAN_AT': '2'}, timeout=600)
         self.assert_fault(r, 1, ['non-finite', 'at step 2', 'no checkpoint was written'])
         self.assertFalse(os.path.exists(os.path.join(out, 'ckpt.pt')), "the old run's checkpoint is left")
         configs = [x['config'] for x in records(os.path.join(out, 'log.jsonl')) if x['event'] == 'config']
@@ -489,7 +489,7 @@ class TestRunFolder(Base):
         step once. Its stderr: the warning naming the dropped records (allowed: the behaviour calls for it)."""
         out = self.folder('kill9')
         r = run(self.f.wrapper, f'--data_dir={self.f.data}', *TINY, '--max_iters=20', '--eval_interval=5',
-                '--log_interval=1', f'--out_dir={out}', env={**ENV, 'KILL_AT': '13'}, timeout=120)
+                '--log_interval=1', f'--out_dir={out}', env={**ENV, 'KILL_AT': '13'}, timeout=600)
         self.assertEqual(r.returncode, -signal.SIGKILL, r.stderr[-2000:])
         self.assertEqual(ckpt_step(os.path.join(out, 'ckpt.pt')), 10)
         steps = [x['step'] for x in records(os.path.join(out, 'log.jsonl')) if x['event'] == 'train']
@@ -522,7 +522,7 @@ class TestRunFolder(Base):
         """torch.save meets a full disk (ENOSPC, staged by the wrapper): the line says so."""
         out, before = self.stopped_run('enospc')
         r = run(self.f.wrapper, f'--data_dir={self.f.data}', '--init_from=resume', '--max_iters=10',
-                f'--out_dir={out}', env={**ENV, 'SAVE_FAIL_AT': '1'}, timeout=120)
+                f'--out_dir={out}', env={**ENV, 'SAVE_FAIL_AT': '1'}, timeout=600)
         self.assert_save_failed(r, out, before, ['no space left on device'])
 
     def test_a_file_size_limit_during_a_save(self):
@@ -536,7 +536,7 @@ class TestRunFolder(Base):
             resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
         r = subprocess.run([sys.executable, 'train.py', f'--data_dir={self.f.data}', '--init_from=resume',
                             '--max_iters=10', f'--out_dir={out}'], cwd=ROOT, env=ENV, capture_output=True,
-                           text=True, timeout=120, preexec_fn=limit)
+                           text=True, timeout=600, preexec_fn=limit)
         self.assert_save_failed(r, out, before, [])
 
     def interrupted(self, out, line):
@@ -562,10 +562,10 @@ class TestRunFolder(Base):
                    '--log_interval=1', f'--out_dir={out}'], env={**ENV, 'PAUSE_AT': '8', 'PAUSE_FILE': pause})
         try:
             t0 = time.time()
-            while not os.path.exists(pause) and p.poll() is None and time.time() - t0 < 120:
+            while not os.path.exists(pause) and p.poll() is None and time.time() - t0 < 600:
                 time.sleep(0.05)
             os.killpg(p.pid, signal.SIGINT)
-            _, err = p.communicate(timeout=60)
+            _, err = p.communicate(timeout=300)
         finally:
             kill_session(p)
         line = self.assert_fault(SimpleNamespace(returncode=p.returncode, stdout='', stderr=err), 130, [])
@@ -576,7 +576,7 @@ class TestRunFolder(Base):
         line says which step ckpt.pt holds, as it does (5, or 10 if the save was let finish first)."""
         out = self.folder('ctrl_c_in_save')
         r = run(self.f.wrapper, f'--data_dir={self.f.data}', *TINY, '--max_iters=1000', '--eval_interval=5',
-                f'--out_dir={out}', env={**ENV, 'SIGINT_IN_SAVE': '2'}, timeout=120)
+                f'--out_dir={out}', env={**ENV, 'SIGINT_IN_SAVE': '2'}, timeout=600)
         line = self.assert_fault(r, 130, [])
         self.assertIn(self.interrupted(out, line)[1], (5, 10))
 
@@ -585,7 +585,7 @@ class TestRunFolder(Base):
         step 10, as it does."""
         out = self.folder('ctrl_c_after_save')
         r = run(self.f.wrapper, f'--data_dir={self.f.data}', *TINY, '--max_iters=1000', '--eval_interval=5',
-                f'--out_dir={out}', env={**ENV, 'SIGINT_AFTER_SAVE': '2'}, timeout=120)
+                f'--out_dir={out}', env={**ENV, 'SIGINT_AFTER_SAVE': '2'}, timeout=600)
         line = self.assert_fault(r, 130, [])
         self.assertEqual(self.interrupted(out, line)[1], 10)
 

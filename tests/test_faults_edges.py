@@ -136,7 +136,7 @@ for name in names:
         the command's result is a file (it goes on), else 1."""
         for argv, prog in COMMANDS.items():
             with self.subTest(prog):
-                r = run_in_process(*argv, '--help', env=ENV, stdout='closed', timeout=120)
+                r = run_in_process(*argv, '--help', env=ENV, stdout='closed', timeout=600)
                 self.assertEqual((r.returncode, r.stderr), (0 if prog in KEEP else 1, ''))
 
 
@@ -295,7 +295,7 @@ class TestMessages(WithData):
                             (['-m', 'experiments.bench', '--device', 'cpu', '--tables', 'generation', '--prompts',
                               '10000000'], ['n_ctx 10000256', 'would need'])):
             with self.subTest(argv=argv[:2]):
-                self.assert_refused(run_in_process(*argv, env=ENV, timeout=120), *words)
+                self.assert_refused(run_in_process(*argv, env=ENV, timeout=600), *words)
 
 
 class TestPeak(unittest.TestCase):
@@ -309,8 +309,11 @@ class TestPeak(unittest.TestCase):
         threads, real = torch.get_num_threads(), time.perf_counter
         start = real()
         slow = lambda: start + 3 * (real() - start)        # noqa: E731
-        honest = machine.measure_matmul_flops('cpu', torch.float32, n=256, seconds=0.1)
-        with mock.patch('time.perf_counter', slow):
-            loaded = machine.measure_matmul_flops('cpu', torch.float32, n=256, seconds=0.1)
+        honest, loaded = [], []
+        for _ in range(3):          # in turns, the best of each: the other processes' share moves the same for both
+            honest.append(machine.measure_matmul_flops('cpu', torch.float32, n=256, seconds=0.05))
+            with mock.patch('time.perf_counter', slow):
+                loaded.append(machine.measure_matmul_flops('cpu', torch.float32, n=256, seconds=0.05))
+        honest, loaded = max(honest), max(loaded)
         self.assertGreater(loaded / honest, 0.7, f'{loaded / 1e9:.1f} against {honest / 1e9:.1f} GFLOP/s')
         self.assertEqual(torch.get_num_threads(), threads)

@@ -461,7 +461,6 @@ class TestMixerLadder(unittest.TestCase):
         self.assertFalse(icl_ladder.left_zero([4.8875, 4.8876], 4.888))      # over the range, under 1%
         self.assertEqual([icl_ladder.left_zero([x], 4.888) for x in (4.5, 4.9)], [True, False])
 
-
     def test_bad_mixer_ladder_arguments_give_one_line_and_exit_2(self):
         """Checked by icl.parse_args before anything starts (here in this process)."""
         assert_one_line_exit_2(self, [['--mixer_ladder', '--mixer_rungs', '2,4'],
@@ -492,7 +491,8 @@ class TestMixerLadderCommand(unittest.TestCase):
         cls.page, cls.out = os.path.join(cls.tmp, 'docs', 'page.md'), os.path.join(cls.tmp, 'out')
         with open(cls.page, 'w') as f:
             f.write(cls.PAGE)
-        args = ('-m', 'experiments.icl', '--mixer_ladder', '--quick', '--out', cls.out)
+        # --mixer_budget 1e-6: the floor of 10 base steps on any machine (--quick's 0.15 s: steps by its speed)
+        args = ('-m', 'experiments.icl', '--mixer_ladder', '--quick', '--mixer_budget', '1e-6', '--out', cls.out)
         cls.first = run(*args)
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
         cls.figure = icl_ladder.check_docs(cls.page)
@@ -543,11 +543,12 @@ class TestCommandLine(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp()
-        cls.first = run('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--out',
-                        cls.out)
+        # --mixer_budget 1e-6: the floor of 3 steps a model on any machine (--quick's 0.3 s: 6 to 34 steps here)
+        args = ('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--mixer_budget',
+                '1e-6', '--out', cls.out)
+        cls.first = run(*args)
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
-        cls.second = run_in_process('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise',
-                                    ','.join(NOISE), '--out', cls.out)       # every job cached: no process needed
+        cls.second = run_in_process(*args)       # every job cached: no process needed
 
     @classmethod
     def tearDownClass(cls):

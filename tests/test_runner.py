@@ -1,0 +1,219 @@
+"""The suite's runner itself (test_mixer.py): it finds every module, refuses unknown ones, counts every test
+once, CI cannot pass by skipping, --fast skips what starts a Python process or runs past its clock, a
+parallel run counts every module and a dead process fails, and the times it reports add up.
+
+    python test_mixer.py test_runner
+"""
+
+import contextlib
+import io
+import os
+import signal
+import time
+import unittest
+from unittest import mock
+
+from test_mixer import (EXIT_IN_ENV, FAST_SECONDS, FAST_SLOW, TESTS, TimedResult, by_module, fast_clock, run_parallel,
+                        run_quietly, slowest, summarize, tally, test_modules)
+from tests.common import FAST_SKIP, NO_TEXT, python_processes_forbidden
+
+
+class TestRunner(unittest.TestCase):
+    """The runner itself: it finds every module, refuses unknown ones, and CI cannot pass by skipping."""
+
+    def test_discovers_every_test_module(self):
+        names = {m.__name__.split('.')[-1] for m in test_modules()}
+        on_disk = {f[:-3] for f in os.listdir(TESTS) if f.startswith('test_') and f.endswith('.py')}
+        self.assertEqual(names, on_disk)
+        self.assertIn('test_train', names)
+        self.assertIn('test_model', names)
+
+    def test_unknown_module_is_refused(self):
+        with self.assertRaisesRegex(ValueError, 'no test module test_nope'):
+            test_modules(['test_nope'])
+        self.assertEqual([m.__name__ for m in test_modules(['test_docs.py'])], ['tests.test_docs'])
+
+    def test_ci_counts_a_data_skip_as_a_failure(self):
+        class Fake(unittest.TestCase):
+            def test_needs_text(self):
+                raise unittest.SkipTest(NO_TEXT)
+
+            def test_other_skip(self):
+                raise unittest.SkipTest('needs CUDA')
+
+            def test_passes(self):
+                pass
+        result = run_quietly(Fake)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            self.assertEqual(summarize(result, ci=False), (0, '1 passed, 0 failed, 2 skipped (of 3 tests)'))
+            self.assertEqual(summarize(result, ci=True), (1, '1 passed, 1 failed, 1 skipped (of 3 tests)'))
+        self.assertIn('test_needs_text', out.getvalue())
+
+    def test_counts_add_up_with_subtests_and_class_setups(self):
+        """passed + failed + skipped = tests: a class whose setup skips or fails is one test, a test is one
+        whatever its subtests did (the count went negative when skips came from these)."""
+        class SkipsInSetup(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                raise unittest.SkipTest('needs CUDA')
+
+            def test_a(self):
+                pass
+
+            def test_b(self):
+                pass
+
+        class FailsInSetup(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                raise RuntimeError('no data')
+
+            def test_c(self):
+                pass
+
+        class Subtests(unittest.TestCase):
+            def test_skips_three(self):
+                for i in range(3):
+                    with self.subTest(i=i):
+                        self.skipTest('not here')
+
+            def test_fails_two(self):
+                for i in range(3):
+                    with self.subTest(i=i):
+                        self.assertEqual(i, 0)
+
+            def test_passes(self):
+                for i in range(3):
+                    with self.subTest(i=i):
+                        pass
+        result = run_quietly(SkipsInSetup, FailsInSetup, Subtests)
+        code, line = summarize(result, ci=False)
+        self.assertEqual((code, line), (1, '1 passed, 2 failed, 2 skipped (of 5 tests)'))
+
+    def test_fast_skips_a_test_that_starts_python_and_only_that(self):
+        import subprocess
+        from tests.common import run
+
+        class Fake(unittest.TestCase):
+            def test_starts_python(self):
+                run('-c', 'pass')
+
+            def test_starts_a_pool(self):
+                import concurrent.futures
+                import multiprocessing
+                with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn')) as p:
+                    p.submit(int, 1).result()
+
+            def test_starts_another_program(self):
+                self.assertEqual(subprocess.run(['true']).returncode, 0)
+
+            def test_a_library_wraps_the_skip(self):          # as inductor does
+                try:
+                    run('-c', 'pass')
+                except Exception as e:
+                    raise RuntimeError('wrapped') from e
+
+            def test_fails_by_itself(self):
+                self.fail('a real failure')
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
+        with open(os.devnull, 'w') as devnull, python_processes_forbidden():
+            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
+        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
+                         [('test_a_library_wraps_the_skip', FAST_SKIP), ('test_starts_a_pool', FAST_SKIP),
+                          ('test_starts_python', FAST_SKIP)])
+        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
+        self.assertEqual((result.testsRun, len(result.errors)), (5, 0))
+        self.assertEqual(run('-c', 'print(6 * 7)').stdout, '42\n')        # outside, processes start again
+        self.assertIn('(3 of them --fast skips: they start a Python process or take over', summarize(result, ci=True)[1])
+
+    def test_fast_stops_a_slow_test_and_only_that_one(self):
+        """--fast's clock: a test still running after FAST_SECONDS is stopped there and counted as --fast's
+        skip, also when the code under it turns the stop into another error; a quick test passes, a real
+        failure stays a failure, and the clock is off after the run. (Stopped, not let finish: the line after
+        the sleep never runs. No wall-clock bound: a loaded machine takes longer to get there.)"""
+        finished = []
+
+        class Fake(unittest.TestCase):
+            def test_slow(self):
+                time.sleep(FAST_SECONDS + 5)
+                finished.append('test_slow')
+
+            def test_slow_under_a_broad_except(self):
+                try:
+                    time.sleep(FAST_SECONDS + 5)
+                    finished.append('test_slow_under_a_broad_except')
+                except Exception as e:
+                    raise RuntimeError('wrapped') from e
+
+            def test_quick(self):
+                pass
+
+            def test_fails_by_itself(self):
+                self.fail('a real failure')
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
+        TimedResult.fast = True
+        try:
+            with open(os.devnull, 'w') as devnull:
+                result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
+        finally:
+            TimedResult.fast = False
+            fast_clock(0)
+        self.assertEqual(finished, [])
+        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
+                         [('test_slow', FAST_SLOW), ('test_slow_under_a_broad_except', FAST_SLOW)])
+        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
+        self.assertEqual(len(result.errors), 0)
+        self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
+
+    def test_names_the_slowest_tests(self):
+        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2)
+        self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
+        self.assertEqual([x.split()[-1] for x in lines[1:]], ['c', 'b'])
+        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2, cpu={'a': 0.5, 'b': 2.5, 'c': 1.0})
+        self.assertEqual(lines, ['slowest 2 tests (90% of 10 s; 4 s of CPU):', '     6.0 s    1.0 s CPU  c',
+                                 '     3.0 s    2.5 s CPU  b'])
+
+    def test_sums_the_seconds_a_module(self):
+        line = by_module({'tests.test_a.C.test_x': 1.0, 'tests.test_a.C (class setup)': 2.0,
+                          'tests.test_b.D.test_y': 4.0, '__main__.TestRunner.test_z': 0.4})
+        self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
+
+    def test_parallel_run_counts_every_module_and_a_dead_process_fails(self):
+        """Modules on worker processes: a module's tests' outcomes come back under their ids; a module that does
+        not import is a failed test; so is one whose worker process dies (here it exits as it is given
+        test_sample: TEST_MIXER_EXIT_IN), not a gap, and the module after it gets a new worker."""
+        with mock.patch.dict(os.environ, {EXIT_IN_ENV: 'test_sample'}), \
+                contextlib.redirect_stdout(io.StringIO()) as printed:
+            out, fast, seconds, cpu = run_parallel(['test_docs', 'test_nope', 'test_sample'], 1, fast=False)
+        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0]) for t in c}
+        self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
+        self.assertEqual({out[t] for t in ids}, {'passed'})
+        self.assertEqual((out['test_nope (its import)'], out['test_sample (its process)']), ('failed', 'failed'))
+        self.assertEqual(tally(out, fast)[0], 1)
+        self.assertLessEqual(ids, set(seconds))
+        self.assertEqual(set(cpu), set(seconds))
+        self.assertIn('== test_docs (', printed.getvalue())
+        self.assertIn('no test module test_nope', printed.getvalue())
+        self.assertIn('test_sample: its process ended (exit code 3)', printed.getvalue())
+
+    def test_class_setup_time_is_counted(self):
+        """A class's setup time is its own entry, not its first test's: timed on a clock that only the setup
+        moves (a real sleep would make the verdict hang on the machine's load)."""
+        now = [100.0]
+
+        class Slow(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                now[0] += 0.2
+
+            def test_a(self):
+                pass
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Slow)
+        with open(os.devnull, 'w') as devnull, mock.patch('time.perf_counter', lambda: now[0]):
+            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
+        self.assertAlmostEqual(result.seconds[f'{__name__}.Slow (class setup)'], 0.2, places=9)
+        self.assertEqual(result.seconds[next(k for k in result.seconds if k.endswith('test_a'))], 0)
+
+
+if __name__ == '__main__':
+    unittest.main()
