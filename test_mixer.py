@@ -261,11 +261,12 @@ def run_quietly(*cases):
 # processes, a cold inductor cache, the machine shared: CPU seconds, which its load does not change): the
 # parallel run starts the slowest first, so that no long module starts last and the wall time comes near
 # the total over --jobs (a module not listed counts 60 s).
-MODULE_SECONDS = {'test_compile': 158, 'test_gpu_path': 73, 'test_icl': 69, 'test_faults': 57, 'test_bench': 54,
-                  'test_train': 54, 'test_retrieval': 54, 'test_scale': 49, 'test_mqar': 48, 'test_claims': 44,
-                  'test_model': 44, 'test_faults_outputs': 29, 'test_faults_experiments': 22, 'test_represent': 13,
-                  'test_look': 5, 'test_faults_edges': 4, 'test_runner': 4, 'test_prepare': 3, 'test_sample': 2,
-                  'test_convert': 1, 'test_docs': 1}
+MODULE_SECONDS = {'test_compile': 78, 'test_gpu_path': 66, 'test_icl': 62, 'test_faults': 54, 'test_bench': 51,
+                  'test_train': 51, 'test_scale': 47, 'test_retrieval': 46, 'test_mqar': 45, 'test_model': 41,
+                  'test_claims': 39, 'test_faults_outputs': 27, 'test_faults_experiments': 21, 'test_represent': 7,
+                  'test_corpus': 6, 'test_eval_tasks': 5, 'test_faults_edges': 5, 'test_look': 4, 'test_runner': 3,
+                  'test_prepare': 3, 'test_sample': 2, 'test_card': 1, 'test_convert': 1, 'test_faults_convert': 1,
+                  'test_docs': 1}
 USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
 EXIT_IN_ENV = 'TEST_MIXER_EXIT_IN'      # a module at which a worker exits at once (tests/test_runner.py: a crash)
 

@@ -34,8 +34,9 @@ from tests.faults import ENV, TINY, error_lines
 COMMANDS = {('train.py',): 'train.py', ('sample.py',): 'sample.py', ('retrieval.py',): 'retrieval.py',
             ('data/prepare.py',): 'prepare.py',
             **{('-m', f'experiments.{m}'): f'{m}.py' for m in ('look', 'bench', 'claims', 'icl', 'mqar', 'represent',
-                                                               'profiles', 'gpu_check', 'convert')}}
-KEEP = ('train.py', 'prepare.py', 'look.py', 'claims.py', 'icl.py', 'mqar.py', 'gpu_check.py', 'convert.py')   # files
+                                                               'profiles', 'gpu_check', 'convert', 'eval_tasks')}}
+KEEP = ('train.py', 'prepare.py', 'look.py', 'claims.py', 'icl.py', 'mqar.py', 'gpu_check.py', 'convert.py',
+        'eval_tasks.py')   # files
 
 
 def folder(test, name):
