@@ -68,7 +68,7 @@ GPU = dict(config_steps=100, log_interval=25, resume_steps=40, configs=('mixer_g
                    f'{COMPILE_TESTS}many_lengths_compile_a_bounded_number_of_times'],   # in one process on an H200:
                   [f'{COMPILE_TESTS}inductor_core_kinds_equal_eager',                    # three processes side by side
                    f'{COMPILE_TESTS}train_py_compile_trains_and_loads_uncompiled'],
-                  ['tests.test_compile.TestBF16', 'tests.test_compile.TestStaticDecode',
+                  ['tests.test_compile.TestBF16', 'tests.test_compile.TestDecoder',
                    'tests.test_gpu_path.TestDevice', 'tests.test_gpu_path.TestToeplitzFFT',
                    'tests.test_gpu_path.TestGPUCheck.test_refuses_without_a_gpu_in_one_line']],
            train_extra=[],

@@ -354,6 +354,16 @@ class TestGPUCheck(unittest.TestCase):
         self.assertIn('no GPU', r.stderr)
         self.assertNotIn('Traceback', r.stderr)
 
+    def test_every_test_the_gpu_check_names_exists(self):
+        """The GPU's test lists name tests that load (a renamed class, TestStaticDecode, was a failed step
+        on the GPU, found by no CPU run: the CPU check runs another list)."""
+        for ids in (*gpu_check.GPU['tests'], *gpu_check.TINY['tests']):
+            for t in ids:
+                with self.subTest(t):
+                    loaded = unittest.defaultTestLoader.loadTestsFromName(t)
+                    self.assertNotIn('_FailedTest', repr(loaded), t)
+                    self.assertGreater(loaded.countTestCases(), 0, t)
+
     def test_a_failed_timed_out_or_late_step_is_a_row_and_the_report_is_written_as_it_goes(self):
         out = tempfile.mkdtemp()
         check = gpu_check.Check(out, 'test machine', budget_s=3600)
