@@ -91,7 +91,7 @@ TINY = dict(config_steps=4, log_interval=1, resume_steps=4, configs=('mixer_gpu'
             bench_serving=['--quick', '--serve_variants', 'flat,recurrent'], bench_decode=['--quick'],
             bench_sdpa=['--quick'],
             profile_decode=['--decode_variants', 'flat', '--d_model', '32', '--n_layer', '1', '--n_ctx', '32',
-                            '--tokens', '4', '--backend', 'eager'],
+                            '--tokens', '4', '--backend', 'eager', '--dtype', 'bf16'],   # the GPU's dtype
             profile_train=['--train', 'config/tinystories_cpu.py', '--train_warmup', '1', '--train_steps', '1',
                            '--train_args=--d_model=32 --n_layer=1 --n_ctx=32 --batch_size=2 --compile=False'],
             bench_train=['--quick', '--variants', 'flat,transformer'], bench_memory=['--quick', '--mem_variants', 'flat'])

@@ -100,9 +100,9 @@ def profile_decode(args):
         say(f'profile: decode, {name}')
         torch._dynamo.reset()
         model = build(name, args, d_model=args.d_model, n_layer=args.n_layer, n_ctx=args.n_ctx).eval()
-        dec, graphs = sample.Decoder(model, compile=True, backend=args.backend), graphs_compiled()
         prompt = torch.randint(args.vocab_size, (1, args.n_ctx // 4), device=args.device)
-        with machine.autocast(args.device, args.dtype):
+        with machine.autocast(args.device, args.dtype):      # the Decoder made under the autocast it steps in
+            dec, graphs = sample.Decoder(model, compile=True, backend=args.backend), graphs_compiled()
             ms = decode_ms(dec.step, prompt[:, :args.n_ctx // 8], args.tokens, wait)     # compiles, warms up
             for t in range(args.n_ctx // 8, args.n_ctx // 4):                               # the prompt's rest
                 logits = dec.step(prompt[:, t:t + 1])
