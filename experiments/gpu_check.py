@@ -333,6 +333,10 @@ def main(argv=None):
     machine_line = (f'{torch.cuda.get_device_name()}; torch {torch.__version__}, CUDA {torch.version.cuda}, '
                     f'cuDNN {torch.backends.cudnn.version()}')
     say(f'gpu_check on {machine_line}; at most {fmt_s(args.budget_s)}; output in {out}')
+    if os.path.isdir(args.text_dir):          # the tests' text (tests/common.py); without it, those that
+        os.environ['TINYSTORIES_DIR'] = os.path.abspath(args.text_dir)     # train on it skip (the row says so)
+    else:
+        say(f'gpu_check: no text in {args.text_dir}: the tests that need it will skip (send --text_dir along)')
     t0 = time.time()
     try:
         check = run_check(prepare(args, out, args.budget_s / 2), out, 'cuda', GPU, args.budget_s, machine_line, t0)
