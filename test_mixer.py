@@ -258,13 +258,13 @@ def run_quietly(*cases):
 
 
 # CPU seconds each module took in the whole suite on the project's 2-core machine (2026-11-28, worker
-# processes, a cold inductor cache, the machine shared: CPU seconds, which its load does not change): the
+# processes, a cold inductor cache as on a fresh CI machine: CPU seconds, which a load does not change): the
 # parallel run starts the slowest first, so that no long module starts last and the wall time comes near
 # the total over --jobs (a module not listed counts 60 s).
-MODULE_SECONDS = {'test_compile': 78, 'test_gpu_path': 66, 'test_icl': 62, 'test_faults': 54, 'test_bench': 51,
-                  'test_train': 51, 'test_scale': 47, 'test_retrieval': 46, 'test_mqar': 45, 'test_model': 41,
-                  'test_claims': 39, 'test_faults_outputs': 27, 'test_faults_experiments': 21, 'test_represent': 7,
-                  'test_corpus': 6, 'test_eval_tasks': 5, 'test_faults_edges': 5, 'test_look': 4, 'test_runner': 3,
+MODULE_SECONDS = {'test_compile': 157, 'test_gpu_path': 74, 'test_icl': 63, 'test_faults': 55, 'test_train': 55,
+                  'test_bench': 51, 'test_retrieval': 50, 'test_scale': 47, 'test_mqar': 47, 'test_model': 40,
+                  'test_claims': 38, 'test_faults_outputs': 29, 'test_faults_experiments': 21, 'test_represent': 6,
+                  'test_eval_tasks': 6, 'test_corpus': 6, 'test_faults_edges': 5, 'test_look': 4, 'test_runner': 3,
                   'test_prepare': 3, 'test_sample': 2, 'test_card': 1, 'test_convert': 1, 'test_faults_convert': 1,
                   'test_docs': 1}
 USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
