@@ -271,6 +271,19 @@ USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
 EXIT_IN_ENV = 'TEST_MIXER_EXIT_IN'      # a module at which a worker exits at once (tests/test_runner.py: a crash)
 
 
+def run_suite(suite, fast):
+    """Run a unittest suite verbosely with TimedResult -> the result; under --fast, with Python processes and
+    compilation refused and every test on --fast's clock."""
+    TimedResult.fast = fast
+    with python_processes_forbidden() if fast else contextlib.nullcontext(), \
+            compilation_refused() if fast else contextlib.nullcontext():
+        try:
+            return unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
+        finally:
+            if fast:
+                fast_clock(0)
+
+
 def run_module(name, fast, ci):
     """Run tests/<name>.py in this process, its output (fds 1 and 2: what C code and child processes write
     too) wherever they point -> {'outcomes': {test id: outcome}, 'fast': ids --fast skipped, 'seconds':
@@ -284,14 +297,7 @@ def run_module(name, fast, ci):
         traceback.print_exc()
         return {'outcomes': {f'{name} (its import)': 'failed'}, 'fast': [], 'seconds': {}, 'cpu': {},
                 'module_cpu': process_cpu() - cpu0}
-    TimedResult.fast = fast
-    with python_processes_forbidden() if fast else contextlib.nullcontext(), \
-            compilation_refused() if fast else contextlib.nullcontext():
-        try:
-            result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
-        finally:
-            if fast:
-                fast_clock(0)
+    result = run_suite(suite, fast)
     return {'outcomes': outcomes(result, ci), 'fast': sorted(fast_skipped(result)), 'seconds': result.seconds,
             'cpu': result.cpu, 'module_cpu': process_cpu() - cpu0}
 
@@ -506,14 +512,7 @@ def main(argv):
                 shutil.rmtree(shared, ignore_errors=True)
     else:
         suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromModule(m) for m in test_modules(names))
-        TimedResult.fast = fast
-        with python_processes_forbidden() if fast else contextlib.nullcontext(), \
-                compilation_refused() if fast else contextlib.nullcontext():
-            try:
-                result = unittest.TextTestRunner(verbosity=2, resultclass=TimedResult).run(suite)
-            finally:
-                if fast:
-                    fast_clock(0)
+        result = run_suite(suite, fast)
         out, fast_ids, seconds, cpu = outcomes(result, ci), fast_skipped(result), result.seconds, result.cpu
     print('\n'.join(slowest(seconds, cpu=cpu)))
     print(by_module(seconds))

@@ -11,7 +11,7 @@ the text "<|endoftext|>" in a document is encoded as text). Validation: the data
 documents held out by a seeded rule: in shard k (documents k*S .. k*S+S-1, S = --shard_docs), document i is
 held out iff numpy.random.default_rng([seed, k]).random(S)[i] < --val_fraction. --max_tokens N: the training
 documents up to the one whose tokens bring the total to N. The tokenizer and the outputs: as the text path's
-(prepare.write_tokenizer, keep_outputs, write_outputs); past 65,536 tokens the token files are uint32.
+(data/outputs.py: write_tokenizer, keep_outputs, write_outputs); past 65,536 tokens the token files are uint32.
 
 Nothing lost, nothing redone: shard K of a part (PART "all", split by the held-out rule; or "val" and "train",
 the dataset's own splits) is tokenized by one of --num_proc processes into --out/shards-KEY/PART-K.npz (KEY:
@@ -42,7 +42,7 @@ if __name__ == "__main__":       # before the imports that need the repository r
     print("corpus.py: error: data/prepare.py's --dataset, not a command: python data/prepare.py --help", file=sys.stderr)
     sys.exit(2)
 
-from data.prepare import VERSION, Progress, keep_outputs, write_outputs, write_tokenizer
+from data.outputs import VERSION, Progress, keep_outputs, write_outputs, write_tokenizer
 from data.tokenizer import file_sha256, load_tokenizer
 from harness.cli import remove_stale_temps, written
 
@@ -321,7 +321,7 @@ def produce(args, folder, part, split, submit, ahead):
     """Make every shard of `part` (read from the stream of `split`) exist in `folder`, tokenizing only those that
     do not, up to the stream's end or the shard whose training tokens bring the total to --max_tokens.
     submit(path, docs, val, position) -> encode_shard's summary (dict), or a task (the pool's AsyncResult) that
-    gives it; `ahead`: tasks in flight at most. Prints progress (prepare.Progress). Raises ValueError, OSError
+    gives it; `ahead`: tasks in flight at most. Prints progress (outputs.Progress). Raises ValueError, OSError
     (reading, a task)."""
     goal, total = (args.max_tokens if part != "val" else None), known_docs(args)
     n, state, kept = resume_point(folder, part)
@@ -420,7 +420,7 @@ def corpus_settings(args):
 
 def tokenize(args, folder, parts, lock):
     """Make every part's shards in `folder` (produce), after the tokenizer, saved there once (a later run
-    reuses it): prepare.write_tokenizer on the training documents of the last part. --num_proc processes,
+    reuses it): outputs.write_tokenizer on the training documents of the last part. --num_proc processes,
     forked where the system can (before datasets starts a thread; each closes its copy of the locked
     descriptor `lock`). Raises ValueError, OSError; KeyboardInterrupt goes through, the pool stopped."""
     pool = None

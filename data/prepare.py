@@ -43,8 +43,8 @@ import numpy as np
 
 from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_seed, remove_stale_temps,  # noqa: E402
                          run_command, written)
-from data.tokenizer import (EOT, check_file, file_sha256, load_tokenizer, save_tokenizer,  # noqa: E402
-                            tokenizer_sha256, train_bpe)
+from data.tokenizer import EOT, check_file, file_sha256, load_tokenizer, tokenizer_sha256  # noqa: E402
+from data.outputs import VERSION, Progress, keep_outputs, read_tokenizer, write_outputs, write_tokenizer  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
 URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
@@ -92,19 +92,6 @@ def encode_split(enc, stories, chunk=10_000):
     return np.concatenate(parts)
 
 
-def bpe_sample(chunks, max_bytes):
-    """The leading stories up to about max_bytes of text (all if max_bytes <= 0) of an iterable of
-    lists of stories (a StoryStream, then read only as far as needed): the BPE is trained on this
-    sample, as is usual for large corpora. Counts characters (= bytes for ASCII text); the story that
-    crosses max_bytes is included. Returns a list of str."""
-    out, total = [], 0
-    for chunk in chunks:
-        for s in chunk:
-            out.append(s)
-            total += len(s)
-            if 0 < max_bytes < total:
-                return out
-    return out
 
 
 class StoryStream:
@@ -180,43 +167,6 @@ class StoryStream:
                 yield self._stories(buf[:cut], start)
 
 
-class Progress:
-    """The one progress line of prepare.py, printed by update() at most every `every` seconds and by end():
-    'LABEL: [N documents, ]MB[/TOTAL] MB, [M tokens, ]MB/s[, M tokens/s]', then the ETA where the fraction done
-    is known (of total_mb, or as given), or at the end the seconds taken. The rates and the ETA count from
-    begin() (what was done before, an earlier run's shards, counts in the totals only)."""
-
-    def __init__(self, label, total_mb=0.0, every=5.0):
-        self.label, self.total_mb, self.every = label, total_mb, every
-        self.now = (0.0, None, 0, 0.0)             # MB, documents, tokens, fraction done
-        self.begin()
-
-    def begin(self):
-        """Start the clock of the rates and the ETA here."""
-        self.t0 = self.last = time.time()
-        self.base = self.now
-
-    def update(self, mb, docs=None, tokens=None, fraction=None):
-        """Count mb (float) MB read, docs and tokens (int) made, the fraction (0..1) done (default: of total_mb);
-        print the line if `every` seconds have passed since the last one."""
-        self.now = (mb, docs, tokens, fraction if fraction is not None else mb / self.total_mb if self.total_mb else 0)
-        if time.time() - self.last >= self.every:
-            self.end(final=False)
-
-    def end(self, final=True):
-        """Print the line now (the last one, with the seconds taken, if `final`)."""
-        (mb, docs, tokens, fraction), (mb0, _, tokens0, fraction0) = self.now, self.base
-        self.last = time.time()
-        dt = max(self.last - self.t0, 1e-9)
-        line = (f"{self.label}: " + (f"{docs:,} documents, " if docs is not None else "") + f"{mb:.1f}"
-                + (f"/{self.total_mb:.1f}" if self.total_mb else "") + " MB, "
-                + (f"{tokens / 1e6:,.2f} M tokens, " if tokens is not None else "") + f"{(mb - mb0) / dt:.1f} MB/s"
-                + (f", {(tokens - (tokens0 or 0)) / 1e6 / dt:.3f} M tokens/s" if tokens is not None else ""))
-        if final:
-            line += f", done in {dt:.1f}s"
-        elif fraction > fraction0:
-            line += f", ETA {dt * (1 - fraction) / (fraction - fraction0):.0f}s"
-        print(line, flush=True)
 
 
 def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
@@ -253,10 +203,6 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
 
 
 # ----------------------------------------------------------------------------- the output folder
-
-OUTPUTS = ("tokenizer.tiktoken", "train.bin", "val.bin", "meta.json")
-VERSION = "prepare 1"       # the output format and the BPE trainer: a change here makes every --out "other"
-
 
 def token_dtype(data_dir):
     """The dtype of data_dir's token files (train.bin, val.bin) as its meta.json says: uint16, or uint32 for a
@@ -299,61 +245,10 @@ def prepare_settings(args, paths):
             "skip_bad_utf8": args.skip_bad_utf8}
 
 
-def held_outputs(out, settings):
-    """What the folder `out` holds already: None (none of OUTPUTS); all four whole (meta.json's token counts and
-    sha256 the files'): "same" if made with `settings` (meta.json's "settings"), else "other"; else why it is
-    damaged, naming the file (str): one missing, meta.json unreadable, a .bin's size, another tokenizer."""
-    present = [name for name in OUTPUTS if os.path.exists(os.path.join(out, name))]
-    if not present:
-        return None
-    if len(present) < len(OUTPUTS):
-        return f"{next(n for n in OUTPUTS if n not in present)} is missing"
-    try:
-        with open(os.path.join(out, "meta.json")) as f:
-            meta = json.load(f)
-        width = {"uint16": 2, "uint32": 4}[meta.get("dtype", "uint16")]
-        sha, sizes = meta["tokenizer_sha256"], {f"{s}.bin": width * int(meta[s]["tokens"]) for s in ("train", "val")}
-    except (OSError, ValueError, KeyError, TypeError):
-        return "meta.json is cut short or not prepare.py's"
-    cut = [f"{n} holds {os.path.getsize(os.path.join(out, n))} bytes, meta.json counts {size // width} tokens"
-           for n, size in sizes.items() if os.path.getsize(os.path.join(out, n)) != size]
-    if cut or sha != tokenizer_sha256(os.path.join(out, "tokenizer.tiktoken")):
-        return cut[0] if cut else "tokenizer.tiktoken is not the one meta.json names"
-    return "same" if meta.get("settings") == settings else "other"
 
 
-def keep_outputs(args, settings, resuming=False):
-    """The keep/--overwrite rule: True to go on and write --out; False, after a line saying so, when it holds
-    this data already (made with `settings`, its files whole). Raises ValueError (one line) when it holds other
-    or damaged prepared data and neither --overwrite nor `resuming` (a stopped run of these settings that may
-    have put some of its outputs in place: data/corpus.py) is given."""
-    held = None if args.overwrite else held_outputs(args.out, settings)
-    if held == "same":
-        print(f"{args.out} already holds this data, prepared from the same source with the same settings: "
-              "nothing to do (--overwrite prepares it again)")
-        return False
-    if held is not None and not resuming:
-        raise ValueError(f"{args.out} already holds prepared data " + ("of other settings or text" if held == "other"
-                         else f"that is damaged: {held}") + "; pass --overwrite to replace it, or choose another --out")
-    return True
 
 
-def write_outputs(out, fill):
-    """Write the four OUTPUTS in `out` whole, or leave them as they were (cli.written: temporary files renamed
-    in OUTPUTS' order at the end): fill(tmp) writes tmp("tokenizer.tiktoken"), tmp("train.bin") and
-    tmp("val.bin") (tmp: name -> its temporary path) and returns meta.json's own entries ({"train", "val",
-    ..., "settings"}); meta.json adds the tokenizer's (vocab_size, eot_id, sha256) and the token files' dtype
-    ("uint16", or "uint32" past 65,536 tokens) before them -> the meta (dict). Raises what fill raises, OSError."""
-    with written(*(os.path.join(out, name) for name in OUTPUTS)) as tmps:
-        tmp = dict(zip(OUTPUTS, tmps)).get
-        entries = fill(tmp)
-        enc = load_tokenizer(tmp("tokenizer.tiktoken"))
-        meta = {"vocab_size": enc.n_vocab, "eot_id": enc.eot_token, "tokenizer": "tokenizer.tiktoken",
-                "tokenizer_sha256": tokenizer_sha256(tmp("tokenizer.tiktoken")),
-                "dtype": "uint16" if enc.n_vocab <= 65536 else "uint32", **entries}
-        with open(tmp("meta.json"), "w") as f:
-            json.dump(meta, f, indent=2)
-    return meta
 
 
 def parse_args(argv=None):
@@ -433,39 +328,8 @@ def text_paths(args):
         raise ValueError(f"download failed ({e}); pass --train/--valid to use local files")
 
 
-def read_tokenizer(path):
-    """--tokenizer `path`: a tokenizer.tiktoken rank file, or a Hugging Face tokenizer.json (a byte-level BPE,
-    converted by experiments.convert.read_tokenizer, which imports torch: only here) -> (tiktoken.Encoding, the
-    rank file's content, bytes). Raises FileNotFoundError if it is not a file (check_file), ValueError if it
-    cannot be read or converted (one line)."""
-    check_file(path, "tokenizer file")
-    with open(path, "rb") as f:
-        content = f.read()
-    if content.lstrip()[:1] != b"{":
-        return load_tokenizer(path), content
-    from experiments.convert import read_tokenizer as read_json
-    enc, text, _ = read_json(path)
-    return enc, text.encode("ascii")
 
 
-def write_tokenizer(args, chunks, path, source):
-    """Write the tokenizer file to `path`: --tokenizer's rank file (read_tokenizer), or else a BPE of
-    --vocab_size (default 4096) trained on bpe_sample(chunks, --bpe_max_bytes): chunks is an iterable of lists
-    of str (a StoryStream, the training documents of a corpus), read only as far as needed; `source` names it
-    in messages. Raises ValueError if it has no text or too little for the vocabulary, OSError if reading or
-    writing fails."""
-    if args.tokenizer is not None:
-        with open(path, "wb") as f:
-            f.write(read_tokenizer(args.tokenizer)[1])
-        return
-    sample = bpe_sample(chunks, args.bpe_max_bytes)
-    if not sample:
-        raise ValueError(f"{source} has no text to train the BPE on (empty, or only separators or empty documents)")
-    print(f"training the BPE on the first {len(sample)} stories ({sum(map(len, sample)) / 1e6:.1f} MB) of {source}",
-          flush=True)
-    ranks = train_bpe(sample, args.vocab_size or 4096, verbose=True)
-    del sample
-    save_tokenizer(ranks, path)
 
 
 def encode_splits(enc, streams, tmp):

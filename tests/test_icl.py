@@ -2,9 +2,7 @@
 (the task, linear self-attention, the ridge baselines, the single and the batched trainer),
 experiments/icl_mixers.py (the sequence models and the diagnostic's features and probes),
 experiments/icl_ladder.py (the mixers' budget ladder: its rungs, resumption, cache and report) and
-experiments/icl.py end to end.
-
-Part of the suite run by python test_mixer.py (or alone: python test_mixer.py test_icl).
+experiments/icl.py end to end. Alone: python test_mixer.py test_icl.
 """
 import contextlib
 import io
@@ -14,8 +12,7 @@ import os
 import re
 import shutil
 import tempfile
-import unittest
-import unittest.mock
+import unittest.mock             # and unittest
 
 import numpy as np
 import torch
@@ -29,15 +26,16 @@ THREADS = []
 
 
 def setUpModule():
-    """One torch thread for this module's in-process training: on 2 cores that other work shares, two
-    threads made the small float64 steps of TestBatchedTraining and TestTraining 4 to 10 times slower
-    (measured: 75 and 181 s against 20 and 16 s). The thread count is the caller's again afterwards."""
+    """One torch thread for this module's in-process training: on 2 shared cores two threads made the small
+    float64 steps of TestBatchedTraining and TestTraining 4 to 10 times slower (75 and 181 s against 20 and 16 s)."""
     THREADS.append(torch.get_num_threads())
     torch.set_num_threads(1)
 
 
 def tearDownModule():
     torch.set_num_threads(THREADS.pop())
+
+
 NOISE = ('0', '5', 'c13')       # the end-to-end run: every row, three columns (the mixers' two among them)
 
 
@@ -569,7 +567,6 @@ class TestCommandLine(unittest.TestCase):
                 self.assertTrue(math.isfinite(m.get('sweep', 0)) or not m.get('finished', True), f)
         lsa = [f for f in cached_results(self.out) if os.path.basename(os.path.dirname(f)).startswith('lsa-')]
         self.assertEqual(len(lsa), len(icl_report.PAPER_MODELS) + len(icl.LADDER_MODELS))   # a job an architecture
-        #                                                                           (and the ladder's 2x)
         for f in lsa:
             if 'ladder' not in f:
                 self.assertEqual(len(json.load(open(f))['models']), len(NOISE) * icl.SETTINGS['quick']['seeds'])
@@ -582,8 +579,8 @@ class TestCommandLine(unittest.TestCase):
                     self.assertEqual(len(full), 1, (v, L, noise))            # two seeds at the chosen rate
         self.assertIn('### Where one step of gradient descent fails', table)
         self.assertIn('## The budget ladder of the disagreeing verdicts', table)
-        self.assertGreater(os.path.getsize(os.path.join(self.out, 'mixers.png')), 10000)
-        self.assertGreater(os.path.getsize(os.path.join(self.out, 'icl.png')), 10000)
+        for png in ('mixers.png', 'icl.png'):
+            self.assertGreater(os.path.getsize(os.path.join(self.out, png)), 10000)
         self.assertGreater(table.count('| agree') + table.count('| disagree'), 5)
 
     def test_rerun_reuses_every_job_and_prints_the_same_report(self):
@@ -595,12 +592,7 @@ class TestCommandLine(unittest.TestCase):
         """One bad argument through the command line, end to end (in this process: test_faults runs icl's command
         line as a process); the others through icl.parse_args, where the command line meets them."""
         r = run_in_process('-m', 'experiments.icl', '--noise', '0,9x', '--out', self.out)
-        self.assertEqual(r.returncode, 2)
-        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertEqual((r.returncode, len(r.stderr.strip().splitlines())), (2, 1), r.stderr)
         self.assertTrue(r.stderr.startswith('icl.py: error:'))
         assert_one_line_exit_2(self, [['--params', 'dense'], ['--layers', 'two'], ['--iters', '0'], ['--noise', '=2'],
                                       ['--device', 'cuda']], self.out)
-
-
-if __name__ == '__main__':
-    unittest.main()

@@ -84,9 +84,9 @@ class TestTokenizer(unittest.TestCase):
         cls.train_text = read_real("train.txt", 300_000)
         cls.valid_text = read_real("valid.txt")
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.ranks = prepare.train_bpe(cls.train_text, cls.V)
+        cls.ranks = tokenizer.train_bpe(cls.train_text, cls.V)
         cls.path = os.path.join(cls.tmp.name, "tokenizer.tiktoken")
-        prepare.save_tokenizer(cls.ranks, cls.path)
+        tokenizer.save_tokenizer(cls.ranks, cls.path)
         cls.enc = prepare.load_tokenizer(cls.path)
 
     @classmethod
@@ -145,15 +145,15 @@ class TestTokenizer(unittest.TestCase):
 
     def test_matches_naive_reference_trainer(self):
         stories = prepare.split_stories(self.train_text[:30_000])
-        self.assertEqual(prepare.train_bpe(stories, 400), naive_bpe(stories, 400))
+        self.assertEqual(tokenizer.train_bpe(stories, 400), naive_bpe(stories, 400))
 
     def test_train_bpe_bad_args(self):
         with self.assertRaises(ValueError):
-            prepare.train_bpe("abc abc", 300)  # runs out of pairs
+            tokenizer.train_bpe("abc abc", 300)  # runs out of pairs
         with self.assertRaises(ValueError):
-            prepare.train_bpe(self.train_text, 256)
+            tokenizer.train_bpe(self.train_text, 256)
         with self.assertRaises(ValueError):
-            prepare.train_bpe(self.train_text, 70000)
+            tokenizer.train_bpe(self.train_text, 70000)
 
     def test_same_format_as_tiktoken_loader(self):
         with mock.patch.dict(os.environ, {"TIKTOKEN_CACHE_DIR": ""}):
@@ -174,17 +174,17 @@ class TestTokenizer(unittest.TestCase):
 
     def test_reload_after_rewrite_is_not_stale(self):
         p = os.path.join(self.tmp.name, "rewrite.tiktoken")
-        prepare.save_tokenizer(self.ranks, p)
+        tokenizer.save_tokenizer(self.ranks, p)
         self.assertEqual(prepare.load_tokenizer(p).n_vocab, self.V)
         small = {t: r for t, r in self.ranks.items() if r < 300}
-        prepare.save_tokenizer(small, p)
+        tokenizer.save_tokenizer(small, p)
         self.assertEqual(prepare.load_tokenizer(p).n_vocab, 301)
 
     def test_tokenizer_sha256(self):
         with open(self.path, "rb") as f:
             self.assertEqual(prepare.tokenizer_sha256(self.path), hashlib.sha256(f.read()).hexdigest())
         p = os.path.join(self.tmp.name, "other.tiktoken")
-        prepare.save_tokenizer({t: r for t, r in self.ranks.items() if r < 300}, p)
+        tokenizer.save_tokenizer({t: r for t, r in self.ranks.items() if r < 300}, p)
         self.assertNotEqual(prepare.tokenizer_sha256(p), prepare.tokenizer_sha256(self.path))
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from data import prepare
+from data.tokenizer import save_tokenizer, train_bpe
 from tests.common import (HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, assert_samples, prepared_data, run, run_in_process,
                           tiny_checkpoint)
 
@@ -63,9 +64,9 @@ def tokenizer():
     """A 400-token tokenizer trained once on 200 kB of the real text: (path, Encoding)."""
     if 'tok' not in _TMP:
         with open(real_path('train.txt'), encoding='utf-8') as f:
-            ranks = prepare.train_bpe(f.read(200_000), 400)
+            ranks = train_bpe(f.read(200_000), 400)
         path = os.path.join(shared_tmp(), 'tok400.tiktoken')
-        prepare.save_tokenizer(ranks, path)
+        save_tokenizer(ranks, path)
         _TMP['tok'] = path
     return _TMP['tok'], prepare.load_tokenizer(_TMP['tok'])
 
@@ -192,7 +193,7 @@ class TestStreamingPrepare(unittest.TestCase):
         sample = stories[:n]
         self.assertLess(len(sample), len(stories) / 2)
         expect = os.path.join(self.tmp, 'expect.tiktoken')
-        prepare.save_tokenizer(prepare.train_bpe(sample, 300), expect)
+        save_tokenizer(train_bpe(sample, 300), expect)
         with open(expect, 'rb') as a, open(os.path.join(out, 'tokenizer.tiktoken'), 'rb') as b:
             self.assertEqual(a.read(), b.read())
 
