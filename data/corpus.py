@@ -134,16 +134,17 @@ def source_id(args):
     return src
 
 
-def check_hub(dataset, timeout=10):
-    """Raise ValueError (one line) unless the Hugging Face Hub (HF_ENDPOINT) answers an HTTP request within
-    `timeout` seconds (any status: it answered), so that an unreachable hub fails at once instead of after
-    datasets' retries (about 25 s). Skipped offline (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE: datasets then fails
-    by itself, at once)."""
-    if any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE",
-                                                                                  "HF_DATASETS_OFFLINE")):
-        return
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    result = []                                 # [] no answer, [None] an answer, [why, None] an error
+def offline_asked():
+    """True if HF_HUB_OFFLINE or HF_DATASETS_OFFLINE asks the Hugging Face libraries to stay offline."""
+    return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE",
+                                                                                  "HF_DATASETS_OFFLINE"))
+
+
+def hub_unreachable(timeout=10):
+    """Why the Hugging Face Hub (HF_ENDPOINT) does not answer an HTTP request within `timeout` seconds (one short
+    line), or None when it answers (any status: it answered). Here and in experiments/eval_tasks.py, so that an
+    unreachable hub fails or goes offline at once instead of after the hub client's retries (about 25 s)."""
+    endpoint, result = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/"), []
 
     def probe():
         try:
@@ -156,10 +157,16 @@ def check_hub(dataset, timeout=10):
     t = threading.Thread(target=probe, daemon=True)   # a name lookup can outlast urlopen's timeout
     t.start()
     t.join(timeout + 1)
-    if not result or result[0] is not None:
-        raise ValueError(f"dataset {dataset} could not be reached: the Hugging Face Hub ({endpoint}) does not "
-                         f"answer ({result[0] if result else 'no answer'}); check the network, or give a local "
-                         "parquet, jsonl or arrow path")
+    return result[0] if result else f"no answer in {timeout:.0f} s"
+
+
+def check_hub(dataset):
+    """Raise ValueError (one line) unless the Hugging Face Hub answers (hub_unreachable). Skipped offline
+    (offline_asked: datasets then fails by itself, at once)."""
+    reason = None if offline_asked() else hub_unreachable()
+    if reason is not None:
+        raise ValueError(f"dataset {dataset} could not be reached: the Hugging Face Hub does not answer ({reason}); "
+                         "check the network, or give a local parquet, jsonl or arrow path")
 
 
 def open_split(args, split):

@@ -34,10 +34,7 @@ import logging
 import math
 import os
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 
 if __name__ == '__main__':       # run as a file too (python experiments/eval_tasks.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
@@ -52,6 +49,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 import sample
+from data.corpus import hub_unreachable, offline_asked
 from experiments.tasks import tinystories
 from harness import checkpoint
 from harness.cli import ArgumentParser, check_writable, device_error, failing, number, run_command, save_results
@@ -281,31 +279,6 @@ def task_manager(names, include):
     return tm
 
 
-def offline_asked():
-    """True if HF_HUB_OFFLINE (or HF_DATASETS_OFFLINE) asks the Hugging Face libraries to stay offline."""
-    return any(os.environ.get(v, '').upper() in ('1', 'ON', 'YES', 'TRUE')
-               for v in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE'))
-
-
-def hub_unreachable(timeout=HUB_PROBE_S):
-    """Why the Hugging Face Hub (HF_ENDPOINT) does not answer an HTTP request within `timeout` seconds (one
-    short line), or None when it answers (any status)."""
-    endpoint, result = os.environ.get('HF_ENDPOINT', 'https://huggingface.co').rstrip('/'), []
-
-    def probe():
-        try:
-            urllib.request.urlopen(urllib.request.Request(endpoint, method='HEAD'), timeout=timeout).close()
-            result.append(None)
-        except urllib.error.HTTPError:
-            result.append(None)
-        except Exception as e:              # URLError, a timeout, a proxy: not reached
-            result.append(str(getattr(e, 'reason', e)).splitlines()[0][:120] or type(e).__name__)
-    t = threading.Thread(target=probe, daemon=True)       # a name lookup can outlast urlopen's timeout
-    t.start()
-    t.join(timeout + 1)
-    return result[0] if result else f'no answer in {timeout:.0f} s'
-
-
 @contextlib.contextmanager
 def offline_mode():
     """Inside (as True), huggingface_hub and datasets read only their local cache, as under HF_HUB_OFFLINE=1
@@ -330,7 +303,7 @@ def hub_access(names):
     cache loads at once and any other fails at once, not after the hub client's retries (~25 s)."""
     if set(names) <= SHIPPED:
         return contextlib.nullcontext(False)
-    why = 'HF_HUB_OFFLINE' if offline_asked() else hub_unreachable()
+    why = 'HF_HUB_OFFLINE' if offline_asked() else hub_unreachable(HUB_PROBE_S)
     if why is None:
         return contextlib.nullcontext(False)
     if why != 'HF_HUB_OFFLINE':

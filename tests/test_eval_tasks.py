@@ -347,7 +347,7 @@ class TestCommand(unittest.TestCase):
                 for w in words:
                     self.assertIn(w, lines[0])
                 if env is online:
-                    self.assertIn('the Hugging Face Hub does not answer (staged: no network)', r.stdout)
+                    self.assertIn('the Hugging Face Hub does not answer (OSError: staged: no network)', r.stdout)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, 'x.json')))
 
 
