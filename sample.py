@@ -53,17 +53,18 @@ def sample_next(logits, temperature=1.0, top_k=None):
 
 
 @torch.no_grad()
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None):
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None, stop=None):
     """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long [B, T + max_new_tokens]:
     one parallel prefill of the prompt, then one Decoder step a token (compiled with `compile`; `decoder`
     reuses one, its compiled graph too). Once a position-indexed model holds n_ctx tokens its window
     slides: a fresh prefill of the last n_ctx / 2. temperature 0 is greedy; top_k keeps the k most likely
-    tokens. ValueError for a prompt longer than n_ctx (a position-indexed model)."""
+    tokens; stop(new long [B, t]) -> True ends it early, after t new tokens (fewer columns then).
+    ValueError for a prompt longer than n_ctx (a position-indexed model)."""
     dec = decoder or Decoder(model, idx.shape[0], compile=compile)
     logits, out = dec.prefill(idx), [idx]
     for i in range(max_new_tokens):
         out.append(sample_next(logits, temperature, top_k))
-        if i == max_new_tokens - 1:
+        if i == max_new_tokens - 1 or (stop is not None and stop(torch.cat(out[1:], 1))):
             break
         if dec.max_len is not None and dec.pos >= dec.max_len:
             logits = dec.prefill(torch.cat(out, 1)[:, -(dec.max_len // 2):])

@@ -205,25 +205,16 @@ class ProjectLM(TemplateLM):
     def greedy(self, idx, until, max_new):
         """Greedy text after idx long [B, T] (T <= n_ctx) through a sample.Decoder -> list of B str: each row's
         new tokens decoded, stopped once its text holds a string of `until` (then all rows stopped) or after
-        max_new tokens. A position-indexed model that has read n_ctx tokens reads on from the last n_ctx / 2
-        (sample.generate's window)."""
-        dec, max_len = sample.Decoder(self.model, idx.shape[0]), self.model.max_len
-        logits, pos, seen = dec.prefill(idx), idx.shape[1], idx
-        new, done = [[] for _ in range(idx.shape[0])], [False] * idx.shape[0]
-        for step in range(max_new):
-            token = sample.sample_next(logits, temperature=0)
-            for r, t in enumerate(token[:, 0].tolist()):
-                if not done[r]:
-                    new[r].append(t)
-                    done[r] = any(u in self.tok_decode(new[r]) for u in until)
-            if all(done) or step == max_new - 1:
-                break
-            seen = torch.cat([seen, token], 1)
-            if max_len is not None and pos >= max_len:
-                logits, pos = dec.prefill(seen[:, -(max_len // 2):]), max_len // 2
-            else:
-                logits, pos = dec.step(token), pos + 1
-        return [self.tok_decode(ids) for ids in new]
+        max_new tokens: sample.generate's greedy tokens (its window past n_ctx)."""
+        ends = [None] * idx.shape[0]                    # each row's new tokens up to its first `until`
+
+        def stop(new):
+            for r, row in enumerate(new.tolist()):
+                if ends[r] is None and any(u in self.tok_decode(row) for u in until):
+                    ends[r] = len(row)
+            return None not in ends
+        new = sample.generate(self.model, idx, max_new, temperature=0, stop=stop)[:, idx.shape[1]:].tolist()
+        return [self.tok_decode(row[:end]) for row, end in zip(new, ends)]
 
 
 # ----------------------------------------------------------------------------- train.py's bits per byte
