@@ -8,12 +8,15 @@ import os
 import sys
 import time
 
+import numpy as np
+
 if __name__ == "__main__":       # before the imports that need the repository root on the path
     print("outputs.py: error: data/prepare.py's outputs, not a command: python data/prepare.py --help",
           file=sys.stderr)
     sys.exit(2)
 
-from data.tokenizer import check_file, load_tokenizer, save_tokenizer, tokenizer_sha256, train_bpe  # noqa: E402
+from data.tokenizer import (check_file, load_tokenizer, read_tokenizer_json, save_tokenizer,  # noqa: E402
+                            tokenizer_sha256, train_bpe)
 from harness.cli import written  # noqa: E402
 
 OUTPUTS = ("tokenizer.tiktoken", "train.bin", "val.bin", "meta.json")
@@ -21,18 +24,18 @@ VERSION = "prepare 1"       # the output format and the BPE trainer: a change he
 
 
 def bpe_sample(chunks, max_bytes):
-    """The leading stories up to about max_bytes of text (all if max_bytes <= 0) of an iterable of
-    lists of stories (a StoryStream, then read only as far as needed): the BPE is trained on this
-    sample, as is usual for large corpora. Counts characters (= bytes for ASCII text); the story that
-    crosses max_bytes is included. Returns a list of str."""
+    """The leading stories up to about max_bytes bytes of UTF-8 text (all if max_bytes <= 0) of an iterable of
+    lists of stories (a StoryStream, then read only as far as needed): the BPE is trained on this sample, as
+    is usual for large corpora; the story that crosses max_bytes is included. Returns (list of str, their
+    bytes)."""
     out, total = [], 0
     for chunk in chunks:
         for s in chunk:
             out.append(s)
-            total += len(s)
+            total += len(s.encode("utf-8"))
             if 0 < max_bytes < total:
-                return out
-    return out
+                return out, total
+    return out, total
 
 
 class Progress:
@@ -133,16 +136,14 @@ def write_outputs(out, fill):
 
 def read_tokenizer(path):
     """--tokenizer `path`: a tokenizer.tiktoken rank file, or a Hugging Face tokenizer.json (a byte-level BPE,
-    converted by experiments.convert.read_tokenizer, which imports torch: only here) -> (tiktoken.Encoding, the
-    rank file's content, bytes). Raises FileNotFoundError if it is not a file (check_file), ValueError if it
+    converted by data/tokenizer.read_tokenizer_json) -> (tiktoken.Encoding, the rank file's content, bytes). Raises FileNotFoundError if it is not a file (check_file), ValueError if it
     cannot be read or converted (one line)."""
     check_file(path, "tokenizer file")
     with open(path, "rb") as f:
         content = f.read()
     if content.lstrip()[:1] != b"{":
         return load_tokenizer(path), content
-    from experiments.convert import read_tokenizer as read_json
-    enc, text, _ = read_json(path)
+    enc, text, _ = read_tokenizer_json(path)
     return enc, text.encode("ascii")
 
 
@@ -156,11 +157,48 @@ def write_tokenizer(args, chunks, path, source):
         with open(path, "wb") as f:
             f.write(read_tokenizer(args.tokenizer)[1])
         return
-    sample = bpe_sample(chunks, args.bpe_max_bytes)
+    sample, n_bytes = bpe_sample(chunks, args.bpe_max_bytes)
     if not sample:
         raise ValueError(f"{source} has no text to train the BPE on (empty, or only separators or empty documents)")
-    print(f"training the BPE on the first {len(sample)} stories ({sum(map(len, sample)) / 1e6:.1f} MB) of {source}",
-          flush=True)
+    print(f"training the BPE on the first {len(sample)} stories ({n_bytes / 1e6:.1f} MB) of {source}", flush=True)
     ranks = train_bpe(sample, args.vocab_size or 4096, verbose=True)
     del sample
     save_tokenizer(ranks, path)
+
+
+def read_prepared(data_dir, n_ctx):
+    """The prepared data of data_dir as train.py reads it -> (meta dict, train ids, val ids: numpy memmaps
+    of meta.json's "dtype", uint16 where it names none). Raises ValueError (one line) for a missing or damaged
+    meta.json, a token file that is missing, holds another number of ids than meta.json counts (a file cut
+    short, or written in another dtype), or ids at or above vocab_size (a tokenizer other than meta.json's),
+    or a split shorter than n_ctx + 2 tokens."""
+    meta_path = os.path.join(data_dir, "meta.json")
+    if not os.path.isfile(meta_path):
+        raise ValueError(f"{meta_path} not found: run data/prepare.py first (or set --data_dir)")
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+        meta["vocab_size"], meta["val"]["bytes_per_token"], meta["tokenizer_sha256"]
+        counts = {s: int(meta[s]["tokens"]) for s in ("train", "val")}
+        dtype = np.dtype(meta.get("dtype", "uint16"))
+        if dtype not in (np.uint16, np.uint32):
+            raise ValueError(f'dtype {meta["dtype"]!r} is not uint16 or uint32')
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again") from None
+    splits = []
+    for split, n in counts.items():
+        path = os.path.join(data_dir, f"{split}.bin")
+        if not os.path.isfile(path):
+            raise ValueError(f"{path} not found: run data/prepare.py first (or set --data_dir)")
+        if os.path.getsize(path) != n * dtype.itemsize:
+            raise ValueError(f"{path} holds {os.path.getsize(path):,} bytes, but meta.json counts {n:,} {dtype} ids "
+                             f"({n * dtype.itemsize:,} bytes): a file cut short or written otherwise; run "
+                             "data/prepare.py again")
+        data = np.memmap(path, dtype=dtype, mode="r") if n else np.zeros(0, dtype)
+        if n and int(data.max()) >= meta["vocab_size"]:
+            raise ValueError(f"{path} holds token id {int(data.max())}, but the vocabulary has {meta['vocab_size']} "
+                             "tokens (meta.json and the token files are from different runs of data/prepare.py)")
+        splits.append(data)
+    if min(len(s) for s in splits) < n_ctx + 2:
+        raise ValueError(f"token files are shorter than n_ctx + 2 = {n_ctx + 2} tokens")
+    return meta, *splits

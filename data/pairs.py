@@ -31,7 +31,8 @@ if __name__ == '__main__':       # before the imports that need the repository r
     print("pairs.py: error: retrieval.py's pairs, not a command: python retrieval.py --help", file=sys.stderr)
     sys.exit(2)
 
-from data.prepare import check_file, load_tokenizer, split_stories, token_dtype, tokenizer_sha256  # noqa: E402
+from data.outputs import read_prepared  # noqa: E402
+from data.prepare import check_file, load_tokenizer, split_stories, tokenizer_sha256  # noqa: E402
 
 
 class UsageError(Exception):
@@ -141,38 +142,21 @@ class TokenStories:
 
 
 def read_data_dir_stories(data_dir, split):
-    """Stories of data_dir's {split}.bin (token_dtype's ids, stories separated by the eot id of meta.json),
-    decoded with the data dir's tokenizer (byte-level BPE: the exact text): a TokenStories. Raises
-    UsageError if meta.json or the .bin file is missing or damaged, the tokenizer cannot be loaded or is
-    not the one meta.json records (its SHA-256), or the file holds token ids the tokenizer does not have."""
-    meta_path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(meta_path):
-        raise UsageError(f'{meta_path} not found: run data/prepare.py, or pass --text or --pairs')
+    """Stories of data_dir's {split}.bin ('train' or 'val': read_prepared's ids, stories separated by the eot
+    id of meta.json), decoded with the data dir's tokenizer (byte-level BPE: the exact text): a TokenStories.
+    Raises UsageError (one line) for what read_prepared refuses (meta.json or a token file missing or damaged,
+    ids the vocabulary has not), a tokenizer that cannot be loaded or is not the one meta.json records."""
     try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-        tok_path, sha, eot = os.path.join(data_dir, meta['tokenizer']), meta['tokenizer_sha256'], int(meta['eot_id'])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UsageError(f'{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again')
-    path = os.path.join(data_dir, f'{split}.bin')
-    if not os.path.isfile(path):
-        raise UsageError(f'{path} not found')
-    try:
-        enc = load_tokenizer(tok_path)
-        found = tokenizer_sha256(tok_path)
+        meta, *ids = read_prepared(data_dir, 0)
+        tok_path = os.path.join(data_dir, meta['tokenizer'])
+        enc, found = load_tokenizer(tok_path), tokenizer_sha256(tok_path)
     except (OSError, ValueError) as e:
-        raise UsageError(f'cannot load the tokenizer of {data_dir}: {e}')
-    if found != sha:
-        raise UsageError(f'{tok_path} (sha256 {found}) is not the tokenizer meta.json records (sha256 {sha}): '
-                         f'the token files were encoded with another; run data/prepare.py again')
-    size, dtype = os.path.getsize(path), token_dtype(data_dir)
-    if size == 0 or size % dtype.itemsize:
-        raise UsageError(f'{path} holds {size} bytes: not a token file of {dtype} ids (run data/prepare.py again)')
-    ids = np.memmap(path, dtype=dtype, mode='r')
-    if int(ids.max()) >= enc.n_vocab:
-        raise UsageError(f'{path} holds token id {int(ids.max())}, but its tokenizer has {enc.n_vocab} tokens '
-                         '(the token files and the tokenizer are from different runs of data/prepare.py)')
-    ends = np.flatnonzero(ids == eot)
+        raise UsageError(f'{e}' + ('; or pass --text or --pairs' if 'meta.json not found' in str(e) else ''))
+    if found != meta['tokenizer_sha256']:
+        raise UsageError(f'{tok_path} (sha256 {found}) is not the tokenizer meta.json records (sha256 '
+                         f'{meta["tokenizer_sha256"]}): the token files were encoded with another; run data/prepare.py again')
+    ids = ids[('train', 'val').index(split)]
+    ends = np.flatnonzero(ids == int(meta['eot_id']))
     starts = np.concatenate([[0], ends + 1])
     stops = np.concatenate([ends, [len(ids)]])
     keep = stops > starts

@@ -45,6 +45,7 @@ from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_se
                          run_command, written)
 from data.tokenizer import EOT, check_file, file_sha256, load_tokenizer, tokenizer_sha256  # noqa: E402
 from data.outputs import VERSION, Progress, keep_outputs, read_tokenizer, write_outputs, write_tokenizer  # noqa: E402
+from data import corpus  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
 URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
@@ -75,23 +76,6 @@ def download(name, raw_dir):
             print(f"\rdownloading {name}: {done / 1e6:.1f} MB{pct}", end="", flush=True)
     print()
     return path
-
-
-def encode_split(enc, stories, chunk=10_000):
-    """Encode a list of stories (str), each followed by <|endoftext|>, all at once -> uint16 numpy array
-    [n_tokens]: the in-memory reference that encode_stream must reproduce byte for byte."""
-    parts = []
-    for start in range(0, len(stories), chunk):
-        ids = []
-        for toks in enc.encode_ordinary_batch(stories[start:start + chunk], num_threads=os.cpu_count() or 1):
-            ids.extend(toks)
-            ids.append(enc.eot_token)
-        arr = np.array(ids, dtype=np.int64)
-        assert arr.max() < 65536, "token ids do not fit in uint16"
-        parts.append(arr.astype(np.uint16))
-    return np.concatenate(parts)
-
-
 
 
 class StoryStream:
@@ -160,6 +144,7 @@ class StoryStream:
                 buf = b"".join(pending) + data if pending else data
                 start = self.bytes_read - len(buf)
                 cut = buf.rfind(EOT_BYTES)
+                self.saw_separator = True                      # (the one at `cut` is not in the part before it)
                 pending = [buf[cut + L:]]
                 pending_len = len(pending[0])
                 tail = pending[0][-(L - 1):]
@@ -167,12 +152,10 @@ class StoryStream:
                 yield self._stories(buf[:cut], start)
 
 
-
-
 def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
     """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream), each followed by
     <|endoftext|>, writing uint16 token ids to the binary file object `out` as they come: the result
-    equals encode_split(enc, all stories). Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..."
+    equals encoding all the stories at once (tested). Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..."
     that tiktoken encodes on num_threads threads (default: all cores) straight into numpy (tiktoken encodes
     the pieces between special tokens independently, so this is per-story encoding). Prints progress (MB
     done, MB/s, ETA: Progress) every progress_s seconds when the stream has a `size`. Returns {"tokens",
@@ -245,12 +228,6 @@ def prepare_settings(args, paths):
             "skip_bad_utf8": args.skip_bad_utf8}
 
 
-
-
-
-
-
-
 def parse_args(argv=None):
     """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv); an unknown
     option, a bad type, a number out of its range (--vocab_size outside [257, 65536], --chunk_bytes,
@@ -301,7 +278,6 @@ def parse_args(argv=None):
             raise ValueError(f"--{name} is empty; give a path")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file, not a folder")
-    from data import corpus                                 # here: corpus imports this module
     corpus.check_args(args)                                 # --dataset's flags, and none of them without it
     if args.dataset is None and (args.train is None) != (args.valid is None):
         raise ValueError("pass both --train and --valid, or neither (to download)")
@@ -326,10 +302,6 @@ def text_paths(args):
         return [download(f"TinyStories-{s}.txt", raw) for s in ("train", "valid")]
     except OSError as e:
         raise ValueError(f"download failed ({e}); pass --train/--valid to use local files")
-
-
-
-
 
 
 def encode_splits(enc, streams, tmp):

@@ -51,9 +51,7 @@ Bad input: one line, exit 2; a failed write (a full disk): one line, exit 1; Ctr
 """
 
 import argparse
-import base64
 import hashlib
-import io
 import json
 import math
 import os
@@ -68,11 +66,11 @@ if __name__ == '__main__':       # run as a file too (python experiments/convert
 
 import torch
 
-from harness import checkpoint
+from harness import checkpoint, configurator
 import mixer
-from harness.cli import (ArgumentParser, check_folder_writable, check_writable, failing, remove_stale_temps,
+from harness.cli import (ArgumentParser, check_folder_writable, check_writable, failing, one_line, remove_stale_temps,
                          run_command, written)
-from data.tokenizer import EOT, tokenizer_from_text
+from data.tokenizer import ConvertError, read_tokenizer_json
 
 fail = failing('convert.py')
 EXPORT_FILES = checkpoint.EXPORT_FILES      # an exported folder: config.json, model.safetensors, tokenizer.tiktoken
@@ -87,186 +85,18 @@ PAPER_BLOCK = {
     'patch_ff.0.weight': ('ff.fc.weight', 'h d'), 'patch_ff.0.bias': ('ff.fc.bias', 'h'),
     'patch_ff.2.weight': ('ff.proj_out.weight', 'd h'), 'patch_ff.2.bias': ('ff.proj_out.bias', 'd'),
 }
-# Texts both tokenizers must split alike (the import checks them; tests add real stories)
-PROBES = ('Once upon a time, there was a little girl named Lily. She loved to play outside!',
-          '  two  spaces,\ttabs\t\tand\n\nnew lines \n  \n', 'digits 0 12 345 6789 3.14 1,000,000 2024-09-03',
-          "It's, I'm, you're, we've, they'll, he'd, DON'T", 'caf\u00e9 na\u00efve \u00fcber \u65e5\u672c\u8a9e '
-          '\U0001F642 \u00df \u0416\u0436 \u00a0nbsp', 'end<|endoftext|>start <|endoftext|>\n', '   ', '')
-
-
-class ConvertError(ValueError):
-    """An input that cannot be converted (the message is one line, naming what and why)."""
-
-
 class WriteFailed(Exception):
     """An output that could not be written (a full disk): the message is the cause, one line."""
 
 
-def why(e):
-    """An exception as one short line: 'TypeName: the first line of its message'."""
-    return f'{type(e).__name__}: {(str(e).splitlines() or [""])[0][:120]}'
-
-
 # ----------------------------------------------------------------------------- the tokenizer
 
-def byte_alphabet():
-    """GPT-2's byte-level alphabet, the characters a byte-level tokenizer.json writes bytes as -> {byte
-    (int): char}, in byte order: the printable Latin-1 bytes stand for themselves, the other 68, in byte
-    order, for chr(256), chr(257), ..."""
-    hidden = iter(range(256, 512))
-    return {b: chr(b) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255 else chr(next(hidden))
-            for b in range(256)}
-
-
-def bpe_split(piece, ranks):
-    """tiktoken's merge rule on bytes `piece`: merge the adjacent pair whose concatenation has the lowest
-    rank in `ranks` ({bytes: int}; leftmost first) until none has one -> list of bytes."""
-    parts = [piece[i:i + 1] for i in range(len(piece))]
-    while len(parts) > 1:
-        found = [(ranks[a + b], i) for i, (a, b) in enumerate(zip(parts, parts[1:])) if a + b in ranks]
-        if not found:
-            break
-        _, i = min(found)
-        parts[i:i + 2] = [parts[i] + parts[i + 1]]
-    return parts
-
-
-def check_split(spec):
-    """Raise ConvertError (one line) unless the tokenizer.json dict `spec` splits text as this project's
-    tokenizer can: a BPE model without dropout, affixes or byte fallback, the ByteLevel pre-tokenizer with
-    GPT-2's regex and no prefix space, no normalizer."""
-    model, pre = spec.get('model') or {}, spec.get('pre_tokenizer') or {}
-    for name, part in (('model', model), ('pre_tokenizer', pre)):
-        if not isinstance(part, dict):
-            raise ConvertError(f"tokenizer.json's {name} is a JSON {type(part).__name__}, not an object")
-    if model.get('type') != 'BPE':
-        raise ConvertError(f"tokenizer.json's model is {model.get('type')!r}, not a BPE; only a byte-level "
-                           'BPE converts to a rank file')
-    for key, off in (('dropout', (None, 0, 0.0)), ('continuing_subword_prefix', (None, '')),
-                     ('end_of_word_suffix', (None, '')), ('byte_fallback', (None, False))):
-        if model.get(key) not in off:
-            raise ConvertError(f"tokenizer.json's BPE has {key}={model[key]!r}; a rank file has no such option")
-    if pre.get('type') != 'ByteLevel' or pre.get('add_prefix_space') or not pre.get('use_regex', True):
-        raise ConvertError(f"tokenizer.json's pre-tokenizer is {json.dumps(pre) if pre else None}, not ByteLevel "
-                           "(add_prefix_space=false, use_regex=true): not byte-level or not GPT-2's split")
-    if spec.get('normalizer') is not None:
-        raise ConvertError(f"tokenizer.json has a normalizer ({spec['normalizer'].get('type')}); this project's "
-                           'tokenizer encodes the text as it is')
-
-
-def tokenizer_ids(spec):
-    """The ids of a tokenizer.json dict: {token: id} of its vocabulary and added tokens. Raises ConvertError
-    (one line) for a vocabulary that is not an object of integer ids, added tokens that are not a list of
-    objects, an added token other than <|endoftext|> or none, or ids that are not 0..N-1, each once."""
-    vocab, added = spec['model'].get('vocab') or {}, spec.get('added_tokens') or []
-    if not isinstance(vocab, dict):
-        raise ConvertError(f"tokenizer.json's vocab is a JSON {type(vocab).__name__}, not an object of token: id")
-    for tok, i in vocab.items():
-        if not isinstance(i, int) or isinstance(i, bool):
-            raise ConvertError(f"tokenizer.json's vocab gives {tok!r} the id {i!r}, not an integer")
-    if not isinstance(added, list) or not all(isinstance(t, dict) for t in added):
-        raise ConvertError("tokenizer.json's added_tokens is not a list of objects ({\"id\": ..., \"content\": ...})")
-    ids, eot = dict(vocab), False
-    for tok in added:
-        if not isinstance(tok.get('id'), int) or isinstance(tok.get('id'), bool):
-            raise ConvertError(f"tokenizer.json's added token {tok.get('content')!r} has the id {tok.get('id')!r}, "
-                               'not an integer')
-        if tok.get('content') != EOT:
-            raise ConvertError(f"tokenizer.json's added token {tok.get('content')!r} (id {tok.get('id')}) has no "
-                               f"place in this project's tokenizer, whose one special token is {EOT}")
-        if ids.setdefault(EOT, tok.get('id')) != tok.get('id'):
-            raise ConvertError(f'tokenizer.json gives {EOT} two ids, {ids[EOT]} and {tok.get("id")}')
-        eot = True
-    if not eot:
-        raise ConvertError(f"tokenizer.json has no {EOT} special token; this project's tokenizer needs it")
-    if sorted(ids.values()) != list(range(len(ids))):
-        raise ConvertError(f"tokenizer.json's {len(ids)} ids are not 0..{len(ids) - 1}, each once")
-    return ids
-
-
-def convert_tokenizer(spec):
-    """A byte-level BPE tokenizer.json (its parsed dict) -> (the rank file's text, str; hf_ids, long [V]:
-    the tokenizer.json id of each of this project's ids 0..V-1). Ranks: the 256 bytes (rank = byte value),
-    each merge in order (256..), <|endoftext|> V - 1. tiktoken merges the pair whose concatenation has the
-    lowest rank, so a merge converts only if the ranks before it split its token into exactly its two
-    halves. Raises ConvertError (one line, naming the token or merge) otherwise, for a split check_split
-    refuses, a byte missing from the vocabulary, or a vocabulary token no merge makes."""
-    check_split(spec)
-    ids, alphabet = tokenizer_ids(spec), byte_alphabet()
-    char_byte = {c: b for b, c in alphabet.items()}
-    ranks, hf_ids = {}, []
-    for b, c in alphabet.items():              # in byte order
-        if c not in ids:
-            raise ConvertError(f'tokenizer.json lacks the byte 0x{b:02x} ({c!r}; trained without '
-                               'ByteLevel.alphabet()): a text holding it would have no token')
-        ranks[bytes([b])] = b
-        hf_ids.append(ids[c])
-    for k, merge in enumerate(spec['model'].get('merges') or []):
-        try:
-            a, b = merge.split(' ') if isinstance(merge, str) else merge
-            ta, tb = (bytes(char_byte[c] for c in s) for s in (a, b))
-        except (ValueError, TypeError, KeyError):
-            raise ConvertError(f'tokenizer.json merge {k} {merge!r} is not a pair of byte-level tokens') from None
-        where = f'tokenizer.json merge {k} ({a} {b})'
-        if ta + tb in ranks:
-            raise ConvertError(f'{where} makes {a + b!r} a second time: a rank file ranks a token once')
-        split = bpe_split(ta + tb, ranks)
-        if split != [ta, tb]:
-            raise ConvertError(f'{where} is not expressible as a rank: the ranks before it split {a + b!r} into '
-                               f'{[t.decode("utf-8", "replace") for t in split]}')
-        if a + b not in ids:
-            raise ConvertError(f'{where} makes {a + b!r}, which its vocabulary lacks')
-        ranks[ta + tb] = len(ranks)
-        hf_ids.append(ids[a + b])
-    hf_ids.append(ids[EOT])
-    made = set(hf_ids)
-    for tok, i in ids.items():
-        if i not in made:
-            raise ConvertError(f"tokenizer.json's token {tok!r} (id {i}) is made by no merge and is no byte")
-    text = ''.join(f'{base64.b64encode(t).decode()} {r}\n' for t, r in ranks.items())
-    return text, torch.tensor(hf_ids)
-
-
-def check_same_tokens(path, enc, hf_ids, texts=PROBES):
-    """Raise ConvertError (one line) unless the converted tokenizer `enc` (tiktoken.Encoding) and the
-    tokenizer.json at `path` (read by `tokenizers`) split each of `texts` into the same tokens:
-    hf_ids[enc's ids] (hf_ids long [V] from convert_tokenizer) == its ids (add_special_tokens=False).
-    Without `tokenizers` installed: a note on stderr, no check."""
-    try:
-        from tokenizers import Tokenizer        # here: only this check needs it
-    except ImportError:
-        print('convert.py: note: the tokenizers package is not installed: the conversion is not checked '
-              'against it (pip install tokenizers)', file=sys.stderr)
-        return
-    try:
-        hf = Tokenizer.from_file(path)
-    except Exception as e:                      # tokenizers raises its own exception types
-        raise ConvertError(f'tokenizers cannot read {path} ({why(e)})') from None
-    for text in texts:
-        ours = hf_ids[enc.encode(text, allowed_special='all')].tolist()
-        theirs = hf.encode(text, add_special_tokens=False).ids
-        if ours != theirs:
-            raise ConvertError(f'the converted tokenizer splits {text[:40]!r} otherwise than {path} (ids '
-                               f'{ours[:8]} against {theirs[:8]}): not convertible')
-
-
 def read_tokenizer(path):
-    """A tokenizer.json file -> (tiktoken.Encoding, its rank file's text, hf_ids long [V]); checked on
-    PROBES. Raises ConvertError (one line): a missing or unreadable file, one convert_tokenizer refuses."""
-    if not os.path.isfile(path):
-        raise ConvertError(f'--tokenizer {path} ' + ('is a folder; give its tokenizer.json' if os.path.isdir(path)
-                                                     else 'not found'))
-    try:
-        with open(path, encoding='utf-8') as f:
-            spec = json.load(f)
-        if not isinstance(spec, dict) or not isinstance(spec.get('model'), dict):
-            raise ValueError('not a tokenizers JSON (no "model")')
-    except (OSError, ValueError) as e:
-        raise ConvertError(f'cannot read the tokenizer {path} ({why(e)})') from None
-    text, hf_ids = convert_tokenizer(spec)
-    enc = tokenizer_from_text(text, f'tokenizer converted from {path}')
-    check_same_tokens(path, enc, hf_ids)
-    return enc, text, hf_ids
+    """A tokenizer.json file -> (tiktoken.Encoding, its rank file's text, hf_ids long [V]: the tokenizer.json id
+    of each of this project's ids), converted and checked by data/tokenizer.read_tokenizer_json. Raises
+    ConvertError (one line) for what it refuses."""
+    enc, text, hf_ids = read_tokenizer_json(path)
+    return enc, text, torch.tensor(hf_ids)
 
 
 # ----------------------------------------------------------------------------- the weights
@@ -290,7 +120,7 @@ def read_reference(path):
                 return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}
         state = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as e:                      # safetensors and torch raise many types for a damaged file
-        raise ConvertError(f'--reference {path} is damaged or not a model file ({why(e)})') from None
+        raise ConvertError(f'--reference {path} is damaged or not a model file ({one_line(e)})') from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConvertError(f'--reference {path} holds no state dict (a dict of tensors)')
     return checkpoint.migrate_state(state), {}
@@ -383,7 +213,7 @@ def import_reference(args):
     enc, text, hf_ids = read_tokenizer(args.tokenizer)
     model = paper_to_model(*read_reference(args.reference), hf_ids)
     import train                                # its settings: what a resume of the import starts from
-    arch = {k: v for k, v in asdict(model.cfg).items() if k in train.DEFAULTS and k not in train.TUNING_KEYS}
+    arch = {k: v for k, v in asdict(model.cfg).items() if k in train.DEFAULTS and k not in configurator.TUNING_KEYS}
     config = {**train.DEFAULTS, **arch, 'variant': 'flat', 'learning_rate': PAPER_LR, 'min_lr': PAPER_LR / 10,
               'imported_from': os.path.abspath(args.reference)}
     state = {'model': model.state_dict(), 'model_config': asdict(model.cfg), 'config': config, 'step': 0,

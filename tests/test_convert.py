@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from harness import checkpoint
+from data import tokenizer
 from experiments import convert
 from tests.common import HAVE_TEXT, NO_TEXT, TEXT_DIR, run_in_process
 
@@ -135,8 +136,8 @@ class TestTokenizer(unittest.TestCase, OneLine):
         self.assertGreater(len(enc.encode(valid_text(), allowed_special='all')), 4000)
 
     def refused(self, spec, msg):
-        with self.assertRaises(convert.ConvertError) as e:
-            convert.convert_tokenizer(spec)
+        with self.assertRaises(tokenizer.ConvertError) as e:
+            tokenizer.convert_tokenizer(spec)
         self.assertIn(msg, str(e.exception))
         self.assertEqual(len(str(e.exception).splitlines()), 1)
 
@@ -180,8 +181,8 @@ class TestTokenizer(unittest.TestCase, OneLine):
         enc, _, hf_ids = convert.read_tokenizer(self.path)
         swapped = hf_ids.clone()
         swapped[[ord('a'), ord('b')]] = swapped[[ord('b'), ord('a')]]
-        with self.assertRaises(convert.ConvertError) as e:
-            convert.check_same_tokens(self.path, enc, swapped)
+        with self.assertRaises(tokenizer.ConvertError) as e:
+            tokenizer.check_same_tokens(self.path, enc, swapped)
         self.assertIn('splits', str(e.exception))
 
 

@@ -19,6 +19,7 @@ from unittest import mock
 import numpy as np
 
 from data import corpus, prepare
+from data.outputs import read_prepared
 from data.tokenizer import EOT, load_tokenizer, save_tokenizer
 from tests.common import ROOT, run
 
@@ -316,7 +317,7 @@ class TestResume(CorpusCase):
 class TestWideVocabulary(CorpusCase):
     def test_uint32_files_and_train_py_reads_both(self):
         """A --tokenizer of over 65,536 tokens writes uint32 token files (meta.json's dtype says so; ids above
-        65,535 in them) that train.load_data reads as they are; a uint16 folder reads as before."""
+        65,535 in them) that train.py reads as they are (data/outputs.read_prepared); a uint16 folder reads as before."""
         import train
         ranks = {bytes([b]): b for b in range(256)}
         for i in range(65_600):                      # never made from ASCII text: ranks for the count
@@ -335,8 +336,7 @@ class TestWideVocabulary(CorpusCase):
         self.assertEqual(os.path.getsize(os.path.join(folder, 'train.bin')), 4 * meta['train']['tokens'])
         enc = load_tokenizer(tok)
         held = rule(len(self.docs), 0.2)
-        cfg = {'data_dir': folder, 'n_ctx': 8}
-        got, train_data, val_data = train.load_data(cfg)
+        got, train_data, val_data = read_prepared(folder, 8)
         self.assertEqual((train_data.dtype, got['dtype']), (np.uint32, 'uint32'))
         self.assertGreater(int(train_data.max()), 65_535)
         np.testing.assert_array_equal(train_data, expected_ids(enc, self.docs, ~held))
@@ -344,7 +344,7 @@ class TestWideVocabulary(CorpusCase):
         x, y = train.get_batch(train_data, np.array([0, 5]), 8, 'lm', 'cpu')
         np.testing.assert_array_equal(x[1].numpy(), train_data[5:13].astype(np.int64))
         self.assertEqual(prepare_(*self.flags('narrow'))[0], 0)
-        _, narrow, _ = train.load_data({'data_dir': os.path.join(self.tmp, 'narrow'), 'n_ctx': 8})
+        _, narrow, _ = read_prepared(os.path.join(self.tmp, 'narrow'), 8)
         self.assertEqual(narrow.dtype, np.uint16)
         # the other readers of a data folder read its dtype too: retrieval's stories, represent's windows
         from data.pairs import read_data_dir_stories

@@ -190,15 +190,19 @@ class TestTokenizer(unittest.TestCase):
 
 class TestSplitStories(unittest.TestCase):
     def test_split(self):
-        text = f"  One.\n{EOT}\n\n{EOT}\nTwo two.\n{EOT}\n   \n"
-        self.assertEqual(prepare.split_stories(text), ["One.", "Two two."])
-
-    def test_no_separator_warns(self):
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
-            self.assertEqual(prepare.split_stories(" just one story \n"), ["just one story"])
-        self.assertIn("warning", err.getvalue())
-        self.assertEqual(err.getvalue().count("\n"), 1)
+        """StoryStream splits on <|endoftext|>, strips, drops empty stories, at any chunk size; a text without
+        a separator is one story (saw_separator False: prepare.py warns of it)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            for text, want, sep in ((f"  One.\n{EOT}\n\n{EOT}\nTwo two.\n{EOT}\n   \n", ["One.", "Two two."], True),
+                                    (" just one story \n", ["just one story"], False)):
+                path = os.path.join(tmp, "t.txt")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+                for chunk in (1, 5, 1000):
+                    stream = prepare.StoryStream(path, chunk_bytes=chunk)
+                    with self.subTest(text=text, chunk=chunk):
+                        self.assertEqual([s for part in stream for s in part], want)
+                        self.assertEqual(stream.saw_separator, sep)
 
 
 class TestPrepareCLI(unittest.TestCase):

@@ -21,8 +21,8 @@ import torch
 
 from data import prepare
 from data.tokenizer import save_tokenizer, train_bpe
-from tests.common import (HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, assert_samples, prepared_data, run, run_in_process,
-                          tiny_checkpoint)
+from tests.common import (HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, assert_samples, encode_split, prepared_data, run,
+                          run_in_process, tiny_checkpoint)
 
 PREPARE = os.path.join(ROOT, 'data', 'prepare.py')
 EOT = prepare.EOT
@@ -143,7 +143,7 @@ class TestStreamingPrepare(unittest.TestCase):
         tok, enc = tokenizer()
         for name in ('train.txt', 'valid.txt'):
             with open(real_path(name), encoding='utf-8') as f:
-                ref = prepare.encode_split(enc, prepare.split_stories(f.read())).tobytes()
+                ref = encode_split(enc, prepare.split_stories(f.read())).tobytes()
             out = os.path.join(self.tmp, name)
             r = self.prepare('--train', real_path(name), '--valid', real_path('valid.txt'), '--out', out,
                              '--tokenizer', tok, '--chunk_bytes', '4099')
@@ -179,16 +179,21 @@ class TestStreamingPrepare(unittest.TestCase):
                 self.assertFalse(os.path.exists(os.path.join(self.tmp, 'bad', 'meta.json')))
 
     def test_bpe_trains_on_the_leading_bpe_max_bytes(self):
+        """--bpe_max_bytes counts UTF-8 bytes, not characters: a first story of 3-byte characters ends the
+        sample sooner than characters would."""
         src = slice_file(real_path('train.txt'), os.path.join(self.tmp, 't.txt'), 150_000)
+        with open(src, encoding='utf-8') as f:
+            text = '日本語の話 ' * 2000 + '\n<|endoftext|>\n' + f.read()          # 12,000 characters, 32,000 bytes
+        with open(src, 'w', encoding='utf-8') as f:
+            f.write(text)
         out = os.path.join(self.tmp, 'out')
         r = self.prepare('--train', src, '--valid', src, '--out', out, '--vocab_size', '300',
                          '--bpe_max_bytes', '40000', '--chunk_bytes', '5000')
         self.assertEqual(r.returncode, 0, r.stderr)
-        with open(src, encoding='utf-8') as f:
-            stories = prepare.split_stories(f.read())
+        stories = prepare.split_stories(text)
         total, n = 0, 0
-        while total <= 40_000:                      # the leading stories up to 40 000 characters
-            total += len(stories[n])
+        while total <= 40_000:                      # the leading stories up to 40,000 bytes
+            total += len(stories[n].encode('utf-8'))
             n += 1
         sample = stories[:n]
         self.assertLess(len(sample), len(stories) / 2)
