@@ -1,20 +1,13 @@
-"""The ground every sequence mixing stands on, and the transformer baselines.
-
-First what every mixing shares (mixer.py's masked mixings and the attention here): the causal rule
-(causal_mask, the one place j <= i is written) and the running mean it makes (prefix_mean), where a
-decoding step writes and what it reads (span, write, rows_of), a matrix applied per head (mix_tokens),
-the zeros a state starts from (state_zeros), the chunks of a long sequence. Then the baselines'
-sequence mixing: causal softmax attention with RoPE (llama-style) or without (GPT-2-style), causal linear
-attention, the transformer-mixer hybrid's branch, and the blocks' norms and feed-forwards (the GELU MLP of
-the mixers and GPT-2, llama's SwiGLU). Each mixing has mixer.py's faces (forward, init_state, step, flops,
-decays); weights() gives the T x T mixing attention applies to its values (experiments/look.py draws them):
+"""The baselines' sequence mixing, with mixer.py's faces (forward, init_state, step(x, state, pos), flops,
+decays): causal softmax attention with RoPE (llama-style) or without (GPT-2-style), causal linear attention,
+the transformer-mixer hybrid's branch, and llama's SwiGLU feed-forward. It stands on mixer.py (the causal
+rule, a step's rows, the state's zeros, the GELU MLP); mixer.Block builds these through make_mixing and
+make_ff. weights() gives the T x T mixing attention applies to its values (experiments/look.py draws them):
 
     y = attn(x)                              # x float [B, T, d]
     A = attn.weights(x)                      # float [B, H, T, T], rows sum to 1, zero above the diagonal
     state = attn.init_state(2)               # {'k', 'v': [2, H, n_ctx, e]}
     y = attn.step(x[:, :5], state, 0)        # the first 5 positions, then attn.step(x[:, 5:6], state, 5)
-
-This file imports nothing of the project: mixer.py stands on it (its Block builds these baselines).
 """
 
 import math
@@ -24,67 +17,24 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-
-# ----------------------------------------------------------------------------- what every mixing shares
-
-def causal_mask(T, rows=slice(None), device=None):
-    """The causal rule, j <= i: which of the positions j = 0..T-1 the positions i in `rows` (a slice, or
-    long [R] of positions; default all T) may read -> bool [R, T]. Every causal mask of the models is this
-    one (SDPA's is_causal=True is tested equal to it; the Toeplitz FFT keeps it by its padding, tested)."""
-    pos = torch.arange(T, device=device)
-    return pos <= pos[rows][:, None]
+from mixer import MLP, causal_mask, make_token_mixing, span, state_zeros
 
 
-def span(pos, t, n_ctx):
-    """Where a decoding step of t new tokens at positions pos..pos+t-1 writes and what it reads -> (rows,
-    end): it writes rows `rows` of its state and reads their positions 0..end-1. pos an int (an eager
-    step): rows = slice(pos, pos + t), end = pos + t, so a step reads, and costs, what it has seen. pos a
-    0-dim long tensor (sample.Decoder compiled): rows = pos + arange(t) (long [t]), end = n_ctx, the
-    positions past the new tokens masked: the same shapes at every position, one graph for them all."""
-    if isinstance(pos, int):
-        return slice(pos, pos + t), pos + t
-    return pos + torch.arange(t, device=pos.device), n_ctx
+def make_mixing(cfg):
+    """The sequence mixing of a baseline kind (a mixer.ModelConfig's: 'transformer', 'gpt', 'hybrid',
+    'linear_attention'), as mixer.Block holds it."""
+    if cfg.kind in ('transformer', 'gpt'):
+        return Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, rope=cfg.kind == 'transformer', naive=cfg.attention == 'naive')
+    if cfg.kind == 'hybrid':
+        parallel = cfg.hybrid == 'parallel'
+        attn = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, naive=cfg.attention == 'naive')
+        return HybridMixing(attn, make_token_mixing(cfg, n_head=cfg.n_head if parallel else 1), parallel)
+    return LinearAttention(cfg.d_model, cfg.n_head, cfg.chunk_size)
 
 
-def write(buf, rows, x):
-    """A decoding step's write of x [B, H, t, e] into the rows `rows` (span's) of its state tensor buf
-    [B, H, n, e], in its dtype and in place (the tensor keeps its address: what a CUDA graph replays) -> buf."""
-    buf[:, :, rows] = x.to(buf.dtype)
-    return buf
-
-
-def rows_of(A, rows, C):
-    """The rows `rows` (span's: a slice or long [t]) of a position-indexed A [..., n, n'] over its first C
-    columns -> [..., R, C]. A slice through narrow: W[..., :T, :T] at T = n gives a one-head W a gradient
-    of other strides than W's, which DDP warns of."""
-    if isinstance(rows, slice):
-        return A.narrow(-2, rows.start, rows.stop - rows.start).narrow(-1, 0, C)
-    return A[..., rows, :C]
-
-
-def mix_tokens(M, z):
-    """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
-    broadcasts M to a [B, H, R, C] copy, saves it for backward and sums a [B, H, R, C] gradient of it."""
-    return torch.einsum('hrc,bhce->bhre', M, z)
-
-
-def prefix_mean(mask):
-    """Rows of `mask` (bool [..., R, C]) normalised to sum to 1: a causal running mean."""
-    m = mask.float()
-    return m / m.sum(-1, keepdim=True).clamp(min=1)
-
-
-def state_zeros(module, *shape, device=None, dtype=None):
-    """The zeros a decoding state starts from: float `shape` on `device` in `dtype`, by default those of
-    module's parameters (every init_state's tensors come from here)."""
-    p = next(module.parameters())
-    return torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype)
-
-
-def chunk_starts(T, chunk_size):
-    """Start positions 0, chunk_size, ... of a length-T sequence's chunks (linear attention's, the recurrent
-    mixing's), counted first: under torch.compile, range(0, T, chunk_size) would recompile per T."""
-    return [i * chunk_size for i in range((T + chunk_size - 1) // chunk_size)]
+def make_ff(cfg):
+    """A baseline block's feed-forward: GPT-2's GELU MLP (mixer.MLP) or llama's SwiGLU."""
+    return MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation) if cfg.kind == 'gpt' else SwiGLU(cfg.d_model, cfg.ff_mult)
 
 
 # ----------------------------------------------------------------------------- softmax attention
@@ -155,9 +105,10 @@ class Attention(nn.Module):
         """t new tokens: their K, V written at their positions of the state, each query reading the keys
         up to its own position (causal_mask)."""
         rows, end = span(pos, x.shape[1], self.n_ctx)
-        q, k, v = self.project(x, rows)
-        k, v = write(state['k'], rows, k)[:, :, :end], write(state['v'], rows, v)[:, :, :end]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(end, rows, x.device))
+        q, k_new, v_new = self.project(x, rows)
+        k, v = state['k'], state['v']
+        k[:, :, rows], v[:, :, rows] = k_new.to(k.dtype), v_new.to(v.dtype)        # in place: the cache keeps its address
+        y = F.scaled_dot_product_attention(q, k[:, :, :end], v[:, :, :end], attn_mask=causal_mask(end, rows, x.device))
         return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def flops(self, T):
@@ -225,9 +176,9 @@ class LinearAttention(nn.Module):
     def scan(self, x, S, s):
         """x float [B, T, d] after the state S, s (None: none) -> (y [B, T, d], S, s after x)."""
         q, k, v = self.features(x)
-        ys = []
-        for c0 in chunk_starts(x.shape[1], self.chunk_size):
-            qc, kc, vc = (t[:, :, c0:c0 + self.chunk_size] for t in (q, k, v))
+        ys, C = [], self.chunk_size
+        for i in range((x.shape[1] + C - 1) // C):        # the chunks counted first: under torch.compile,
+            qc, kc, vc = (t[:, :, i * C:(i + 1) * C] for t in (q, k, v))      # range(0, T, C) recompiles per T
             A = self.causal_scores(qc, kc)                            # [B, H, C, C]
             num, den = A @ vc, A.sum(-1, keepdim=True)
             if S is not None:
@@ -253,52 +204,34 @@ class HybridMixing(nn.Module):
     one branch, x float [B, T, d] -> [B, T, d]. serial (the paper's best): Mix(Attn(z)), the mixing
     started at M = I (its identity_start), so that a fresh hybrid is the transformer (a prefix-mean start
     averages attention's selectivity away: docs/claims.md); parallel: Attn(z) + Mix(z). Its state, step,
-    FLOPs and weight-decay flags are its two parts' ('attn', 'mix')."""
-    def __init__(self, attn, mix, parallel=False):
+    FLOPs and weight-decay flags are its two parts' ('attn', 'token_mixing')."""
+    def __init__(self, attn, token_mixing, parallel=False):
         super().__init__()
-        self.attn, self.mix, self.parallel = attn, mix if parallel else mix.identity_start(), parallel
+        self.attn, self.parallel = attn, parallel
+        self.token_mixing = token_mixing if parallel else token_mixing.identity_start()
 
     def forward(self, x):
         a = self.attn(x)
-        return a + self.mix(x) if self.parallel else self.mix(a)
+        return a + self.token_mixing(x) if self.parallel else self.token_mixing(a)
 
     def init_state(self, batch_size, device=None, dtype=None):
-        """{'attn': the attention's state, 'mix': the mixing's} (their init_state)."""
+        """{'attn': the attention's state, 'token_mixing': the mixing's} (their init_state)."""
         return {'attn': self.attn.init_state(batch_size, device, dtype),
-                'mix': self.mix.init_state(batch_size, device, dtype)}
+                'token_mixing': self.token_mixing.init_state(batch_size, device, dtype)}
 
     def step(self, x, state, pos):
         a = self.attn.step(x, state['attn'], pos)
-        return a + self.mix.step(x, state['mix'], pos) if self.parallel else self.mix.step(a, state['mix'], pos)
+        mixing, mixing_state = self.token_mixing, state['token_mixing']
+        return a + mixing.step(x, mixing_state, pos) if self.parallel else mixing.step(a, mixing_state, pos)
 
     def flops(self, T):
-        return self.attn.flops(T) + self.mix.flops(T)
+        return self.attn.flops(T) + self.token_mixing.flops(T)
 
     def decays(self):
-        return {**self.attn.decays(), **self.mix.decays()}
+        return {**self.attn.decays(), **self.token_mixing.decays()}
 
 
-# ----------------------------------------------------------------------------- the blocks' norms and feed-forwards
-
-def make_norm(cfg):
-    """A block's norm for a mixer.ModelConfig: LayerNorm for mixers (as in the papers) and GPT, RMSNorm for
-    the llama-style kinds, identity without norm (the linear mixer)."""
-    if not cfg.norm:
-        return nn.Identity()
-    return nn.LayerNorm(cfg.d_model) if cfg.kind in ('mixer', 'gpt') else nn.RMSNorm(cfg.d_model)
-
-
-class MLP(nn.Module):
-    """The mixers' and GPT-2's feed-forward: Linear(d, d_ff) -> GELU (or SiLU, or identity) -> Linear(d_ff, d)."""
-    def __init__(self, d_model, d_ff, activation='gelu'):
-        super().__init__()
-        self.fc = nn.Linear(d_model, d_ff)
-        self.act = {'gelu': nn.GELU(), 'silu': nn.SiLU()}.get(activation, nn.Identity())
-        self.proj_out = nn.Linear(d_ff, d_model)
-
-    def forward(self, x):
-        return self.proj_out(self.act(self.fc(x)))
-
+# ----------------------------------------------------------------------------- the feed-forward
 
 class SwiGLU(nn.Module):
     """Llama feed-forward: W2 (silu(W1 x) * W3 x), its width d_ff = 2/3 of ff_mult d rounded up to 32."""

@@ -1,11 +1,15 @@
-"""Masked mixers and their baselines: every model kind, its config, token mixings, blocks and models.
+"""Masked mixers: every model kind, its config, the masked token mixings, blocks and models.
 
 A masked mixer is an MLP-Mixer (Tolstikhin et al. 2021) made causal: self-attention is replaced by a learned
 token-mixing matrix M = W * tril(1) (Badger 2024, "Masked Mixers for Language Generation and Retrieval", arXiv
-2409.01482). Read top to bottom; the ground and the baselines' attention: attention.py; generation: sample.py.
+2409.01482). Read top to bottom: the config, the building blocks, the flat masked mixing (FlatMixing) and its
+variants, then the block and the models. The baselines' sequence mixing (attention, linear attention, the
+hybrid) is attention.py, which stands on this file; generation is sample.py.
 
     model = build_model(variant_config('toeplitz', d_model=256, n_layer=4, n_ctx=256))
     logits, loss = model(idx, targets)      # idx long [B, T], T <= n_ctx; loss in nats/token
+    state = model.init_state(B)             # decoding: every layer's state, allocated once
+    logits = model.step(idx[:, :5], state, 0)        # then model.step(next_token, state, 5), ...
 """
 
 import functools
@@ -17,9 +21,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from attention import (MLP, Attention, HybridMixing, LinearAttention, SwiGLU, causal_mask, chunk_starts, make_norm,
-                       mix_tokens, prefix_mean, rows_of, span, state_zeros, write)
-
 KINDS = ('mixer', 'transformer', 'gpt', 'hybrid', 'linear_attention')
 TOKEN_MIXINGS = ('flat', 'toeplitz', 'recurrent')
 CHOICES = dict(kind=KINDS, token_mixing=TOKEN_MIXINGS, activation=('gelu', 'silu', 'none'), recurrent_form=('column', 'row', 'mixed'),
@@ -29,34 +30,35 @@ CHOICES = dict(kind=KINDS, token_mixing=TOKEN_MIXINGS, activation=('gelu', 'silu
 
 @dataclass
 class ModelConfig:
-    """Every model's hyper-parameters (a kind ignores fields it does not use); ValueError on a bad combination."""
+    """Every model's hyper-parameters (a kind ignores fields it does not use); ValueError on a bad combination.
+    train.py's settings of the same names are these fields, their comments its --help."""
     vocab_size: int = 4096
-    n_ctx: int = 256                # the longest input; position-indexed weights have n_ctx rows
-    d_model: int = 256
+    n_ctx: int = 256                # tokens a window; position-indexed weights have n_ctx rows
+    d_model: int = 256              # the residual stream's width
     n_layer: int = 4
     n_head: int = 1                 # mixer: 1 is the papers' flat mixer (no projections); > 1 adds Linear(d, d) in, out
-    kind: str = 'mixer'             # KINDS; 'transformer' is llama-style, 'gpt' GPT-2-style (LayerNorm, GELU, no RoPE)
-    token_mixing: str = 'flat'      # the masked token mixing of 'mixer' and 'hybrid': TOKEN_MIXINGS
+    kind: str = 'mixer'             # 'mixer', 'transformer' (llama-style), 'gpt' (GPT-2-style), 'hybrid', 'linear_attention'
+    token_mixing: str = 'flat'      # 'flat', 'toeplitz' or 'recurrent': the masked token mixing of 'mixer' and 'hybrid'
     expansion: int = 1              # > 1: the expanded mixer (two masked mixings, GELU between)
     kernel: int = 1                 # > 1: the convolutional mixer (k taps over the feature axis)
-    recurrent_form: str = 'mixed'   # 'column' | 'row' | 'mixed' (the heads alternate)
+    recurrent_form: str = 'mixed'   # the recurrent mixing's heads: 'column', 'row' or 'mixed' (alternating)
     norm: bool = True               # norm=False with activation='none' is the linear mixer
-    activation: str = 'gelu'
-    posenc: bool = False            # learned absolute positions (no gain for mixers: Badger 2024)
+    activation: str = 'gelu'        # the feed-forward's: 'gelu', 'silu' or 'none'
+    posenc: bool = False            # learned absolute positions added to the input (no gain for mixers: Badger 2024)
     attention: str = 'sdpa'         # 'sdpa' (fused) or 'naive' (the T x T scores materialised; same outputs)
-    embed_linear: bool = False      # a Linear(d, d) after the embedding (Badger 2024's best kernel mixer)
-    ff_mult: int = 4
-    tie_embeddings: bool = True
+    embed_proj: bool = False        # a Linear(d, d) after the embedding (Badger 2024's best kernel mixer)
+    ff_mult: int = 4                # the feed-forward's width d_ff, in d_model
+    tie_embeddings: bool = True     # the LM head is the embedding matrix
     dropout: float = 0.0
-    fft_threshold: int = 256        # the Toeplitz mixing uses the FFT when T >= this (tune per device: bench.py)
-    chunk_size: int = 256           # chunk length of the recurrent mixing and linear attention (likewise)
+    fft_threshold: int = 256        # the Toeplitz mixing uses the FFT when T >= this (speed only: bench.py)
+    chunk_size: int = 256           # chunk length of the recurrent mixing and linear attention (speed only)
     hybrid: str = 'serial'          # 'serial': Mix(Attn(z)), the paper's best; 'parallel': Attn(z) + Mix(z)
     task: str = 'lm'                # 'lm' (next token) or 'autoencode'
     # Badger & Roland 2026's Toeplitz mixer (arXiv 2605.06683, ethan-w-roland/ToeplitzMixers) as settings:
     mixing_init: str = 'average'    # Toeplitz w: 'average' (a moving average, ~16 tokens) or 'normal' (N(0, 2 / n_ctx))
-    block_order: str = 'mix_ff'     # 'ff_mix': each block's feed-forward before its sequence mixing
+    block_order: str = 'mix_ff'     # or 'ff_mix': each block's feed-forward before its token mixing
     final_norm: bool = True         # False: no norm before the head
-    init: str = 'gpt2'              # 'kaiming': Linear weights N(0, 2 / fan_in), embeddings N(0, 1), no depth scaling
+    init: str = 'gpt2'              # or 'kaiming': Linear weights N(0, 2 / fan_in), embeddings N(0, 1), no depth scaling
 
     def __post_init__(self):
         def check(ok, msg):
@@ -87,7 +89,7 @@ VARIANTS = {
     'kernel': dict(kernel=3),
     'toeplitz': dict(token_mixing='toeplitz', n_head=4),
     'recurrent': dict(token_mixing='recurrent', n_head=4, recurrent_form='mixed'),
-    'linear': dict(norm=False, activation='none'),
+    'linear': dict(norm=False, activation='none'),          # the linear mixer
     'posenc': dict(posenc=True),
     'transformer': dict(kind='transformer', n_head=4),
     'gpt': dict(kind='gpt', n_head=4, posenc=True),
@@ -104,38 +106,88 @@ def variant_config(name, **base):
     return ModelConfig(**{**base, **VARIANTS[name]})
 
 
-# ----------------------------------------------------------------------------- token mixings
-# Every sequence mixing (these and attention.py's) maps x float [B, T, d] -> [B, T, d] and has five faces: forward;
-# init_state, its step's state (shapes in its docstring); step, equal to forward (tested); flops; decays.
+# ----------------------------------------------------------------------------- building blocks
+# What every sequence mixing uses (these and attention.py's): the causal rule, where a decoding step writes
+# and reads, the zeros its state starts from; then the blocks' norm and feed-forward.
+
+def causal_mask(T, rows=slice(None), device=None):
+    """The causal rule, j <= i: which of the positions j = 0..T-1 the positions i in `rows` (a slice, or
+    long [R] of positions; default all T) may read -> bool [R, T]. Every causal mask of the models is this
+    one (SDPA's is_causal=True is tested equal to it; the Toeplitz FFT keeps it by its padding, tested)."""
+    pos = torch.arange(T, device=device)
+    return pos <= pos[rows][:, None]
+
+
+def prefix_mean(mask):
+    """Rows of `mask` (bool [..., R, C]) normalised to sum to 1: a causal running mean."""
+    m = mask.float()
+    return m / m.sum(-1, keepdim=True).clamp(min=1)
+
+
+def span(pos, t, n_ctx):
+    """Where a decoding step of t new tokens at positions pos..pos+t-1 writes and what it reads -> (rows,
+    end): it writes rows `rows` of its state and reads positions 0..end-1. pos an int (an eager step):
+    rows = slice(pos, pos + t), end = pos + t, so a step reads, and costs, what it has seen. pos a 0-dim
+    long tensor (sample.Decoder's compiled step): rows = pos + arange(t), end = n_ctx, the positions past
+    the new tokens masked: the same shapes at every position, one graph for them all."""
+    if isinstance(pos, int):
+        return slice(pos, pos + t), pos + t
+    return pos + torch.arange(t, device=pos.device), n_ctx
+
+
+def state_zeros(module, *shape, device=None, dtype=None):
+    """The zeros a decoding state starts from: float `shape` on `device` in `dtype`, by default those of
+    module's parameters (every init_state's tensors come from here)."""
+    p = next(module.parameters())
+    return torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype)
+
+
+def make_norm(cfg):
+    """A block's norm: LayerNorm for mixers (as in the papers) and GPT, RMSNorm for the llama-style kinds,
+    identity without norm (the linear mixer)."""
+    if not cfg.norm:
+        return nn.Identity()
+    return nn.LayerNorm(cfg.d_model) if cfg.kind in ('mixer', 'gpt') else nn.RMSNorm(cfg.d_model)
+
+
+class MLP(nn.Module):
+    """The mixers' and GPT-2's feed-forward: Linear(d, d_ff) -> GELU (or SiLU, or identity) -> Linear(d_ff, d)."""
+    def __init__(self, d_model, d_ff, activation='gelu'):
+        super().__init__()
+        self.fc = nn.Linear(d_model, d_ff)
+        self.act = {'gelu': nn.GELU(), 'silu': nn.SiLU()}.get(activation, nn.Identity())
+        self.proj_out = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.proj_out(self.act(self.fc(x)))
+
+
+# ----------------------------------------------------------------------------- the masked token mixings
+# Every sequence mixing (these and attention.py's) maps x float [B, T, d] -> [B, T, d] and has five faces:
+# forward; init_state, its decoding state (shapes in its docstring); step(x, state, pos), equal to forward
+# (tested); flops; decays.
 
 class HeadMixing(nn.Module):
     """The masked mixings' heads: n_head = 1 mixes x itself (the papers' flat mixer); n_head > 1 projects x by
-    Linear(d, d), mixes each head of e = d / n_head features by its own matrix, concatenates and projects back:
-    split(x float [B, T, d]) -> z [B, H, T, e], merge(y [B, H, T, e]) -> [B, T, d]."""
+    Linear(d, d) (proj_in), mixes each head of e = d / n_head features by its own matrix, concatenates and
+    projects back (proj_out). mix(M, z) is the product of a head's matrix and its inputs."""
     BIASES = ('c',)                                  # the position-indexed biases: no weight decay
 
     def __init__(self, n_ctx, d_model, n_head):
         super().__init__()
-        self.n_ctx, self.d_model, self.n_head = n_ctx, d_model, n_head
-        self.proj_in = nn.Linear(d_model, d_model) if n_head > 1 else None
-        self.proj_out = nn.Linear(d_model, d_model) if n_head > 1 else None
+        self.n_ctx, self.d_model, self.n_head, self.head_size = n_ctx, d_model, n_head, d_model // n_head
+        self.proj_in = nn.Linear(d_model, d_model) if n_head > 1 else nn.Identity()
+        self.proj_out = nn.Linear(d_model, d_model) if n_head > 1 else nn.Identity()
 
-    def split(self, x):
-        z = self.proj_in(x) if self.proj_in is not None else x
-        return rearrange(z, 'b t (h e) -> b h t e', h=self.n_head)
-
-    def merge(self, y):
-        y = rearrange(y, 'b h t e -> b t (h e)')
-        return self.proj_out(y) if self.proj_out is not None else y
+    @staticmethod
+    def mix(M, z):
+        """M z per head: M float [H, R, C], z float [B, H, C, e] -> [B, H, R, e]. An einsum, not M @ z: matmul
+        broadcasts M to a [B, H, R, C] copy, saves it for backward and sums a [B, H, R, C] gradient of it."""
+        return torch.einsum('hrc,bhce->bhre', M, z)
 
     def decays(self):
         """{parameter: weight decay or not} of its own parameters (not the projections): optim reads it."""
         return {p: p.dim() >= 2 and n not in self.BIASES for n, p in self.named_parameters(recurse=False)}
-
-    def matrices(self, T):
-        """What experiments/look.py draws over T positions: {name: a matrix float [H, R, C] (row r at position
-        r // (R / T)), or a curve [H, T] against the lag k = i - j}."""
-        return {'M': self.matrix(T)}
 
 
 class FlatMixing(HeadMixing):
@@ -143,43 +195,52 @@ class FlatMixing(HeadMixing):
     2409.01482), each head:  y_i = sum_{j <= i} M[i, j] z_j + c_i,  M = W * tril(1).
     W float [H, n_ctx, n_ctx], c [H, n_ctx, 1]. M is formed inside the autograd graph on every call (W's
     upper triangle gets zero gradient); a length-T input uses the leading T x T block, as a longer input
-    would. Init: each row of M the mean of the past, times out_scale; c 0 (`taps` k: KernelMixing's W, / k)."""
-    def __init__(self, n_ctx, d_model, n_head=1, out_scale=1.0, taps=None):
+    would. Init: each row of M the mean of the past, times out_scale; c 0 (`kernel` k: KernelMixing's W, / k)."""
+    def __init__(self, n_ctx, d_model, n_head=1, out_scale=1.0, kernel=None):
         super().__init__(n_ctx, d_model, n_head)
         self.register_buffer('mask', causal_mask(n_ctx), persistent=False)                  # tril(1)
-        start = prefix_mean(self.mask) * out_scale / (taps or 1)
-        self.W = nn.Parameter(start.repeat(n_head, 1, 1) if taps is None else start.repeat(n_head, taps, 1, 1))
+        start = prefix_mean(self.mask) * out_scale / (kernel or 1)
+        self.W = nn.Parameter(start.repeat(n_head, 1, 1) if kernel is None else start.repeat(n_head, kernel, 1, 1))
         self.c = nn.Parameter(torch.zeros(n_head, n_ctx, 1))
 
     def matrix(self, T, rows=None):
-        """The rows `rows` (default all T) of M = W * tril(1) over inputs 0..T-1: float [H, R, T] ([H, k, R, T])."""
+        """The rows `rows` (span's; default all T) of M = W * tril(1) over inputs 0..T-1: float [H, R, T]
+        ([H, k, R, T]). W.narrow, not W[..., :T]: at T = n_ctx a slice is W itself, and W's gradient would
+        take the einsum's strides, which DDP warns of."""
         rows = slice(0, T) if rows is None else rows
-        return rows_of(self.W, rows, T) * rows_of(self.mask, rows, T)
-
-    mix = staticmethod(mix_tokens)          # M z (KernelMixing's: summed over its taps)
+        return self.W.narrow(-1, 0, T)[..., rows, :] * self.mask[rows, :T]
 
     def forward(self, x):
-        z = self.split(x)                                                           # [B, H, T, e]
+        z = rearrange(self.proj_in(x), 'b t (h e) -> b h t e', h=self.n_head)      # the heads: [B, H, T, e]
         T = z.shape[2]
-        return self.merge(self.mix(self.matrix(T), z) + self.c[:, :T])             # M z + c
+        y = self.mix(self.matrix(T), z) + self.c[:, :T]                             # M z + c
+        return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'z': float [B, H, n_ctx, e]}: the inputs z_j of the positions seen (the mixer's KV cache)."""
-        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head,
-                                 device=device, dtype=dtype)}
+        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, self.head_size, device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
-        rows, end = span(pos, x.shape[1], self.n_ctx)                  # writes `rows`, reads positions < end
-        z = write(state['z'], rows, self.split(x))[:, :, :end]
-        return self.merge(self.mix(self.matrix(end, rows), z) + self.c[:, rows])   # the new rows of M z + c
+        """x float [B, t, d], the new tokens at positions pos..pos+t-1 (an int, or a 0-dim long tensor: span),
+        after the inputs in state['z'] -> float [B, t, d], the new rows of M z + c; their z written in place."""
+        rows, end = span(pos, x.shape[1], self.n_ctx)                   # writes `rows`, reads positions < end
+        z = state['z']
+        z[:, :, rows] = rearrange(self.proj_in(x), 'b t (h e) -> b h t e', h=self.n_head).to(z.dtype)
+        y = self.mix(self.matrix(end, rows), z[:, :, :end]) + self.c[:, rows]
+        return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def flops(self, T):                     # the whole T x T product, zeros included
         return 2 * T * self.d_model
 
-    def identity_start(self):                # M = I, each token passed through (HybridMixing's serial start)
+    def identity_start(self):                # M = I, each token passed through (the serial hybrid's start)
         with torch.no_grad():
             self.W.copy_(torch.eye(self.n_ctx).expand_as(self.W))
         return self
+
+    def matrices(self, T):
+        """What experiments/look.py draws over T positions: {name: a matrix float [H, R, C] (row r at position
+        r // (R / T)), or a curve [H, T] against the lag k = i - j}."""
+        return {'M': self.matrix(T)}
 
 
 class KernelMixing(FlatMixing):
@@ -187,7 +248,7 @@ class KernelMixing(FlatMixing):
     M_u = W[:, u] * tril(1), tap u reading the features shifted by u - (k - 1) // 2 (a convolution over the
     features whose channels are the tokens). W float [H, k, n_ctx, n_ctx]; the rest is FlatMixing's."""
     def __init__(self, n_ctx, d_model, n_head=1, kernel=3, out_scale=1.0):
-        super().__init__(n_ctx, d_model, n_head, out_scale, taps=kernel)
+        super().__init__(n_ctx, d_model, n_head, out_scale, kernel=kernel)
         self.kernel = kernel
 
     def mix(self, M, z):                     # sum_u M_u shift_u(z): M [H, k, R, C], z [B, H, C, e] -> [B, H, R, e]
@@ -230,32 +291,34 @@ class ExpandedMixing(HeadMixing):
     def matrix(self, T, rows=None):
         """The inner rows `rows` (default all x T) of M = W * mask over inputs 0..T-1: float [H, R, T]."""
         rows = slice(0, self.expansion * T) if rows is None else rows
-        return rows_of(self.W, rows, T) * rows_of(self.mask, rows, T)
+        return self.W.narrow(-1, 0, T)[:, rows] * self.mask[rows, :T]
 
     def matrix2(self, T, rows=None):
         """The rows `rows` (default all T) of M2 over the inner rows of positions 0..T-1: [H, R, x T]."""
         rows, C = slice(0, T) if rows is None else rows, self.expansion * T
-        return rows_of(self.W2, rows, C) * rows_of(self.mask2, rows, C)
+        return self.W2.narrow(-1, 0, C)[:, rows] * self.mask2[rows, :C]
 
     def forward(self, x):
-        z = self.split(x)                                                           # [B, H, T, e]
+        z = rearrange(self.proj_in(x), 'b t (h e) -> b h t e', h=self.n_head)      # [B, H, T, e]
         T = z.shape[2]
-        g = F.gelu(mix_tokens(self.matrix(T), z) + self.c[:, :self.expansion * T])  # [B, H, x T, e]
-        return self.merge(mix_tokens(self.matrix2(T), g) + self.c2[:, :T])
+        g = F.gelu(self.mix(self.matrix(T), z) + self.c[:, :self.expansion * T])    # [B, H, x T, e]
+        return self.proj_out(rearrange(self.mix(self.matrix2(T), g) + self.c2[:, :T], 'b h t e -> b t (h e)'))
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'z': float [B, H, n_ctx, e], the inputs seen; 'g': [B, H, x n_ctx, e], their inner rows GELU(M z + c)}."""
-        shape = batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head
+        shape = batch_size, self.n_head, self.n_ctx, self.head_size
         return {'z': state_zeros(self, *shape, device=device, dtype=dtype),
                 'g': state_zeros(self, *shape[:2], self.expansion * self.n_ctx, shape[3], device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
+        """FlatMixing.step's, through both mixings: the new positions' inner rows g written, then read."""
         rows, end = span(pos, x.shape[1], self.n_ctx)
-        X = self.expansion
+        X, z, g = self.expansion, state['z'], state['g']
         inner, _ = span(X * pos, X * x.shape[1], X * self.n_ctx)                   # the new positions' inner rows
-        z = write(state['z'], rows, self.split(x))[:, :, :end]
-        g = write(state['g'], inner, F.gelu(mix_tokens(self.matrix(end, inner), z) + self.c[:, inner]))
-        return self.merge(mix_tokens(self.matrix2(end, rows), g[:, :, :X * end]) + self.c2[:, rows])
+        z[:, :, rows] = rearrange(self.proj_in(x), 'b t (h e) -> b h t e', h=self.n_head).to(z.dtype)
+        g[:, :, inner] = F.gelu(self.mix(self.matrix(end, inner), z[:, :, :end]) + self.c[:, inner]).to(g.dtype)
+        y = self.mix(self.matrix2(end, rows), g[:, :, :X * end]) + self.c2[:, rows]
+        return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def flops(self, T):
         return 4 * T * self.d_model * self.expansion
@@ -264,14 +327,15 @@ class ExpandedMixing(HeadMixing):
         return {'M1': self.matrix(T), 'M2': self.matrix2(T)}
 
 
-class ToeplitzMixing(HeadMixing):
+class ToeplitzMixing(FlatMixing):
     """Toeplitz masked mixing (blog post "Masked Recurrent Mixers"): M[i, j] = w[i - j] for j <= i, n_ctx
     weights a head (a causal convolution along the sequence): y_i = sum_{k <= i} w[k] z_{i-k} + c_i. Two
     equal paths (tested): the T x T matrix, and for T >= fft_threshold an FFT (pad to 2T, rfft, multiply,
-    irfft, keep T). Init 'average': w[k] = out_scale (1 - b) b^k, b = 15/16 (a moving average over ~16
-    tokens); 'normal': w ~ N(0, 2 / n_ctx) (Kaiming, Badger & Roland 2026, arXiv 2605.06683); c 0."""
+    irfft, keep T). Its decoding is FlatMixing's (the inputs seen, the new rows of M), with this M. Init
+    'average': w[k] = out_scale (1 - b) b^k, b = 15/16 (a moving average over ~16 tokens); 'normal':
+    w ~ N(0, 2 / n_ctx) (Kaiming, Badger & Roland 2026, arXiv 2605.06683); c 0."""
     def __init__(self, n_ctx, d_model, n_head=1, fft_threshold=256, out_scale=1.0, init='average'):
-        super().__init__(n_ctx, d_model, n_head)
+        HeadMixing.__init__(self, n_ctx, d_model, n_head)           # not FlatMixing's W: w is its own weight
         self.fft_threshold = fft_threshold
         b = 1 - 1 / 16
         w = (out_scale * ((1 - b) * b ** torch.arange(n_ctx).float()).repeat(n_head, 1) if init == 'average' else
@@ -287,10 +351,11 @@ class ToeplitzMixing(HeadMixing):
         return self.w[:, lag.clamp(min=0)] * causal_mask(T, rows, self.w.device)
 
     def forward(self, x, use_fft=None):
-        z = self.split(x)                                                           # [B, H, T, e]
+        z = rearrange(self.proj_in(x), 'b t (h e) -> b h t e', h=self.n_head)      # [B, H, T, e]
         T = z.shape[2]
         fft = T >= self.fft_threshold if use_fft is None else use_fft
-        return self.merge((self.fft(z) if fft else mix_tokens(self.matrix(T), z)) + self.c[:, :T])
+        y = (self.fft(z) if fft else self.mix(self.matrix(T), z)) + self.c[:, :T]
+        return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def fft(self, z):
         """M z of z float [B, H, T, e] by FFT -> [B, H, T, e]. Causal by its padding: the product of rffts of
@@ -302,17 +367,6 @@ class ToeplitzMixing(HeadMixing):
         wf = torch.fft.rfft(self.w[:, :T].float(), n=n)                                      # [H, n/2+1]
         y = torch.fft.irfft(zf * wf[:, None], n=n)[..., :T]                                  # [B, H, e, T]
         return rearrange(y, 'b h e t -> b h t e').to(z.dtype)
-
-    def init_state(self, batch_size, device=None, dtype=None):
-        """{'z': float [B, H, n_ctx, e]}: the inputs z_j of the positions seen (the convolution's window)."""
-        return {'z': state_zeros(self, batch_size, self.n_head, self.n_ctx, self.d_model // self.n_head,
-                                 device=device, dtype=dtype)}
-
-    def step(self, x, state, pos):
-        """t new tokens: y_i = sum_{k <= i} w[k] z_{i-k} + c_i over the inputs seen, the rows i of M z."""
-        rows, end = span(pos, x.shape[1], self.n_ctx)
-        z = write(state['z'], rows, self.split(x))[:, :, :end]
-        return self.merge(mix_tokens(self.matrix(end, rows), z) + self.c[:, rows])
 
     def flops(self, T):                      # the FFT: rfft(z) + irfft of length 2T + the product
         return int(self.d_model * (10 * math.log2(2 * T) + 6)) if T >= self.fft_threshold else 2 * T * self.d_model
@@ -331,7 +385,7 @@ class RecurrentMixing(HeadMixing):
       column form  M[i, j] = v[i] a^(i-j):  h_t = a h_{t-1} + z_t,      y_t = v_t h_t + c_t
       row form     M[i, j] = v[j] a^(i-j):  h_t = a h_{t-1} + v_t z_t,  y_t = h_t + c_t
     'mixed': even heads column, odd heads row. A decoding step of one token is that recurrence; forward and a
-    prompt are scan(): chunks of chunk_size, each one product by M (a^(i-j) for i >= j only: no overflow), h
+    prompt are scan(): chunks of chunk_size, each one product by a^(i-j) (j <= i only: no overflow), h
     carried between (tested equal). Init: 1 / (1 - a) from 4 to n_ctx, v = out_scale (1 - a)."""
     def __init__(self, n_ctx, d_model, n_head=1, form='mixed', chunk_size=256, out_scale=1.0):
         super().__init__(n_ctx, d_model, n_head)
@@ -344,13 +398,11 @@ class RecurrentMixing(HeadMixing):
         column = [form == 'column' or (form == 'mixed' and head % 2 == 0) for head in range(n_head)]
         self.register_buffer('column', torch.tensor(column)[:, None, None], persistent=False)  # [H, 1, 1]
 
-    def log_a(self):                         # log a: float32 [H]
-        return F.logsigmoid(self.a_logit.float())
-
-    def powers(self, T):                     # a^(i-j) for j <= i, else 0: float32 [H, T, T]
+    def powers(self, T):
+        """a^(i-j) for j <= i, else 0: float32 [H, T, T], as exp((i - j) log a)."""
         pos = torch.arange(T, device=self.v.device)
-        lag = pos[:, None] - pos[None, :]
-        return torch.exp(lag.clamp(min=0) * self.log_a()[:, None, None]) * causal_mask(T, device=self.v.device)
+        lag = (pos[:, None] - pos[None, :]).clamp(min=0)
+        return torch.exp(lag * F.logsigmoid(self.a_logit.float())[:, None, None]) * causal_mask(T, device=self.v.device)
 
     def matrix(self, T, rows=None):
         """The rows `rows` (default all T) of M over inputs 0..T-1: v[i] a^(i-j) (column heads) or v[j]
@@ -360,44 +412,43 @@ class RecurrentMixing(HeadMixing):
         return M if rows is None else M[:, rows]
 
     def forward(self, x):
-        return self.merge(self.scan(self.split(x), None, 0)[0])
+        y, _ = self.scan(rearrange(self.proj_in(x), 'b t (h e) -> b h t e', h=self.n_head), None, 0)
+        return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def init_state(self, batch_size, device=None, dtype=None):
         """{'h': float [B, H, e]}: each head's state after the positions seen (constant size)."""
-        return {'h': state_zeros(self, batch_size, self.n_head, self.d_model // self.n_head, device=device, dtype=dtype)}
+        return {'h': state_zeros(self, batch_size, self.n_head, self.head_size, device=device, dtype=dtype)}
 
     def step(self, x, state, pos):
-        """t new tokens after the state h, updated in place: one token is the recurrence, more (a prompt) scan()."""
-        z, h = self.split(x), state['h']
+        """x float [B, t, d] at positions pos.. after the state h, updated in place -> float [B, t, d]: one token
+        is the recurrence h = a h + u, more (a prompt, pos an int) scan()."""
+        z, h = rearrange(self.proj_in(x), 'b t (h e) -> b h t e', h=self.n_head), state['h']
         if z.shape[2] > 1:
             y, h_new = self.scan(z, h, pos)
             h.copy_(h_new)
-            return self.merge(y)
-        rows, column = span(pos, 1, self.n_ctx)[0], self.column[:, 0]
-        v, a, z = self.v[:, rows], self.log_a().exp()[:, None], z[:, :, 0]        # [H, 1], [H, 1], [B, H, e]
-        h.copy_(a * h + torch.where(column, z, v * z))                             # h = a h + u
-        y = torch.where(column, v * h, h) + self.c[:, rows, 0]
-        return self.merge(y[:, :, None].to(x.dtype))
+        else:
+            rows, column = span(pos, 1, self.n_ctx)[0], self.column[:, 0]
+            v, a, z = self.v[:, rows], torch.sigmoid(self.a_logit.float())[:, None], z[:, :, 0]   # [H, 1], [H, 1], [B, H, e]
+            h.copy_(a * h + torch.where(column, z, v * z))                                      # h = a h + u
+            y = (torch.where(column, v * h, h) + self.c[:, rows, 0])[:, :, None].to(x.dtype)
+        return self.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
 
     def scan(self, z, h, pos):
-        """z float [B, H, T, e] at positions pos.. after the state h [B, H, e] (None: 0) -> (y, h after)."""
-        ys = []
-        for s in chunk_starts(z.shape[2], self.chunk_size):
-            y, h = self.chunk(z[:, :, s:s + self.chunk_size], h, pos + s)
-            ys.append(y)
+        """z float [B, H, T, e] at positions pos.. (an int) after the state h [B, H, e] (None: 0) -> (y [B, H, T,
+        e], the state after z [B, H, e]). A chunk of C: hs = a^(i-j) u with the state in as position -1."""
+        ys, C = [], self.chunk_size
+        for i in range((z.shape[2] + C - 1) // C):    # the chunks counted first: under torch.compile,
+            s = i * C                                  # range(0, T, C) would recompile per T
+            zc, rows = z[:, :, s:s + C], slice(pos + s, pos + s + min(C, z.shape[2] - s))
+            v = self.v[:, rows, None]                                                   # [H, C, 1]
+            u = torch.where(self.column, zc, v * zc)
+            if h is None:
+                hs = self.mix(self.powers(u.shape[2]).to(u.dtype), u)                  # [B, H, C, e]
+            else:                                                                       # h the input at -1
+                hs = self.mix(self.powers(u.shape[2] + 1).to(u.dtype), torch.cat([h[:, :, None].to(u.dtype), u], 2))[:, :, 1:]
+            ys.append(torch.where(self.column, v * hs, hs) + self.c[:, rows])
+            h = hs[:, :, -1]
         return torch.cat(ys, dim=2), h
-
-    def chunk(self, z, h0, pos):
-        """scan() of one chunk z [B, H, C, e] -> (y [B, H, C, e], the state after it [B, H, e])."""
-        C, (rows, _) = z.shape[2], span(pos, z.shape[2], self.n_ctx)
-        v = self.v[:, rows, None]                                                   # [H, C, 1]
-        u = torch.where(self.column, z, v * z)
-        hs = mix_tokens(self.powers(C).to(z.dtype), u)                              # [B, H, C, e]
-        if h0 is not None:
-            carry = torch.exp(torch.arange(1, C + 1, device=z.device) * self.log_a()[:, None])  # a^(t+1): [H, C]
-            hs = hs + carry[:, :, None].to(z.dtype) * h0[:, :, None]
-        y = torch.where(self.column, v * hs, hs) + self.c[:, rows]
-        return y, hs[:, :, -1]
 
     def flops(self, T):
         return 2 * min(T, self.chunk_size) * self.d_model
@@ -429,38 +480,31 @@ def make_token_mixing(cfg, n_head, out_scale=1.0):
 class Block(nn.Module):
     """Pre-norm residual block (MLP-Mixer, Badger 2024): x += Mix(norm(x)); x += FF(norm(x)) (the other way
     round with block_order='ff_mix'), Mix the kind's sequence mixing, FF the GELU MLP (mixers, GPT) or
-    SwiGLU. forward(x float [B, T, d]) -> the same; step: the mixing's step in the residual."""
+    SwiGLU. forward(x float [B, T, d]) -> the same; step(x, state, pos): the same with the mixing's step."""
     def __init__(self, cfg):
         super().__init__()
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         if cfg.kind == 'mixer':
             self.mixing = make_token_mixing(cfg, cfg.n_head, MIX_INIT_SCALE if cfg.n_head == 1 else 1.0)
-        elif cfg.kind in ('transformer', 'gpt'):
-            self.mixing = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, rope=cfg.kind == 'transformer',
-                                    naive=cfg.attention == 'naive')
-        elif cfg.kind == 'hybrid':
-            parallel = cfg.hybrid == 'parallel'
-            attn = Attention(cfg.n_ctx, cfg.d_model, cfg.n_head, naive=cfg.attention == 'naive')
-            self.mixing = HybridMixing(attn, make_token_mixing(cfg, n_head=cfg.n_head if parallel else 1), parallel)
-        else:
-            self.mixing = LinearAttention(cfg.d_model, cfg.n_head, cfg.chunk_size)
-        self.ff = (MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation) if cfg.kind in ('mixer', 'gpt')
-                   else SwiGLU(cfg.d_model, cfg.ff_mult))
+            self.ff = MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation)
+        else:       # the baselines stand on this file: imported where one is built, so no import makes a loop
+            import attention
+            self.mixing, self.ff = attention.make_mixing(cfg), attention.make_ff(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.ff_first = cfg.block_order == 'ff_mix'
 
     def forward(self, x):
-        return self.residual(x, self.mixing)
-
-    def step(self, x, state, pos):
-        return self.residual(x, lambda z: self.mixing.step(z, state, pos))
-
-    def residual(self, x, mix):
-        """The two residual branches in the block's order, `mix` the sequence mixing's forward or step."""
         if self.ff_first:
             x = x + self.drop(self.ff(self.norm2(x)))
-            return x + self.drop(mix(self.norm1(x)))
-        x = x + self.drop(mix(self.norm1(x)))
+            return x + self.drop(self.mixing(self.norm1(x)))
+        x = x + self.drop(self.mixing(self.norm1(x)))
+        return x + self.drop(self.ff(self.norm2(x)))
+
+    def step(self, x, state, pos):
+        if self.ff_first:
+            x = x + self.drop(self.ff(self.norm2(x)))
+            return x + self.drop(self.mixing.step(self.norm1(x), state, pos))
+        x = x + self.drop(self.mixing.step(self.norm1(x), state, pos))
         return x + self.drop(self.ff(self.norm2(x)))
 
 
@@ -469,7 +513,7 @@ class TokenModel(nn.Module):
     def _build_io(self, cfg):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.embed_proj = nn.Linear(cfg.d_model, cfg.d_model) if cfg.embed_linear else nn.Identity()
+        self.embed_proj = nn.Linear(cfg.d_model, cfg.d_model) if cfg.embed_proj else nn.Identity()
         self.norm_f = make_norm(cfg) if cfg.final_norm else nn.Identity()
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -536,10 +580,10 @@ class LanguageModel(TokenModel):
         """The decoding state of batch_size sequences: a dict a block (its mixing's init_state)."""
         return [block.mixing.init_state(batch_size, device, dtype) for block in self.blocks]
 
-    def step(self, idx, pos, state):
-        """t new tokens idx long [B, t] at positions pos..pos+t-1 (pos an int, or a 0-dim long tensor for
-        one compiled graph: attention.span) through every block's step on `state` (init_state's, updated
-        in place) -> logits float [B, vocab] after the last of them: forward()'s at that position."""
+    def step(self, idx, state, pos):
+        """t new tokens idx long [B, t] at positions pos..pos+t-1 (an int, or a 0-dim long tensor for one
+        compiled graph: span) through every block's step on `state` (init_state's, updated in place) ->
+        logits float [B, vocab] after the last of them: forward()'s at that position."""
         x = self.embed_proj(self.wte(idx))
         if self.wpe is not None:
             x = x + self.wpe[span(pos, idx.shape[1], self.cfg.n_ctx)[0]]
@@ -555,8 +599,9 @@ class LanguageModel(TokenModel):
 class Autoencoder(TokenModel):
     """Autoencoder (blog post "Masked Mixers II"): the last token's last encoder hidden vector e [B, d],
     repeated T times, is the decoder's input; the decoder reconstructs every token. forward(idx long
-    [B, T], targets or None) -> (logits float [B, T, vocab], cross entropy in nats). Attention kinds (and
-    posenc) add learned positions to the decoder's input: attention over T equal vectors sees no order."""
+    [B, T], targets or None) -> (logits float [B, T, vocab], cross entropy in nats). The encoder adds the
+    positions its kind adds (wpe with posenc, as LanguageModel); attention kinds (and posenc) add learned
+    positions to the decoder's input (wpe_dec): attention over T equal vectors sees no order."""
     def __init__(self, cfg):
         super().__init__()
         self._build_io(cfg)
@@ -565,12 +610,16 @@ class Autoencoder(TokenModel):
         needs_pos = cfg.kind != 'mixer' or cfg.posenc
         self.wpe_dec = nn.Parameter(0.02 * torch.randn(cfg.n_ctx, cfg.d_model)) if needs_pos else None
         self._init_weights(2 * cfg.n_layer)
+        # drawn last, so that every other weight is what it was before the encoder had positions
+        self.wpe = nn.Parameter(0.02 * torch.randn(cfg.n_ctx, cfg.d_model)) if cfg.posenc else None
 
     def encode(self, idx):
         """idx long [B, T] -> embedding float [B, d] (last token, last encoder block)."""
         if idx.shape[1] > self.cfg.n_ctx:
             raise ValueError(f'sequence of {idx.shape[1]} tokens is longer than n_ctx={self.cfg.n_ctx}')
         x = self.embed_proj(self.wte(idx))
+        if self.wpe is not None:
+            x = x + self.wpe[:idx.shape[1]]
         for block in self.encoder:
             x = block(x)
         return x[:, -1]

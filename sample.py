@@ -56,109 +56,110 @@ def sample_next(logits, temperature=1.0, top_k=None):
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None, stop=None):
     """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long [B, T + max_new_tokens]:
     one parallel prefill of the prompt, then one Decoder step a token (compiled with `compile`; `decoder`
-    reuses one, its compiled graph too). Once a position-indexed model holds n_ctx tokens its window
-    slides: a fresh prefill of the last n_ctx / 2. temperature 0 is greedy; top_k keeps the k most likely
-    tokens; stop(new long [B, t]) -> True ends it early, after t new tokens (fewer columns then).
-    ValueError for a prompt longer than n_ctx (a position-indexed model)."""
+    reuses one, its compiled graph too), on the decoder's threads. Once a position-indexed model holds
+    n_ctx tokens its window slides: a fresh prefill of the last n_ctx / 2. temperature 0 is greedy; top_k
+    keeps the k most likely tokens; stop(new long [B, t]) -> True ends it early, after t new tokens (fewer
+    columns then). ValueError for a prompt longer than n_ctx (a position-indexed model)."""
     dec = decoder or Decoder(model, idx.shape[0], compile=compile)
     logits, out = dec.prefill(idx), [idx]
-    for i in range(max_new_tokens):
-        out.append(sample_next(logits, temperature, top_k))
-        if i == max_new_tokens - 1 or (stop is not None and stop(torch.cat(out[1:], 1))):
-            break
-        if dec.max_len is not None and dec.pos >= dec.max_len:
-            logits = dec.prefill(torch.cat(out, 1)[:, -(dec.max_len // 2):])
-        else:
-            logits = dec.step(out[-1])
+    with intra_op_threads(dec.threads):
+        for i in range(max_new_tokens):
+            out.append(sample_next(logits, temperature, top_k))
+            if i == max_new_tokens - 1 or (stop is not None and stop(torch.cat(out[1:], 1))):
+                break
+            if dec.max_len is not None and dec.pos >= dec.max_len:
+                logits = dec.prefill(torch.cat(out, 1)[:, -(dec.max_len // 2):])
+            else:
+                logits = dec.step(out[-1])
     return torch.cat(out, 1)
 
 
 # ----------------------------------------------------------------------------- the decoder
 
 class Decoder(nn.Module):
-    """Incremental decoding of batch_size sequences by one LanguageModel (in eval mode): its state (the model's
-    init_state, allocated once here, in the model's dtype, or autocast's if made under autocast) and the
-    model's step on it, as gpt-fast's generate.py drives its model. prefill(idx long [b, T]) starts fresh
-    sequences: the prompt in one parallel step -> logits float [b, vocab] after it; step(idx long [B, t]) ->
-    logits after those tokens, the position advanced by t. Eager, a step at position p reads positions
-    0..p (attention.span). compile=True: a one-token step through torch.compile (mode='reduce-overhead':
-    on CUDA a CUDA graph, one launch a token; `backend` another torch.compile backend, e.g. 'eager' to
-    trace only), the position a 0-dim tensor on the device (`pos_on_device`, advanced in place: no copy
-    from the host a token), one graph over n_ctx for every position. The state, the position and the
-    input token are this module's attributes, so torch.compile keeps their addresses (static inputs: what
-    a CUDA graph replays, written in place). On the CPU a small step (batch_size x d_model <=
-    ONE_THREAD_WIDTH) runs on one torch thread (`threads`). ValueError for what it cannot take: another
-    batch size, an empty prompt, a position past n_ctx (max_len), a dtype other than its state's (another
-    autocast than the one it was made under)."""
+    """Incremental decoding of batch_size sequences by one LanguageModel (in eval mode), as gpt-fast's
+    generate.py drives its model: the model's state (its init_state, allocated once here, in the dtype the
+    model computes in: its weights', or autocast's if made under autocast) and the model's step on it.
+    prefill(idx long [b, T]) starts fresh sequences: the prompt in one parallel step -> logits float
+    [b, vocab] after it; step(idx long [B, t]) -> the logits after those tokens, the position advanced by t.
+    A step at position p reads positions 0..p (mixer.span). compile=True: a one-token step goes through
+    compiled_step instead, one torch.compile'd graph for every position (`backend` another torch.compile
+    backend, e.g. 'eager' to trace only). `threads`: the torch threads a step of this size runs best on,
+    for generate (on the CPU one for batch_size x d_model <= ONE_THREAD_WIDTH, else None: as they are).
+    ValueError for what it cannot take: another batch size, an empty prompt, a position past n_ctx
+    (max_len), a dtype other than its state's (another autocast than the one it was made under)."""
 
     def __init__(self, model, batch_size=1, compile=False, backend='inductor'):
         super().__init__()
         p = next(model.parameters())
-        self.threads = 1 if p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH else None
-        self.device, self.param_dtype = p.device, p.dtype
+        self.model, self.max_len, self.batch, self.device, self.param_dtype = model, model.max_len, batch_size, p.device, p.dtype
         self.dtype = autocast_dtype(p.device) or p.dtype
-        self.model, self.max_len, self.batch = model, model.max_len, batch_size
         self.state = model.init_state(batch_size, dtype=self.dtype)
-        self.pos = 0                       # the next position, on the host: what an eager step reads up to
-        self.pos_on_device = torch.zeros((), dtype=torch.long, device=p.device)       # the same, for the graph
-        self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=p.device)    # the graph's input token
-        mode = 'reduce-overhead' if backend == 'inductor' else None
-        self.compiled = torch.compile(self.graph_step, backend=backend, mode=mode, dynamic=False) if compile else None
-
-    def graph_step(self):
-        """The one-token step the compiled graph holds: self.token at self.pos_on_device -> logits [B, vocab]."""
-        return self.model.step(self.token, self.pos_on_device, self.state)
+        self.pos = 0                       # the next position
+        self.threads = 1 if p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH else None
+        self.compiled = None
+        if compile:                        # the graph's inputs are attributes: torch.compile keeps their addresses
+            self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=p.device)
+            self.pos_on_device = torch.zeros((), dtype=torch.long, device=p.device)
+            mode = 'reduce-overhead' if backend == 'inductor' else None
+            self.compiled = torch.compile(self.graph_step, backend=backend, mode=mode, dynamic=False)
 
     def check(self, idx, seqs=slice(None)):
         """ValueError unless idx long [b, t] (t >= 1) fits the state's sequences `seqs` (a slice), computed in
         the dtype the state was made for (the autocast it was made under, or none)."""
-        n, computes = len(range(self.batch)[seqs]), autocast_dtype(self.device) or self.param_dtype
+        n = len(range(self.batch)[seqs])
         if idx.dim() != 2 or idx.shape[0] != n or idx.shape[1] == 0:
             raise ValueError(f'tokens of shape {list(idx.shape)} for {n} sequences of a decoder whose state holds a batch '
                              f'of {self.batch}: give long [{n}, t], t >= 1 (another batch size: a new Decoder)')
-        if computes != self.dtype:
-            raise ValueError(f"this decoder's state is {self.dtype}, but the model would compute in {computes}: "
-                             'step it under the autocast it was made under '
-                             '(or outside, if it was made outside), or make a new Decoder')
-
-    def state_tensors(self):
-        """Every tensor of the state, every layer's (what init_state allocated)."""
-        return [t for layer in self.state for t in _tensors(layer)]
+        if (autocast_dtype(self.device) or self.param_dtype) != self.dtype:
+            raise ValueError(f"this decoder's state is {self.dtype}, but the model would compute in "
+                             f'{autocast_dtype(self.device) or self.param_dtype}: step it under the autocast it was '
+                             'made under (or outside, if it was made outside), or make a new Decoder')
 
     @torch.no_grad()
     def prefill(self, idx, seqs=slice(None)):
         """Start fresh sequences: the prompt idx long [b, T] at positions 0..T-1 in one parallel, eager step
         into the sequences `seqs` (a slice: a batch prefilled a slice at a time, each at the same T) of the
         state -> logits float [b, vocab] after it; the position becomes T. ValueError for T past n_ctx."""
-        T = idx.shape[1]
-        if self.max_len is not None and T > self.max_len:
-            raise ValueError(f'prompt of {T} tokens is longer than n_ctx={self.max_len}')
+        if self.max_len is not None and idx.shape[1] > self.max_len:
+            raise ValueError(f'prompt of {idx.shape[1]} tokens is longer than n_ctx={self.max_len}')
         self.check(idx, seqs)
         views = [_rows(layer, seqs) for layer in self.state]            # those sequences' state, zeroed
         for tensor in (t for v in views for t in _tensors(v)):
             tensor.zero_()
-        logits = self.model.step(idx, 0, views)
-        self.pos = T
-        self.pos_on_device.fill_(T)
+        logits = self.model.step(idx, views, 0)
+        self.pos = idx.shape[1]
         return logits
 
     @torch.no_grad()
     def step(self, idx):
-        """idx long [B, t] at the current position (t = 1 through the compiled graph, if any) -> logits float
-        [B, vocab] after them; the position advances by t. ValueError past n_ctx."""
-        t = idx.shape[1] if idx.dim() == 2 else 0
-        if self.max_len is not None and self.pos + t > self.max_len:
-            raise ValueError(f'positions {self.pos}..{self.pos + t - 1} are past n_ctx={self.max_len}')
+        """idx long [B, t] at the current position -> logits float [B, vocab] after them; the position
+        advances by t. ValueError past n_ctx."""
         self.check(idx)
-        with intra_op_threads(self.threads):
-            if self.compiled is None or t > 1:
-                logits = self.model.step(idx, self.pos, self.state)
-            else:                                        # one [B, 1] input tensor: the same strides each token
-                self.token.copy_(idx)
-                logits = self.compiled().clone()         # a CUDA graph's output is overwritten by its next replay
-        self.pos += t
-        self.pos_on_device.add_(t)                       # on the device, in place: no copy from the host
+        if self.max_len is not None and self.pos + idx.shape[1] > self.max_len:
+            raise ValueError(f'positions {self.pos}..{self.pos + idx.shape[1] - 1} are past n_ctx={self.max_len}')
+        if self.compiled is not None and idx.shape[1] == 1:
+            logits = self.compiled_step(idx)
+        else:
+            logits = self.model.step(idx, self.state, self.pos)
+        self.pos += idx.shape[1]
         return logits
+
+    def compiled_step(self, idx):
+        """One token idx long [B, 1] through the compiled graph (graph_step): on CUDA a CUDA graph, one launch
+        a token (mode='reduce-overhead'). Its inputs are written in place: the token, and the position as a
+        0-dim tensor on the device (a step then reads its state at n_ctx, masked: mixer.span)."""
+        self.token.copy_(idx)
+        self.pos_on_device.fill_(self.pos)
+        return self.compiled().clone()            # a CUDA graph's output is overwritten by its next replay
+
+    def graph_step(self):
+        """The one-token step the compiled graph holds: self.token at self.pos_on_device -> logits [B, vocab]."""
+        return self.model.step(self.token, self.state, self.pos_on_device)
+
+    def state_tensors(self):
+        """Every tensor of the state, every layer's (what init_state allocated)."""
+        return [t for layer in self.state for t in _tensors(layer)]
 
 
 def autocast_dtype(device):

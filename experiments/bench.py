@@ -159,7 +159,7 @@ def bench_train(args, peak):
 
 def mem_estimate(name, T, args):
     """Rough bytes one forward + backward at length T needs (model included), used
-    only to skip cells over --mem_budget_gb: the n_ctx x n_ctx terms (the dense
+    only to skip cells over --mem_budget_gb: the n_ctx x n_ctx terms (the flat
     mixer's W, its mask, masked product and gradients; the Toeplitz lag index and
     gathered matrix below fft_threshold) plus linear terms for activations and logits."""
     d, L, H = args.mem_d_model, args.mem_n_layer, 4
@@ -299,7 +299,7 @@ def bench_paths(args):
     for T in args.path_lengths:
         z = torch.randn(args.batch_size, 4, T, args.d_model // 4, device=args.device, requires_grad=True)
         toeplitz = mixer.ToeplitzMixing(T, args.d_model, n_head=4).to(args.device)
-        ms = [time_mix(lambda z: mixer.mix_tokens(toeplitz.matrix(T), z), z, args), time_mix(toeplitz.fft, z, args)]
+        ms = [time_mix(lambda z: toeplitz.mix(toeplitz.matrix(T), z), z, args), time_mix(toeplitz.fft, z, args)]
         for chunk in (T, *PATH_CHUNKS):
             recurrent = mixer.RecurrentMixing(T, args.d_model, 4, chunk_size=chunk).to(args.device)
             ms.append(None if chunk > T or (chunk == T and len(ms) > 2) else

@@ -35,7 +35,7 @@ MODELS = {
     'multihead2': (['--variant=multihead', '--n_head=2'], 'mixer'),
     'multihead4': (['--variant=multihead', '--n_head=4'], 'mixer'),
     'kernel4': (['--variant=kernel', '--kernel=4'], 'mixer'),
-    'kernel4_embed': (['--variant=kernel', '--kernel=4', '--embed_linear=True'], 'mixer'),
+    'kernel4_embed': (['--variant=kernel', '--kernel=4', '--embed_proj=True'], 'mixer'),
     'hybrid': (['--variant=hybrid'], 'hybrid'),
     'hybrid_parallel': (['--variant=hybrid_parallel'], 'hybrid'),
     'recurrent': (['--variant=recurrent'], 'mixer'),
@@ -161,7 +161,7 @@ def paper_rows(plan, extras):
                      verdict(dm, dt, 'better'),
                      cmd('flat', 'flat_nonorm', 'transformer', 'transformer_nonorm')])
     rows += pair_row(plan, 'learned positional encoding for the mixer', 'no gain', 'posenc', 'flat', 'not better')
-    rows += pair_row(plan, 'Toeplitz vs dense mixer', 'about equal (Masked Recurrent Mixers)', 'toeplitz', 'flat',
+    rows += pair_row(plan, 'Toeplitz vs flat mixer', 'about equal (Masked Recurrent Mixers)', 'toeplitz', 'flat',
                      'equal')
     rows += pair_row(plan, '2 heads vs flat mixer', 'slight gain: 1.72 vs 1.74', 'multihead2', 'flat', 'better')
     rows += pair_row(plan, '4 heads vs flat mixer', 'slight gain: 1.72 vs 1.74', 'multihead4', 'flat', 'better')
@@ -173,7 +173,7 @@ def paper_rows(plan, extras):
                      'transformer', 'better')
     rows += pair_row(plan, 'parallel hybrid (attention + mixing side by side) vs transformer',
                      'no gain: 1.61 vs 1.61 (4x V100)', 'hybrid_parallel', 'transformer', 'equal')
-    rows += pair_row(plan, 'recurrent vs dense mixer', 'close, with constant-state inference', 'recurrent', 'flat',
+    rows += pair_row(plan, 'recurrent vs flat mixer', 'close, with constant-state inference', 'recurrent', 'flat',
                      'equal')
     if 'linear' in plan:
         ll = losses(plan, 'linear')

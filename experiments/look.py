@@ -59,7 +59,7 @@ import torch
 
 from harness import checkpoint
 import mixer
-from attention import causal_mask
+from mixer import causal_mask
 from data.prepare import token_dtype
 from harness.cli import ArgumentParser, check_writable, failing, number, run_command
 

@@ -131,12 +131,13 @@ def window_loss_job(argv, run_dir):
     train.bin and of val.bin (train.evaluate; CPU, fp32) -> {'rc', 'train_loss',
     'val_loss' (nats/token), 'line'}: the generalisation gap of a finished run."""
     import train
+    from data.outputs import read_prepared
     from harness.checkpoint import load_checkpoint
     os.chdir(ROOT)
     try:
         model, _, ckpt = load_checkpoint(argv[0])
         cfg = {**ckpt['config'], 'eval_train': True}
-        train_data, val_data = (train.load_tokens(os.path.join(cfg['data_dir'], f'{s}.bin')) for s in ('train', 'val'))
+        _, train_data, val_data = read_prepared(cfg['data_dir'], cfg['n_ctx'])
         ev = train.evaluate_splits(model, train_data, val_data, cfg, 'cpu', contextlib.nullcontext(), 1.0)
     except (Exception, SystemExit) as e:        # reported as a failed job, not a crashed experiment
         return {'rc': 1, 'line': f'{type(e).__name__}: {e}'}
@@ -199,20 +200,20 @@ def step_time_job(spec, run_dir=None):
 def train_run(argv):
     """train.py's run of the settings argv (config files and --key=value), built as train.main builds it
     (the settings checked, the device set up, the data loaded, the model and its optimisers made), nothing
-    written -> (run: train.build_run's namespace, with .train_data; cfg: the settings; step(): one
+    written -> (run: train.build_run's namespace, with .env and .train_data; cfg: the settings; step(): one
     train.train_step on freshly drawn windows at the peak learning rate -> its loss tensor). Bad settings
     or data: train.py's one line, exit 2."""
-    from harness import configurator
-    from harness import machine
+    from data.outputs import read_prepared
+    from harness import cli, configurator, machine
     import train
-    cfg, _ = configurator.resolve_settings(configurator.parse_overrides(argv, train.DEFAULTS, train.__doc__),
-                                           train.DEFAULTS, [k for k in train.MODEL_KEYS if k not in train.TUNING_KEYS])
-    cfg['init_from'] = 'scratch'
-    configurator.check_settings(cfg)
+    cfg, _ = configurator.settings([*argv, '--init_from=scratch'], train.DEFAULTS, train.__doc__, train)
     env = machine.setup_device(cfg)
-    meta, train_data, _ = train.load_data(cfg)
+    try:
+        meta, train_data, _ = read_prepared(cfg['data_dir'], cfg['n_ctx'])
+    except ValueError as e:
+        cli.fail(str(e))
     run = train.build_run(cfg, None, env, meta)
-    run.train_data = train_data
+    run.env, run.train_data = env, train_data
 
     def step():
         starts = train.draw_windows(run.batch_gen, len(train_data), cfg['n_ctx'], cfg['batch_size'],

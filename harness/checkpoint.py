@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 import mixer
-from harness.cli import fail, hold_lock, remove_stale_temps, write_atomic, written
+from harness.cli import fail, hold_lock, one_line, remove_stale_temps, write_atomic, written
 from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
@@ -82,7 +82,7 @@ def write_error(e, path, need=1 << 20):
             shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < need
     except OSError:
         full = False
-    return 'no space left on device' if full else _reason(e)
+    return 'no space left on device' if full else one_line(e)
 
 
 # ----------------------------------------------------------------------------- the log and the lock
@@ -141,7 +141,7 @@ def lock_run(out_dir):
         os.makedirs(out_dir, exist_ok=True)
         f = open(os.path.join(out_dir, '.lock'), 'a+')
     except OSError as e:
-        raise CheckpointError(f'cannot write to the run folder {out_dir!r} ({_reason(e)})') from None
+        raise CheckpointError(f'cannot write to the run folder {out_dir!r} ({one_line(e)})') from None
     if not hold_lock(f.fileno()):
         f.seek(0)
         pid = f.read().strip() or '?'
@@ -176,7 +176,7 @@ def read_checkpoint(path, device='cpu', keys=('config', 'step')):
         ckpt = torch.load(path, map_location=where, weights_only=True)
         ckpt['model_config']
     except Exception as e:  # torch raises many types for a damaged file
-        raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({_reason(e)})') from None
+        raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({one_line(e)})') from None
     check_format(ckpt, f'checkpoint {path!r}', keys, 'not a checkpoint of train.py (checkpoint.py)')
     return migrate(ckpt)
 
@@ -228,7 +228,7 @@ def read_exported(path, device='cpu', keys=('config', 'step')):
         with open(os.path.join(path, 'tokenizer.tiktoken'), encoding='ascii', newline='') as f:
             text = f.read()
     except Exception as e:  # safetensors missing; json, safetensors and the OS raise many types for a damaged folder
-        raise CheckpointError(f'{where} cannot be read ({_reason(e)})') from None
+        raise CheckpointError(f'{where} cannot be read ({one_line(e)})') from None
     ckpt['model'] = with_aliases(state, aliases, where)
     check_format(ckpt, where, (*keys, 'tokenizer'), 'its config.json is not one experiments/convert.py wrote')
     ckpt['tokenizer'] = {**ckpt['tokenizer'], 'file': os.path.abspath(os.path.join(path, 'tokenizer.tiktoken')),
@@ -248,26 +248,27 @@ def with_aliases(state, aliases, where):
     return {**{k: state[v] for k, v in aliases.items() if v in state}, **state}
 
 
-def _reason(e):
-    """An exception as one short line: 'TypeName: first line of its message'."""
-    return f'{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""}'
-
-
-def migrate_state(state):
+def migrate_state(state, model_config=None):
     """A model state dict in today's names: torch.compile's '_orig_mod.' and DDP's 'module.' prefixes
     removed; an older checkpoint's masked-mixing W1 [H, k, x n_ctx, n_ctx] and c1 named W and c (W1's
-    k = 1 axis dropped); the recurrent mixing's decay_logit named a_logit."""
+    k = 1 axis dropped); the recurrent mixing's decay_logit named a_logit; the hybrid's mixing 'mix' named
+    'token_mixing'. With its (migrated) model_config: an autoencoder with posenc saved before its encoder
+    had positions gets wpe = 0, which adds none (the model it was)."""
     out = {}
     for k, v in state.items():
         while k.startswith(PREFIXES):
             k = k.split('.', 1)[1]
         if k.endswith(('.W1', '.c1')):
             k, v = k[:-1], v[:, 0] if v.dim() == 4 and v.shape[1] == 1 else v
+        k = k.replace('.mixing.mix.', '.mixing.token_mixing.')
         out[k.removesuffix('decay_logit') + 'a_logit' if k.endswith('decay_logit') else k] = v
+    cfg = model_config if isinstance(model_config, dict) else {}
+    if cfg.get('task') == 'autoencode' and cfg.get('posenc') and 'wpe' not in out and 'wte.weight' in out:
+        out['wpe'] = out['wte.weight'].new_zeros(cfg['n_ctx'], out['wte.weight'].shape[1])
     return out
 
 
-RENAMED = {'mixing': 'token_mixing'}                                   # an older checkpoint's setting -> today's
+RENAMED = {'mixing': 'token_mixing', 'embed_linear': 'embed_proj'}     # an older checkpoint's setting -> today's
 RENAMED_VALUES = {('token_mixing', 'dense'): 'flat', ('mixing_init', 'decay'): 'average'}
 
 
@@ -282,10 +283,10 @@ def migrate_config(config):
 
 def migrate(ckpt):
     """A checkpoint dict read from any version in today's names (migrate_state, migrate_config) -> ckpt."""
-    ckpt['model'] = migrate_state(ckpt['model'])
     for key in ('model_config', 'config'):
         if key in ckpt:
             ckpt[key] = migrate_config(ckpt[key])
+    ckpt['model'] = migrate_state(ckpt['model'], ckpt.get('model_config'))
     return ckpt
 
 
@@ -310,7 +311,7 @@ def load_checkpoint(path, device='cpu'):
         model = mixer.build_model(mixer.ModelConfig(**ckpt['model_config']))
         model.load_state_dict(ckpt['model'])
     except Exception as e:
-        raise CheckpointError(f'{where} does not fit its own model_config ({_reason(e)})') from None
+        raise CheckpointError(f'{where} does not fit its own model_config ({one_line(e)})') from None
     for name in (k for k, p in model.named_parameters() if not p.isfinite().all()):
         raise CheckpointError(f'{where} holds weights that are not finite (NaN or inf in {name})')
     shared = {}                             # a tensor the model uses under two names: tied embeddings
@@ -381,7 +382,24 @@ def prepare_run_folder(cfg, ckpt, rank=0):
             resume_log(log_path, ckpt['step'])
         return ckpt_path, open(log_path, 'ab')
     except OSError as e:
-        raise CheckpointError(f'cannot prepare {cfg["out_dir"]} ({_reason(e)})') from None
+        raise CheckpointError(f'cannot prepare {cfg["out_dir"]} ({one_line(e)})') from None
+
+
+def release_run_folder(log, lock):
+    """Close the run's log (None: none) and its lock (None: none): out_dir is free for the next run."""
+    for f in (log, lock):
+        if f:
+            f.close()
+
+
+def check_tokenizer(ckpt, meta, data_dir):
+    """Raise CheckpointError (one line) when the data (its meta.json, `meta`, of data_dir) was encoded with
+    another tokenizer than the checkpoint dict `ckpt` (None: a fresh run, nothing to check)."""
+    if ckpt is not None and ckpt.get('tokenizer', {}).get('sha256') != meta['tokenizer_sha256']:
+        raise CheckpointError(
+            f'the data in {data_dir} was encoded with another tokenizer (sha256 {meta["tokenizer_sha256"][:12]}...) '
+            f'than the checkpoint\'s ({ckpt.get("tokenizer", {}).get("sha256", "?")[:12]}...): its token ids mean '
+            'other text; prepare the data with the checkpoint\'s tokenizer')
 
 
 def restore(ckpt, model, optimizers, batch_gen, env):

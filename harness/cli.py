@@ -33,6 +33,11 @@ def fail(msg, prog='train.py', code=2):
     sys.exit(code)
 
 
+def one_line(e):
+    """An exception as one short line: 'TypeName: the first line of its message' (at most 120 characters)."""
+    return f'{type(e).__name__}: {(str(e).strip().splitlines() or [""])[0][:120]}'
+
+
 def failing(prog):
     """fail() for the command `prog` (e.g. 'mqar.py') -> fail(msg) printing 'prog: error: msg', exit 2."""
     return lambda msg: fail(msg, prog)

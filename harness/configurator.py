@@ -12,28 +12,49 @@ strings.
 """
 
 import ast
+import inspect
 import math
 import os
+import re
 import sys
 import traceback
+from dataclasses import fields
 
 from harness import checkpoint
 import mixer
 from harness.cli import fail
 
-# Settings with a fixed set of values, and the numeric settings' lower bounds.
-CHOICES = {'init_from': ('scratch', 'resume'), 'task': ('lm', 'autoencode'), 'optimizer': ('adamw', 'muon'),
-           'dtype': ('auto', 'float32', 'bfloat16')}
+# Settings with a fixed set of values, and the numeric settings' lower bounds (the model's: mixer.ModelConfig's).
+CHOICES = {'init_from': ('scratch', 'resume'), 'optimizer': ('adamw', 'muon'), 'dtype': ('auto', 'float32', 'bfloat16')}
 AT_LEAST = {'batch_size': 1, 'grad_accum': 1, 'max_iters': 0, 'warmup_iters': 0, 'eval_interval': 1,
             'eval_windows': 1, 'log_interval': 1, 'weight_decay': 0, 'grad_clip': 0, 'mixing_lr_mult': 0,
             'min_lr': 0, 'ddp_timeout': 1}
 
 
-def collect_defaults(namespace, skip=()):
-    """The settings of a module namespace (train.py's globals()): every public name
-    bound to an int, float, bool, str or None, in order, except those in `skip`."""
-    return {k: v for k, v in namespace.items() if not k.startswith('_') and k not in skip
-            and isinstance(v, (int, float, bool, str, type(None)))}
+# The model's settings: mixer.ModelConfig's fields but vocab_size (the data's) and task (which the model's
+# architecture does not hold: an LM and an autoencoder of one config); the two that change speed, never
+# results, default to None: the device's (machine.DEVICE_TUNING), and may change on resume.
+MODEL_KEYS = [f.name for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')]
+TUNING_KEYS = ('fft_threshold', 'chunk_size')
+
+
+def collect_defaults(namespace):
+    """train.py's settings: the public names of its module namespace (globals()) bound to an int, float, bool,
+    str or None, in order, then mixer.ModelConfig's fields (MODEL_KEYS and task; TUNING_KEYS None) ->
+    {name: default}."""
+    own = {k: v for k, v in namespace.items() if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))}
+    model = {f.name: None if f.name in TUNING_KEYS else f.default for f in fields(mixer.ModelConfig) if f.name != 'vocab_size'}
+    return {**own, **model}
+
+
+def comments(*objects):
+    """The comment after each setting in the source of `objects` (a module, a class): lines 'name = value  #
+    comment' and 'name: type = value  # comment' -> {name: comment}: --help's text."""
+    found = {}
+    for obj in objects:
+        for m in re.finditer(r'^\s*(\w+)(?:: [\w|. ]+)? = .*?  # (.*)$', inspect.getsource(obj), re.M):
+            found.setdefault(m.group(1), m.group(2).strip())
+    return found
 
 
 def coerce(defaults, key, value):
@@ -66,15 +87,25 @@ def read_config_file(path):
     return [(k, v) for k, v in ns.items() if not k.startswith('_')]
 
 
-def parse_overrides(argv, defaults, usage):
-    """Config files and --key=value arguments -> dict of the keys they set, each coerced to
-    its default's type. --help prints `usage` and every setting with its default, exit 0."""
+def settings(argv, defaults, usage, module):
+    """train.py's settings of argv (config files and --key=value) -> (settings dict, checkpoint dict or None):
+    parse_overrides, resolve_settings, check_settings. `module`: train.py's, whose comments are --help's."""
+    cfg, ckpt = resolve_settings(parse_overrides(argv, defaults, usage, module), defaults)
+    check_settings(cfg)
+    return cfg, ckpt
+
+
+def parse_overrides(argv, defaults, usage, module=None):
+    """Config files and --key=value arguments -> dict of the keys they set, each coerced to its default's
+    type. --help prints `usage` and every setting with its default and its comment in `module` (train.py)
+    or mixer.ModelConfig, exit 0."""
     out = {}
     for arg in argv:
         if arg in ('-h', '--help'):
             print(usage)
+            helps = comments(*filter(None, (module, mixer.ModelConfig)))
             for k, v in defaults.items():
-                print(f'  --{k}={v!r}')
+                print((f'  --{k}={v!r}'.ljust(32) + helps.get(k, '')).rstrip())
             sys.exit(0)
         if not arg.startswith('--'):
             items = read_config_file(arg)
@@ -124,7 +155,7 @@ def check_settings(cfg):
             fail(f'{key} must name a folder, got {cfg[key]!r}')
 
 
-def resolve_settings(overrides, defaults, model_keys):
+def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS if k not in TUNING_KEYS)):
     """The run's settings -> (settings dict, checkpoint dict or None): defaults < the variant's
     (mixer.VARIANTS) < config files and --key=value for a fresh run; for init_from='resume', the saved run's
     settings (ckpt['config'], and its architecture ckpt['model_config']) < the explicit overrides, each
@@ -152,7 +183,7 @@ def resolve_settings(overrides, defaults, model_keys):
         fail(str(e))
     saved = {k: v for k, v in ckpt.get('config', {}).items() if k in defaults}
     # the architecture; a field added since the checkpoint was made has its default (what the model had then)
-    saved.update({k: ckpt['model_config'].get(k, defaults.get(k)) for k in model_keys + ['task']})
+    saved.update({k: ckpt['model_config'].get(k, defaults.get(k)) for k in [*model_keys, 'task']})
     cfg = {**defaults, **saved, 'init_from': 'resume', 'out_dir': cfg['out_dir']}
     master = int(os.environ.get('RANK', 0)) == 0
     if master:

@@ -7,6 +7,7 @@ FLOPs per token and the peak they are measured against (MFU); the training clock
 
 import ctypes
 import datetime
+import gc
 import os
 import time
 from contextlib import nullcontext
@@ -39,7 +40,7 @@ def keep_freed_memory():
 def flops_per_token(model, T=None):
     """Training FLOPs per token (forward + backward = 3 x forward) of a mixer.py model at length T
     (default n_ctx): 2 per weight of every nn.Linear (the LM head included) plus each block's sequence
-    mixing's own products (its flops(T): counted as computed, e.g. the dense mixer's whole T x T product,
+    mixing's own products (its flops(T): counted as computed, e.g. the flat mixer's whole T x T product,
     zeros included). Norms, activations and the embedding lookup are not counted."""
     T = T or model.cfg.n_ctx
     fwd = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
@@ -146,6 +147,16 @@ def peak_flops(device, dtype):
 DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=128, chunk_size=2048)}
 
 
+def check_memory(model_cfg, env):
+    """Exit 2 with one line (train.py's) when training the model of model_cfg (a mixer.ModelConfig) needs more
+    than the device's memory: 16 bytes a parameter (its float32 weight, gradient and two Adam moments),
+    counted on the meta device (nothing allocated)."""
+    with torch.device('meta'):
+        n = mixer.build_model(model_cfg).num_params()
+    if why := memory_error(16 * n, env.dev, f'training the model of {n:,} parameters'):
+        fail(why)
+
+
 def memory_error(need, device, what):
     """None if `need` bytes fit the memory of `device` (a GPU's own, else the machine's physical memory), else
     one line: what `what` would need and what the device has (train.py's model, bench.py's tables)."""
@@ -203,6 +214,16 @@ def setup_device(cfg):
         torch.backends.cudnn.allow_tf32 = True
     return SimpleNamespace(dev=dev, cuda=cuda, ddp=ddp, rank=rank, world=world, local=local, master=rank == 0,
                            dtype=dtype, autocast=autocast(dev, dtype))
+
+
+def end_ddp(clean):
+    """End this process's part of a DDP run: wait for every rank when it ended `clean` (rank 0 may still be
+    saving), collect the garbage (DDP sits in reference cycles: freed at interpreter exit, after gloo's
+    threads, it aborted about one run in 20 with SIGABRT), then destroy the process group."""
+    if clean:
+        dist.barrier()
+    gc.collect()
+    dist.destroy_process_group()
 
 
 def collective_failure(e, cfg, env):

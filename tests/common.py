@@ -26,7 +26,9 @@ import unittest
 import warnings
 from types import SimpleNamespace
 
+import numpy as np
 import torch
+from einops import rearrange
 
 import mixer
 
@@ -55,6 +57,26 @@ def tiny_model(name, seed=0, **kw):
     return model
 
 
+def heads(mixing, x):
+    """A masked token mixing's heads of x float [B, T, d] (its proj_in, then split) -> [B, H, T, e]."""
+    return rearrange(mixing.proj_in(x), 'b t (h e) -> b h t e', h=mixing.n_head)
+
+
+def merge(mixing, y):
+    """The heads y float [B, H, T, e] of a masked token mixing concatenated and projected (proj_out) -> [B, T, d]."""
+    return mixing.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
+
+
+def encode_split(enc, stories):
+    """The reference encoding of a list of stories (str), each followed by <|endoftext|>, all at once ->
+    uint16 numpy array [n_tokens]: what data/prepare.py's encode_stream must write, byte for byte."""
+    ids = []
+    for toks in enc.encode_ordinary_batch(stories):
+        ids.extend(toks)
+        ids.append(enc.eot_token)
+    return np.array(ids, dtype=np.uint16)
+
+
 def step_pieces(model, idx, cuts, tensor_pos=False):
     """model.step over idx long [B, T] in pieces of `cuts` tokens (each a step of that many tokens after
     the ones before, on one set of buffers from model.init_state) -> the logits after each piece: float
@@ -63,7 +85,7 @@ def step_pieces(model, idx, cuts, tensor_pos=False):
     layers, pos, outs = model.init_state(idx.shape[0]), 0, []
     with torch.no_grad():
         for n in cuts:
-            outs.append(model.step(idx[:, pos:pos + n], torch.tensor(pos) if tensor_pos else pos, layers))
+            outs.append(model.step(idx[:, pos:pos + n], layers, torch.tensor(pos) if tensor_pos else pos))
             pos += n
     return torch.stack(outs, 1)
 

@@ -8,9 +8,16 @@ mixing's own decoding, one interface, every head size decodes, the Decoder's ref
     TestHeadSizes      every kind decodes at an odd head size its config accepts (or refuses it in one line)
     TestDecoderInputs  what a Decoder cannot take is a ValueError; a step of t tokens advances t
     TestMigration      a checkpoint in the older names loads with the same logits
+    TestReadingPath    one flat forward passes through at most 8 of the project's functions, one decode step
+                       through 10, none in attention.py; Toeplitz, recurrent, transformer at most 2 more
+    TestLayers         the model files import no harness, data/ nothing of experiments/; matrices() where
+                       matrix() is; an autoencoder's encoder sees the positions its kind uses
 """
 
+import ast
+import inspect
 import os
+import sys
 import tempfile
 import unittest
 from unittest import mock
@@ -22,7 +29,7 @@ import attention
 import mixer
 import sample
 from harness import checkpoint
-from tests.common import TINY, tiny_model
+from tests.common import ROOT, TINY, heads, merge, tiny_model
 
 # every sequence mixing class, in forward form (attention naive: SDPA's flag is its own test below)
 MIXING_VARIANTS = ('flat', 'expanded', 'multihead', 'kernel', 'toeplitz', 'recurrent', 'transformer_naive',
@@ -94,10 +101,10 @@ class TestOwnDecoding(unittest.TestCase):
         state = mix.init_state(2)
         with torch.no_grad():
             ys = torch.cat([mix.step(z[:, t:t + 1], state, t) for t in range(11)], 1)
-            y_scan, h_scan = mix.scan(mix.split(z), None, 0)
-            torch.testing.assert_close(ys, mix.merge(y_scan), atol=1e-5, rtol=1e-5)
+            y_scan, h_scan = mix.scan(heads(mix, z), None, 0)
+            torch.testing.assert_close(ys, merge(mix, y_scan), atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(state['h'], h_scan, atol=1e-5, rtol=1e-5)
-            u, a = mix.split(z), mix.log_a().exp()
+            u, a = heads(mix, z), torch.sigmoid(mix.a_logit)
             h = torch.zeros_like(u[:, :, 0])
             for t in range(11):                               # column heads u = z_t, row heads u = v_t z_t
                 h = a[:, None] * h + torch.where(mix.column[:, 0], u[:, :, t], mix.v[:, t, None] * u[:, :, t])
@@ -195,7 +202,7 @@ class TestDecoderInputs(unittest.TestCase):
             dec.prefill(idx[:, :4])
             with self.subTest(compiled=compiled):
                 torch.testing.assert_close(dec.step(idx[:, 4:7]), full[:, 6], atol=1e-5, rtol=1e-5)
-                self.assertEqual((dec.pos, int(dec.pos_on_device)), (7, 7))
+                self.assertEqual(dec.pos, 7)
                 torch.testing.assert_close(dec.step(idx[:, 7:8]), full[:, 7], atol=1e-5, rtol=1e-5)
 
 
@@ -222,6 +229,118 @@ class TestMigration(unittest.TestCase):
                 again.load_state_dict(ckpt['model'])
                 with torch.no_grad():
                     torch.testing.assert_close(again(idx)[0], model(idx)[0])
+
+
+def traced(call):
+    """The project's functions (files of the repository but tests/) that call() passes through, in the order
+    first entered (sys.setprofile) -> list of (file relative to the root, qualified name)."""
+    seen = []
+
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == 'call' and path.startswith(ROOT) and not path.startswith(os.path.join(ROOT, 'tests')):
+            name = (os.path.relpath(path, ROOT), frame.f_code.co_qualname)
+            if name not in seen:
+                seen.append(name)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+class TestReadingPath(unittest.TestCase):
+    """The teaching layer as a student follows it: one forward pass with targets (logits and loss) and one
+    eager decode step (sample.Decoder.step after a prefill), traced."""
+
+    def paths(self, name):
+        """(forward path, decode step path) of a tiny model of variant `name`, each traced()'s list."""
+        model = tiny_model(name)
+        idx = torch.randint(0, 64, (2, 12))
+        dec = sample.Decoder(model, 2)
+        dec.prefill(idx[:, :5])
+        return traced(lambda: model(idx, idx)), traced(lambda: dec.step(idx[:, 5:6]))
+
+    def test_the_flat_mixer_reads_in_mixer_py(self):
+        """Flat: its forward through at most 8 functions in at most 2 files, its decode step through at most
+        10, none of either in attention.py (the baselines' file). Toeplitz, recurrent and transformer: at
+        most 2 more than the flat mixer's on each path."""
+        flat = self.paths('flat')
+        for path, most in zip(flat, (8, 10)):
+            files = {f for f, _ in path}
+            with self.subTest(path=' > '.join(q for _, q in path)):
+                self.assertLessEqual(len(path), most)
+                self.assertNotIn('attention.py', files)
+        self.assertLessEqual(len({f for f, _ in flat[0]}), 2)
+        for name in ('toeplitz', 'recurrent', 'transformer'):
+            for path, of_flat in zip(self.paths(name), flat):
+                with self.subTest(variant=name, path=' > '.join(q for _, q in path)):
+                    self.assertLessEqual(len(path), len(of_flat) + 2)
+
+
+def imports(path):
+    """The modules a Python file imports, anywhere in it (a function's imports too) -> set of dotted names."""
+    with open(os.path.join(ROOT, path), encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f'{node.module}.{a.name}' for a in node.names}
+    return names
+
+
+class TestLayers(unittest.TestCase):
+
+    def test_what_each_layer_imports(self):
+        """mixer.py and attention.py import torch, einops and each other only (no harness module); data/
+        imports nothing of experiments/ (the tokenizer.json conversion is data/tokenizer.py's)."""
+        for path in ('mixer.py', 'attention.py'):
+            with self.subTest(path=path):
+                self.assertEqual({n.split('.')[0] for n in imports(path)} - {'torch', 'einops', 'math', 'functools',
+                                                                             'dataclasses', 'sys', 'mixer', 'attention'},
+                                 set())
+        for f in sorted(os.listdir(os.path.join(ROOT, 'data'))):
+            if f.endswith('.py'):
+                with self.subTest(path=f'data/{f}'):
+                    self.assertEqual({n for n in imports(f'data/{f}') if n.startswith('experiments')}, set())
+
+    def test_matrices_where_the_matrix_is(self):
+        """Every mixing class that answers matrices() (what experiments/look.py draws) defines matrix(), and
+        its matrices are tensors."""
+        classes = [c for c in vars(mixer).values() if inspect.isclass(c) and issubclass(c, mixer.HeadMixing)]
+        self.assertGreaterEqual(len(classes), 6)
+        for cls in classes:
+            with self.subTest(mixing=cls.__name__):
+                self.assertEqual(hasattr(cls, 'matrices'), hasattr(cls, 'matrix'))
+        for name in ('flat', 'kernel', 'expanded', 'toeplitz', 'recurrent'):
+            mats = tiny_model(name).blocks[0].mixing.matrices(8)
+            with self.subTest(variant=name):
+                self.assertTrue(mats and all(torch.is_tensor(m) for m in mats.values()))
+
+    def test_an_autoencoders_encoder_sees_positions(self):
+        """With learned positions (gpt, posenc) the encoder adds them as the language model does: one token
+        repeated 5 and 9 times embeds differently (without them attention over equal vectors could not tell).
+        An autoencoder saved before its encoder had positions (no 'wpe') reads with wpe = 0: its own logits."""
+        idx = torch.full((1, 9), 7)
+        for name in ('gpt', 'posenc'):
+            model = tiny_model(name, task='autoencode')
+            with self.subTest(variant=name), torch.no_grad():
+                self.assertIsNotNone(model.wpe)
+                self.assertGreater((model.encode(idx[:, :5]) - model.encode(idx)).abs().max().item(), 1e-3)
+        with torch.no_grad():
+            model.wpe.zero_()
+            want = model(idx)[0]
+        state = {k: v for k, v in model.state_dict().items() if k != 'wpe'}
+        path = os.path.join(tempfile.mkdtemp(), 'old.pt')
+        torch.save({'model': state, 'model_config': vars(model.cfg), 'config': {}, 'step': 1}, path)
+        ckpt = checkpoint.read_checkpoint(path)
+        again = mixer.build_model(mixer.ModelConfig(**ckpt['model_config'])).eval()
+        again.load_state_dict(ckpt['model'])
+        with torch.no_grad():
+            torch.testing.assert_close(again(idx)[0], want)
 
 
 if __name__ == '__main__':

@@ -90,10 +90,10 @@ class TestCompile(unittest.TestCase):
         Toeplitz mixing switches to the FFT (T >= 16); the chunked kinds at most 3 per
         number of chunks (a last chunk of 1 token, of 2..7 and of 8 specialise
         apart; measured 8 graphs in all for 1 to 3 chunks of 8): never one per
-        length. These are the kinds whose code depends on the length: the dense
+        length. These are the kinds whose code depends on the length: the flat
         slices, the FFT switch, the chunk loops, SDPA."""
         for name, bound in (('toeplitz', 4), ('recurrent', 8), ('transformer', 3)):   # linear attention
-            # chunks as the recurrent mixing does (attention.chunk_starts); flat slices as Toeplitz does
+            # chunks as the recurrent mixing does (counted first); flat slices as Toeplitz does
             with self.subTest(kind=name), torch._dynamo.config.patch(recompile_limit=64):   # dynamo's 8 would
                 # cap the count (it then runs eager) and hide a compilation per length
                 torch._dynamo.reset()
@@ -251,9 +251,9 @@ class TestDecoder(unittest.TestCase):
         self.assertTrue(torch.equal(out, sample.generate(model, idx, 30, temperature=0)))
 
     def test_a_small_step_on_the_cpu_runs_on_one_thread(self):
-        """On the CPU a decode step of batch x d_model <= sample.ONE_THREAD_WIDTH runs on one torch thread,
-        eager and compiled, and the thread count is the caller's again after it; a wider step (and the
-        prompt's prefill) keeps the caller's threads."""
+        """On the CPU generate's decode steps of batch x d_model <= sample.ONE_THREAD_WIDTH run on one torch
+        thread (the Decoder's `threads`), eager and compiled, and the thread count is the caller's again
+        after it; a wider step, and the prompt's prefill, keep the caller's threads."""
         before, seen = torch.get_num_threads(), []
         model = tiny_model('flat')
         step = model.step
@@ -265,10 +265,9 @@ class TestDecoder(unittest.TestCase):
                 torch._dynamo.reset()
                 dec = sample.Decoder(model, batch, compile=compiled, backend='eager')
                 seen.clear()
-                dec.prefill(torch.zeros(batch, 3, dtype=torch.long))
-                dec.step(torch.zeros(batch, 1, dtype=torch.long))
+                sample.generate(model, torch.zeros(batch, 3, dtype=torch.long), 3, temperature=0, decoder=dec)
                 with self.subTest(batch=batch, compiled=compiled):
-                    self.assertEqual(seen, [2, want])          # the prefill's, the step's
+                    self.assertEqual(seen, [2, want, want])          # the prefill's, the two steps'
                     self.assertEqual(torch.get_num_threads(), 2)
         finally:
             torch.set_num_threads(before)

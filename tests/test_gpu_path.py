@@ -208,7 +208,7 @@ class TestDecoder(unittest.TestCase):
                 with mock.patch('torch.tensor', side_effect=AssertionError('torch.tensor in a decode step')):
                     for t in range(5):
                         dec.step(torch.ones(1, 1, dtype=torch.long))
-                self.assertEqual(int(dec.pos_on_device), dec.pos)
+                self.assertEqual(int(dec.pos_on_device), dec.pos - 1)     # the last token's position
 
     def test_a_prefill_a_slice_of_the_batch_at_a_time_equals_the_full_forward(self):
         """Decoder.prefill of rows: three sequences prefilled in two slices of an allocated batch (one

@@ -13,9 +13,10 @@ from unittest import mock
 import numpy as np
 import torch
 
+import attention
 import mixer
 import sample
-from tests.common import TINY, prepared_data, step_pieces, tiny_model
+from tests.common import TINY, heads, merge, prepared_data, step_pieces, tiny_model
 
 # ----------------------------------------------------------------------------- causality and caches
 
@@ -169,7 +170,7 @@ class TestIncremental(unittest.TestCase):
             keys.append(k.shape[2])
             return sdpa(q, k, v, **kw)
         mixings = {'flat': (mixer.FlatMixing(2048, 256), 10), 'toeplitz': (mixer.ToeplitzMixing(2048, 256, 4), 2.5),
-                   'attention': (mixer.Attention(2048, 256, 4), 2.5)}
+                   'attention': (attention.Attention(2048, 256, 4), 2.5)}
         for name, (mixing, ratio) in mixings.items():
             for as_pos in (int, torch.tensor):
                 work, state = [], mixing.init_state(1)
@@ -204,8 +205,8 @@ class TestIncremental(unittest.TestCase):
             model = tiny_model(name)
             calls, model_step = [], model.step
 
-            def spy(idx, pos, layers):
-                logits = model_step(idx, pos, layers)
+            def spy(idx, layers, pos):
+                logits = model_step(idx, layers, pos)
                 calls.append((int(pos), idx.clone(), logits[:, None]))     # the decoder reuses its input tensor
                 return logits
             model.step = spy
@@ -304,7 +305,7 @@ class TestVariants(unittest.TestCase):
         for k in (2, 3, 4):
             layer = self.random_masked(mixer.KernelMixing, kernel=k)
             x = torch.randn(2, 7, 10)
-            z = layer.split(x)                                               # the heads [2, 2, 7, 5]
+            z = heads(layer, x)                                              # the heads [2, 2, 7, 5]
             ref = torch.zeros(2, 2, 7, 5)
             for h in range(2):
                 for i in range(7):
@@ -316,7 +317,7 @@ class TestVariants(unittest.TestCase):
                                 for j in range(i + 1):
                                     ref[:, h, i, f] += layer.W[h, u, i, j] * z[:, h, j, g]
             with self.subTest(k=k):
-                self.assert_forward_and_steps(layer, x, layer.merge(ref), 3)
+                self.assert_forward_and_steps(layer, x, merge(layer, ref), 3)
 
     def test_expanded_mixing_equals_a_loop_over_hidden_rows(self):
         """Expansion e: hidden row r (position r // e) is g_r = GELU(c[r] + sum_{j <= r//e}
@@ -324,7 +325,7 @@ class TestVariants(unittest.TestCase):
         for e in (2, 3):
             layer = self.random_masked(mixer.ExpandedMixing, expansion=e)
             x = torch.randn(2, 7, 10)
-            z = layer.split(x)                                               # the heads [2, 2, 7, 5]
+            z = heads(layer, x)                                              # the heads [2, 2, 7, 5]
             ref = torch.zeros(2, 2, 7, 5)
             for h in range(2):
                 hidden = []
@@ -335,7 +336,7 @@ class TestVariants(unittest.TestCase):
                     ref[:, h, i] = layer.c2[h, i, 0] + sum(layer.W2[h, i, r] * hidden[r]
                                                            for r in range(7 * e) if r // e <= i)
             with self.subTest(e=e):
-                self.assert_forward_and_steps(layer, x, layer.merge(ref), 4)
+                self.assert_forward_and_steps(layer, x, merge(layer, ref), 4)
 
     def test_linear_mixer_is_linear_in_the_embeddings(self):
         model = tiny_model('linear')
@@ -361,13 +362,13 @@ class TestVariants(unittest.TestCase):
             torch.manual_seed(0)
             hybrid = mixer.build_model(mixer.variant_config('hybrid', **{**TINY, 'token_mixing': mixing,
                                                                           'fft_threshold': 10 ** 6})).eval()
-            mix = hybrid.blocks[0].mixing.mix
+            mix = hybrid.blocks[0].mixing.token_mixing
             x = torch.randn(2, 24, 32)
             with self.subTest(mixing=mixing):
                 self.assertTrue(torch.equal(mix(x), x))
             transformer = mixer.build_model(mixer.variant_config('transformer', **TINY)).eval()
             state = {k.replace('mixing.attn.', 'mixing.'): v for k, v in hybrid.state_dict().items()
-                     if '.mixing.mix.' not in k}
+                     if '.mixing.token_mixing.' not in k}
             transformer.load_state_dict(state)
             idx = torch.randint(0, 64, (2, 24))
             with self.subTest(mixing=mixing):
@@ -378,8 +379,8 @@ class TestVariants(unittest.TestCase):
         model = tiny_model('hybrid_parallel')
         branch = model.blocks[0].mixing
         z = torch.randn(2, 24, 32)
-        torch.testing.assert_close(branch(z), branch.attn(z) + branch.mix(z), atol=0, rtol=0)
-        for part in (branch.attn, branch.mix):
+        torch.testing.assert_close(branch(z), branch.attn(z) + branch.token_mixing(z), atol=0, rtol=0)
+        for part in (branch.attn, branch.token_mixing):
             self.assertGreater(part(z).abs().max().item(), 1e-3)
 
 

@@ -9,9 +9,13 @@ end-of-run summary. The data dir is tests.common.prepared_data() (real TinyStori
 text); without it these tests skip (and fail under CI=true, see test_mixer.py).
 """
 
+import contextlib
 import dataclasses
 import hashlib
+import inspect
+import io
 import itertools
+import json
 import os
 import platform
 import re
@@ -23,7 +27,7 @@ import unittest
 import torch
 
 import mixer
-from harness import optim
+from harness import configurator, optim
 from tests.common import finished, prepared_data, read_log, run, run_in_process, start
 
 TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
@@ -122,19 +126,27 @@ class Base(unittest.TestCase):
 
 class TestSettings(unittest.TestCase):
 
-    def test_model_settings_are_model_configs_fields_and_defaults(self):
-        """train.py lists the model's settings for its reader (as nanoGPT lists n_layer, n_head, n_embd):
-        every field of mixer.ModelConfig but vocab_size (meta.json's) and task (train.py's own), each with
-        ModelConfig's default, value and type (fft_threshold and chunk_size: None, the device's tuning),
-        so the two cannot drift apart."""
+    def test_model_settings_are_model_configs_fields_with_their_help(self):
+        """The model's settings are declared once, in mixer.ModelConfig: train.py --help lists every field but
+        vocab_size (meta.json's) with ModelConfig's default (fft_threshold and chunk_size: None, the
+        device's tuning) and the field's own comment as its help, as it lists train.py's settings with theirs."""
         import train as train_py
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):
+            configurator.parse_overrides(['--help'], train_py.DEFAULTS, train_py.__doc__, train_py)
+        lines = {line.split('=')[0].strip(): line for line in out.getvalue().splitlines() if line.startswith('  --')}
+        source = inspect.getsource(mixer.ModelConfig)
         for f in dataclasses.fields(mixer.ModelConfig):
-            if f.name in ('vocab_size', 'task'):
+            if f.name == 'vocab_size':
                 continue
             with self.subTest(field=f.name):
-                self.assertTrue(f.name in train_py.DEFAULTS, f'ModelConfig.{f.name} is not a train.py setting')
-                want, got = None if f.name in train_py.TUNING_KEYS else f.default, train_py.DEFAULTS[f.name]
-                self.assertEqual((type(got), got), (type(want), want), f'train.py {f.name} != ModelConfig\'s')
+                want = None if f.name in configurator.TUNING_KEYS else f.default
+                self.assertEqual(train_py.DEFAULTS[f.name], want)
+                help_text = re.search(rf'^    {f.name}: .*?  # (.*)$', source, re.M)
+                self.assertTrue(lines[f'--{f.name}'].startswith(f'  --{f.name}={want!r}'))
+                if help_text:
+                    self.assertIn(help_text.group(1).strip(), lines[f'--{f.name}'])
+        self.assertIn('windows per micro-step per process', lines['--batch_size'])      # train.py's own comment
 
 
 class TestTrainPy(Base):
@@ -332,6 +344,11 @@ class TestTrainPy(Base):
         for f in os.listdir(prepared_data()):
             shutil.copy(os.path.join(prepared_data(), f), data)
         shutil.copy(os.path.join(data, 'train.bin'), os.path.join(data, 'val.bin'))
+        with open(os.path.join(data, 'meta.json')) as f:
+            meta = json.load(f)
+        meta['val']['tokens'] = meta['train']['tokens']                 # val.bin is train.bin's copy: its count
+        with open(os.path.join(data, 'meta.json'), 'w') as f:
+            json.dump(meta, f)
         for data_dir, same in ((data, True), (prepared_data(), False)):
             out = tempfile.mkdtemp(prefix='mixer_eval_train_')
             r = here('train.py', f'--data_dir={data_dir}', *TINY_ARGS, '--max_iters=4', '--eval_interval=2',
@@ -417,7 +434,7 @@ class TestMuon(unittest.TestCase):
         for name in ('flat', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'hybrid', 'linear_attention'):
             for task in ('lm', 'autoencode'):
                 model = mixer.build_model(mixer.variant_config(name, vocab_size=64, n_ctx=8, d_model=16, n_layer=2,
-                                                               embed_linear=True, task=task))
+                                                               embed_proj=True, task=task))
                 # by name: 2-D '.weight' of the blocks (linear layers); not the mixings' W / w / v,
                 # not wte / lm_head / embed_proj / norms / biases
                 expected = {n for n, p in model.named_parameters()
