@@ -34,7 +34,9 @@ def make_mixing(cfg):
 
 def make_ff(cfg):
     """A baseline block's feed-forward: GPT-2's GELU MLP (mixer.MLP) or llama's SwiGLU."""
-    return MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation) if cfg.kind == 'gpt' else SwiGLU(cfg.d_model, cfg.ff_mult)
+    if cfg.kind == 'gpt':
+        return MLP(cfg.d_model, cfg.ff_mult * cfg.d_model, cfg.activation)
+    return SwiGLU(cfg.d_model, cfg.ff_mult)
 
 
 # ----------------------------------------------------------------------------- softmax attention

@@ -445,7 +445,8 @@ class RecurrentMixing(HeadMixing):
             if h is None:
                 hs = self.mix(self.powers(u.shape[2]).to(u.dtype), u)                  # [B, H, C, e]
             else:                                                                       # h the input at -1
-                hs = self.mix(self.powers(u.shape[2] + 1).to(u.dtype), torch.cat([h[:, :, None].to(u.dtype), u], 2))[:, :, 1:]
+                u = torch.cat([h[:, :, None].to(u.dtype), u], 2)
+                hs = self.mix(self.powers(u.shape[2]).to(u.dtype), u)[:, :, 1:]
             ys.append(torch.where(self.column, v * hs, hs) + self.c[:, rows])
             h = hs[:, :, -1]
         return torch.cat(ys, dim=2), h
@@ -592,7 +593,8 @@ class LanguageModel(TokenModel):
         return self.lm_head(self.norm_f(x[:, -1]))
 
     def embed(self, idx, layer=None):
-        """A text's embedding (Badger 2024): its last token's hidden vector after block `layer` (default the last): [B, d]."""
+        """A text's embedding (Badger 2024): its last token's hidden vector after block `layer` (default the
+        last): float [B, d]."""
         return self.hidden(idx, layer=layer)[:, -1]
 
 

@@ -92,7 +92,8 @@ class Decoder(nn.Module):
     def __init__(self, model, batch_size=1, compile=False, backend='inductor'):
         super().__init__()
         p = next(model.parameters())
-        self.model, self.max_len, self.batch, self.device, self.param_dtype = model, model.max_len, batch_size, p.device, p.dtype
+        self.model, self.max_len, self.batch = model, model.max_len, batch_size
+        self.device, self.param_dtype = p.device, p.dtype
         self.dtype = autocast_dtype(p.device) or p.dtype
         self.state = model.init_state(batch_size, dtype=self.dtype)
         self.pos = 0                       # the next position

@@ -236,7 +236,7 @@ def main(argv):
     t_wall = time.perf_counter()
     cfg, ckpt = configurator.settings(argv, DEFAULTS, __doc__, sys.modules[__name__])
     try:
-        lock = checkpoint.claim_run_folder(cfg, ckpt, int(os.environ.get('RANK', 0)))   # rank 0's: out_dir locked while main runs
+        lock = checkpoint.claim_run_folder(cfg, ckpt, int(os.environ.get('RANK', 0)))   # rank 0 locks out_dir
         env = machine.setup_device(cfg)
         meta, train_data, val_data = read_prepared(cfg['data_dir'], cfg['n_ctx'])
         run = build_run(cfg, ckpt, env, meta)
@@ -259,7 +259,7 @@ def main(argv):
             raise
         code = record.stopped(f'error: {what}; stopping', 1)
     finally:
-        checkpoint.release_run_folder(record.log, lock)         # out_dir free for the next run (a pool process trains several)
+        checkpoint.release_run_folder(record.log, lock)         # free for the next run (a pool process trains several)
     if env.ddp:
         del run, record                # DDP sits in reference cycles: freed before its process group ends
         machine.end_ddp(clean=code == 0)

@@ -136,8 +136,9 @@ def write_outputs(out, fill):
 
 def read_tokenizer(path):
     """--tokenizer `path`: a tokenizer.tiktoken rank file, or a Hugging Face tokenizer.json (a byte-level BPE,
-    converted by data/tokenizer.read_tokenizer_json) -> (tiktoken.Encoding, the rank file's content, bytes). Raises FileNotFoundError if it is not a file (check_file), ValueError if it
-    cannot be read or converted (one line)."""
+    converted by data/tokenizer.read_tokenizer_json) -> (tiktoken.Encoding, the rank file's content, bytes).
+    Raises FileNotFoundError if it is not a file (check_file), ValueError if it cannot be read or converted
+    (one line)."""
     check_file(path, "tokenizer file")
     with open(path, "rb") as f:
         content = f.read()

@@ -154,7 +154,8 @@ def read_data_dir_stories(data_dir, split):
         raise UsageError(f'{e}' + ('; or pass --text or --pairs' if 'meta.json not found' in str(e) else ''))
     if found != meta['tokenizer_sha256']:
         raise UsageError(f'{tok_path} (sha256 {found}) is not the tokenizer meta.json records (sha256 '
-                         f'{meta["tokenizer_sha256"]}): the token files were encoded with another; run data/prepare.py again')
+                         f'{meta["tokenizer_sha256"]}): the token files were encoded with another; run '
+                         'data/prepare.py again')
     ids = ids[('train', 'val').index(split)]
     ends = np.flatnonzero(ids == int(meta['eot_id']))
     starts = np.concatenate([[0], ends + 1])

@@ -329,7 +329,8 @@ def check_same_tokens(path, enc, hf_ids, texts=PROBES):
 
 def read_tokenizer_json(path):
     """A Hugging Face tokenizer.json file -> (tiktoken.Encoding, its rank file's text, hf_ids: list of int,
-    the tokenizer.json id of each id 0..V-1 of the Encoding); checked on PROBES. Raises ConvertError (one line): a missing or unreadable file, one convert_tokenizer refuses."""
+    the tokenizer.json id of each id 0..V-1 of the Encoding); checked on PROBES. Raises ConvertError (one
+    line): a missing or unreadable file, one convert_tokenizer refuses."""
     if not os.path.isfile(path):
         raise ConvertError(f'--tokenizer {path} ' + ('is a folder; give its tokenizer.json' if os.path.isdir(path)
                                                      else 'not found'))

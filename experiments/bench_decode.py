@@ -86,7 +86,8 @@ def time_generation(model, prompt_len, n_new, recompute, args):
             if recompute:
                 logits = model(idx[:, -model.max_len:])[0][:, -1]
             else:
-                logits = dec.prefill(idx) if i == 0 else dec.step(idx[:, -1:])
+                with sample.intra_op_threads(None if i == 0 else dec.threads):       # as sample.generate
+                    logits = dec.prefill(idx) if i == 0 else dec.step(idx[:, -1:])
             machine.sync(args.device)
             times.append(1e3 * (time.perf_counter() - t0))
             idx = torch.cat([idx, sample.sample_next(logits, temperature=0)], dim=1)
@@ -134,20 +135,22 @@ def copy_bandwidth(device, nbytes=2 ** 28, repeats=5):
 
 
 @torch.no_grad()
-def decode_ms(step, prompt, n_new, wait=lambda: None):
+def decode_ms(step, prompt, n_new, wait=lambda: None, threads=None):
     """Median ms per step of `step` (long [B, 1] -> logits [B, vocab]) over n_new greedy tokens
-    after feeding the prompt (long [B, P]) one token at a time. wait() (the device's synchronize)
-    runs before each clock read, so that every column times the work done, not its launch."""
-    for t in range(prompt.shape[1]):
-        logits = step(prompt[:, t:t + 1])
-    times = []
-    for _ in range(n_new):
-        nxt = logits.argmax(-1, keepdim=True)
-        wait()
-        t0 = time.perf_counter()
-        logits = step(nxt)
-        wait()
-        times.append(1e3 * (time.perf_counter() - t0))
+    after feeding the prompt (long [B, P]) one token at a time, on `threads` torch threads (None: as they
+    are; a Decoder's `threads`: as sample.generate steps it). wait() (the device's synchronize) runs
+    before each clock read, so that every column times the work done, not its launch."""
+    with sample.intra_op_threads(threads):
+        for t in range(prompt.shape[1]):
+            logits = step(prompt[:, t:t + 1])
+        times = []
+        for _ in range(n_new):
+            nxt = logits.argmax(-1, keepdim=True)
+            wait()
+            t0 = time.perf_counter()
+            logits = step(nxt)
+            wait()
+            times.append(1e3 * (time.perf_counter() - t0))
     return statistics.median(times)
 
 
@@ -158,7 +161,7 @@ def eager_ms(model, start, args, wait):
     dec = sample.Decoder(model)
     prompt = torch.randint(args.vocab_size, (1, start), device=args.device)
     dec.prefill(prompt[:, :-1])
-    return decode_ms(dec.step, prompt[:, -1:], args.decode_tokens, wait)
+    return decode_ms(dec.step, prompt[:, -1:], args.decode_tokens, wait, dec.threads)
 
 
 def graphs_compiled():
@@ -198,7 +201,7 @@ def bench_decode(args):
                 dec.step(prompt[:, 1:2])                   # the first step compiles
                 compile_s = time.perf_counter() - t0
                 dec.prefill(prompt[:, :1])                 # the sequence again, its buffers zeroed
-                compiled = decode_ms(dec.step, prompt[:, 1:], args.decode_tokens, wait)
+                compiled = decode_ms(dec.step, prompt[:, 1:], args.decode_tokens, wait, dec.threads)
             print(md_row([name, f'{d_model} x {n_layer}', f'{model.num_params() / 1e6:.2f}M', fmt_bytes(wbytes),
                           f'{limit:.3f}', *(f'{ms:.3f}' for ms in eager), f'{compiled:.3f}',
                           f'{compiled / limit:.1f}x', f'{compile_s:.0f}', graphs_compiled() - graphs]), flush=True)
@@ -276,7 +279,7 @@ def serve_cell(model, batch, n_ctx, args):
         dec.prefill(tokens[r:r + rows, :prompt_len], slice(r, r + rows))
     machine.sync(args.device)
     prefill_ms = 1e3 * (time.perf_counter() - t0)
-    ms = decode_ms(dec.step, tokens[:, prompt_len:], args.serve_tokens, lambda: machine.sync(args.device))
+    ms = decode_ms(dec.step, tokens[:, prompt_len:], args.serve_tokens, lambda: machine.sync(args.device), dec.threads)
     return dict(prefill_ms=prefill_ms, ms=ms, per_seq=nbytes(dec.state_tensors()) // batch,
                 peak=torch.cuda.max_memory_allocated(args.device) if cuda else None)
 
@@ -348,7 +351,8 @@ def bench_sdpa(args):
             try:
                 with sdpa_kernel(getattr(SDPBackend, backend)) if backend != 'default' else nullcontext(), \
                         machine.autocast(args.device, args.dtype):
-                    cell = f'{decode_ms(sample.Decoder(model).step, prompt, args.decode_tokens, wait):.3f}'
+                    dec = sample.Decoder(model)
+                    cell = f'{decode_ms(dec.step, prompt, args.decode_tokens, wait, dec.threads):.3f}'
             except RuntimeError as err:                    # no kernel of this backend for these inputs
                 cell = f'not available ({str(err).splitlines()[0][:60]})'
             print(md_row([backend.lower(), f'{d_model} x {n_layer}', cell]), flush=True)
@@ -385,9 +389,9 @@ def bench_loaded(args):
                 for _ in range(args.tries):
                     for own in tries:
                         dec = sample.Decoder(model, batch)
-                        dec.threads = dec.threads if own else None
                         dec.prefill(prompt[:, :-1])
-                        tries[own].append(decode_ms(dec.step, prompt[:, -1:], args.decode_tokens))
+                        tries[own].append(decode_ms(dec.step, prompt[:, -1:], args.decode_tokens,
+                                                    threads=dec.threads if own else None))
                 for own, ms in tries.items():
                     on = f'the decoder\'s: {dec.threads or "all"} thread{"s" * (dec.threads != 1)}' if own else 'all threads'
                     print(md_row([f'{busy} busy processes' if busy else 'nothing', batch, on,

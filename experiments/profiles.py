@@ -103,7 +103,7 @@ def profile_decode(args):
         prompt = torch.randint(args.vocab_size, (1, args.n_ctx // 4), device=args.device)
         with machine.autocast(args.device, args.dtype):      # the Decoder made under the autocast it steps in
             dec, graphs = sample.Decoder(model, compile=True, backend=args.backend), graphs_compiled()
-            ms = decode_ms(dec.step, prompt[:, :args.n_ctx // 8], args.tokens, wait)     # compiles, warms up
+            ms = decode_ms(dec.step, prompt[:, :args.n_ctx // 8], args.tokens, wait, dec.threads)     # compiles, warms up
             for t in range(args.n_ctx // 8, args.n_ctx // 4):                               # the prompt's rest
                 logits = dec.step(prompt[:, t:t + 1])
             wait()

@@ -42,8 +42,10 @@ def collect_defaults(namespace):
     """train.py's settings: the public names of its module namespace (globals()) bound to an int, float, bool,
     str or None, in order, then mixer.ModelConfig's fields (MODEL_KEYS and task; TUNING_KEYS None) ->
     {name: default}."""
-    own = {k: v for k, v in namespace.items() if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))}
-    model = {f.name: None if f.name in TUNING_KEYS else f.default for f in fields(mixer.ModelConfig) if f.name != 'vocab_size'}
+    own = {k: v for k, v in namespace.items()
+           if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))}
+    model = {f.name: None if f.name in TUNING_KEYS else f.default
+             for f in fields(mixer.ModelConfig) if f.name != 'vocab_size'}
     return {**own, **model}
 
 

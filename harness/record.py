@@ -189,7 +189,8 @@ class Record:
                    **({'final_train_windows_loss': ev['train_windows_loss']} if cfg['eval_train'] else {})}
         self.write(summary)
         speed = (f'steady {steady:,.0f} tok/s, MFU {machine.fmt_mfu(summary["steady_mfu"])} (logged steps after the '
-                 f'first interval); ' if steady else '') + f'whole run {tok_s:,.0f} tok/s, MFU {machine.fmt_mfu(summary["mfu"])}'
+                 f'first interval); ' if steady else '')
+        speed += f'whole run {tok_s:,.0f} tok/s, MFU {machine.fmt_mfu(summary["mfu"])}'
         memory = f' | peak GPU memory {summary["peak_memory_gib"]:.1f} GiB' if env.cuda else ''
         print(f'summary: final val loss {summary["final_val_loss"]:.4f} nats/token '
               f'({summary["final_val_bpb"]:.4f} bits/byte, acc {summary["final_val_acc"]:.3f}), '

@@ -1,7 +1,7 @@
 """The card's constraints where they live (issue "each in one form"): one causal rule in every mask, each
 mixing's own decoding, one interface, every head size decodes, the Decoder's refusals, older names migrated.
 
-    TestCausalRule     every mask of the models is attention.causal_mask (a leaky rule leaks in each);
+    TestCausalRule     every mask of the models is mixer.causal_mask (a leaky rule leaks in each);
                        SDPA's is_causal equals it; the Toeplitz FFT is causal by its padding
     TestOwnDecoding    the recurrent and linear-attention steps are their recurrences, equal to the scans;
                        every identity_start is the identity; every mixing answers decays()
@@ -53,8 +53,8 @@ class TestCausalRule(unittest.TestCase):
             return not torch.allclose(model(idx)[0][0, at], model(other)[0][0, at])
 
     def test_every_mask_is_the_one_rule(self):
-        """With attention.causal_mask replaced by a rule that lets a position read the next one, every
-        mixing leaks the future (its mask is that function's), and with the real rule none does."""
+        """With mixer.causal_mask (and attention.py's import of it) replaced by a rule that lets a position read
+        the next one, every mixing leaks the future (its mask is that function's); with the real rule none does."""
         for name in MIXING_VARIANTS:
             with self.subTest(variant=name):
                 self.assertFalse(self.future_leaks(tiny_model(name, fft_threshold=1000)))
