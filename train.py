@@ -64,6 +64,7 @@ save_checkpoint = True
 device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
 dtype = 'auto'                  # 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16'
 compile = False                 # torch.compile the model
+threads = None                  # CPU: torch's threads, None: chosen by measuring as the load moves (machine.ThreadChoice)
 ddp_timeout = 300               # seconds a DDP rank waits for the others in a collective before the run stops
 # model: every field of mixer.ModelConfig (n_ctx, d_model, n_layer, n_head, kind, token_mixing, task, ...) is a
 # setting of its name and default; vocab_size is the data's; fft_threshold and chunk_size (speed only) are the
@@ -214,8 +215,11 @@ def train(run, train_data, val_data, record, clock):
         lr = optim.lr_at(run.step, cfg)
         starts = draw_windows(run.batch_gen, len(train_data), cfg['n_ctx'], cfg['batch_size'],
                               cfg['grad_accum'], env.world)[env.rank]
+        started = time.perf_counter()
         loss = train_step(run.model, run.optimizers, train_data, starts, lr, cfg, env)
         run.step += 1
+        if change := env.threads.stepped(time.perf_counter() - started):   # the CPU's threads, as measured
+            record.threads(change)
         interval_steps += 1
         pending.append((run.step, loss))
         if not env.cuda:

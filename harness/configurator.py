@@ -149,6 +149,8 @@ def check_settings(cfg):
     for key in ('beta1', 'beta2'):
         if not 0 <= cfg[key] < 1:
             fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
+    if cfg['threads'] is not None and (not isinstance(cfg['threads'], int) or cfg['threads'] < 1):
+        fail(f'threads must be None (chosen by measuring) or an int >= 1, got {cfg["threads"]!r}')
     for key in ('fft_threshold', 'chunk_size'):
         if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
             fail(f'{key} must be None (the device\'s own) or an int >= 1, got {cfg[key]!r}')

@@ -172,7 +172,8 @@ def memory_error(need, device, what):
 def setup_device(cfg):
     """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is started here, NCCL
     on CUDA, gloo on CPU) and the precision of train.py's settings cfg -> SimpleNamespace(dev, cuda, ddp,
-    rank, world, local, master, dtype ('float32' | 'bfloat16'), autocast context). dev always names its GPU
+    rank, world, local, master, dtype ('float32' | 'bfloat16'), autocast context, threads: a ThreadChoice,
+    fixed by cfg['threads'] or OMP_NUM_THREADS set by the user (not torchrun's 1), on CUDA as they are). dev always names its GPU
     ('cuda:N'): a bare 'cuda' or 'auto' on a CUDA machine is the current device (cuda:0 unless
     CUDA_VISIBLE_DEVICES or the caller chose another), under torchrun cuda:LOCAL_RANK; CUDA calls that want
     an index (torch.cuda.set_device) get one. An unavailable device: one-line error, exit 2."""
@@ -209,11 +210,13 @@ def setup_device(cfg):
         except (RuntimeError, ValueError) as e:
             fail(f'device {dev}: {str(e).splitlines()[0]}')
     dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
+    omp = os.environ.get('OMP_NUM_THREADS') if 'LOCAL_WORLD_SIZE' not in os.environ else None   # torchrun sets 1
+    threads = ThreadChoice(fixed=torch.get_num_threads() if cuda else cfg.get('threads') or (omp and int(omp)))
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return SimpleNamespace(dev=dev, cuda=cuda, ddp=ddp, rank=rank, world=world, local=local, master=rank == 0,
-                           dtype=dtype, autocast=autocast(dev, dtype))
+                           dtype=dtype, autocast=autocast(dev, dtype), threads=threads)
 
 
 def end_ddp(clean):
@@ -245,6 +248,102 @@ def autocast(device, dtype):
     if dtype in ('bfloat16', 'bf16'):
         return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
     return nullcontext()
+
+
+# ----------------------------------------------------------------------------- the CPU's threads
+
+def cpu_share():
+    """The CPU cores this process may use: those of its affinity mask, divided among torchrun's processes on
+    this machine (LOCAL_WORLD_SIZE) -> int >= 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
+    return max(1, cores // int(os.environ.get('LOCAL_WORLD_SIZE', 1)))
+
+
+def idle_cores():
+    """The machine's idle CPU cores since the last call (Linux: /proc/stat's idle and iowait time over its
+    total, times the cores) -> float, or None on the first call or where /proc/stat cannot be read."""
+    try:
+        with open('/proc/stat') as f:
+            ticks = [int(t) for t in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    last, idle_cores.last = getattr(idle_cores, 'last', None), ticks
+    if last is None or sum(ticks) == sum(last):
+        return None
+    idle = ticks[3] + ticks[4] - last[3] - last[4]
+    return idle / (sum(ticks) - sum(last)) * (os.cpu_count() or 1)
+
+
+class ThreadChoice:
+    """torch's intra-op threads on the CPU, chosen by measuring and chosen again as the machine's load moves.
+    Why: with 2 threads on 2 cores and another busy process, each parallel region waits at its barrier for the
+    thread whose core the other process holds (a time slice), and the step runs several times slower than on
+    one thread; quiet, 2 threads are nearly twice as fast (docs/performance.md, "CPU training on a busy machine").
+
+    stepped(seconds, work=1) after each step of `work` units (a training step: 1) -> None, or the change made,
+    {'threads': new, 'from': old, 'rate': units/s at new, 'rate_from': units/s at old}. After `warmup` steps it
+    times `tries` steps at each count in candidates (1, 2, 4, ... and `cores`), leaving a count early whose
+    first step is over twice the best, and keeps the fastest; it measures again every `every` steps, when the
+    median of the last 3 steps moves by more than `margin` from the time it chose by, and when (Linux) at
+    least half a core stood idle while it ran on fewer than `cores`. Measuring costs about tries x (each
+    slower count's extra time) every `every` steps: under 1% of a quiet 2-core run at the defaults. `fixed`
+    (a count: --threads, or OMP_NUM_THREADS set by the user) or a share of one core: no choice, no change."""
+
+    def __init__(self, cores=None, fixed=None, warmup=5, tries=3, every=250, margin=0.3):
+        self.cores = fixed or cores or cpu_share()
+        counts = {*(2 ** i for i in range(self.cores.bit_length())), self.cores}
+        self.candidates = [] if fixed or self.cores == 1 else sorted(counts)
+        self.warmup, self.tries, self.every, self.margin = warmup, tries, every, margin
+        self.queue, self.times, self.recent, self.since, self.ref = [], {}, [], 0, None
+        self._set(self.cores)
+
+    def stepped(self, seconds, work=1.0):
+        if not self.candidates:
+            return None
+        t, self.since = seconds / work, self.since + 1
+        if self.queue:                                          # measuring
+            return self._measure(t)
+        if self.ref is None:                                    # warming up
+            if self.since >= self.warmup:
+                self._start()
+            return None
+        self.recent = (self.recent + [t])[-3:]
+        moved = len(self.recent) == 3 and abs(sorted(self.recent)[1] / self.ref - 1) > self.margin
+        idle = self.threads < self.cores and self.since % 10 == 0 and (idle_cores() or 0) >= 0.5
+        if moved or idle or self.since >= self.every:
+            self._start()
+        return None
+
+    def _start(self):
+        """Measure every candidate count, from the first."""
+        self.times, self.queue = {}, list(self.candidates)
+        self._set(self.queue[0])
+
+    def _measure(self, t):
+        """A step of the measuring took t seconds a unit at self.threads: go on to the next count, or choose."""
+        mine = self.times.setdefault(self.threads, [])
+        mine.append(t)
+        median = {n: sorted(v)[len(v) // 2] for n, v in self.times.items()}
+        best = min((median[n] for n, v in self.times.items() if len(v) == self.tries), default=None)
+        if len(mine) < self.tries and (best is None or t <= 2 * best):
+            return None
+        self.queue.pop(0)
+        if self.queue:
+            return self._set(self.queue[0])
+        old, new = self.chosen, min(median, key=median.get)
+        self.chosen, self.ref, self.since, self.recent = new, median[new], 0, []
+        self._set(new)
+        if new != old:
+            return {'threads': new, 'from': old, 'rate': 1 / median[new],
+                    'rate_from': 1 / median[old] if old in median else None}
+        return None
+
+    def _set(self, n):
+        """torch's intra-op threads set to n (the count measured next, or the one chosen)."""
+        if not hasattr(self, 'chosen'):
+            self.chosen = n
+        self.threads = n
+        torch.set_num_threads(n)
 
 
 # ----------------------------------------------------------------------------- time

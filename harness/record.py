@@ -4,7 +4,7 @@ and every rank stopping together (a NaN on one rank, a failed save).
 
     record = Record(cfg, env, run, meta, ckpt_path, log_file)    # log_file: rank 0's log.jsonl, else None
     record.start(ckpt)                         # the header: 'config' and 'schedule'
-    record.train(loss, lr, steps, clock)       # every log_interval steps
+    record.train(loss, lr, steps, clock)       # every log_interval steps; record.threads(change) as they change
     record.evaluated(ev, clock)                # at an evaluation: the line, the eval event, the checkpoint
     record.summary(clock, t_wall, len(train_data))   # at the end; record.stopped(what, code) when it stops early
 """
@@ -166,6 +166,15 @@ class Record:
                  f'{tok_s:,.0f} tok/s | MFU {machine.fmt_mfu(rec["mfu"])} | '
                  f'ETA {clock.eta(step - self.start_step, cfg["max_iters"] - step)}', flush=True)
         self.write(rec)
+
+    def threads(self, change):
+        """A change of the CPU's threads (machine.ThreadChoice.stepped's) -> its line and a 'threads' event."""
+        tok = tokens_per_step(self.cfg, self.env)
+        rates = [None if r is None else r * tok for r in (change['rate_from'], change['rate'])]
+        self.say(f'step {self.run.step:5d}/{self.cfg["max_iters"]} | threads {change["from"]} -> {change["threads"]}: '
+                 + ' -> '.join('?' if r is None else f'{r / 1e3:.1f}k' for r in rates) + ' tokens/s', flush=True)
+        self.write({'event': 'threads', 'step': self.run.step, 'threads': change['threads'], 'from': change['from'],
+                    'tokens_per_s': rates[1], 'tokens_per_s_from': rates[0]})
 
     def summary(self, clock, t_wall, train_tokens):
         """The 'summary' event and line (rank 0): final and best validation loss (nats/token, bits per byte),

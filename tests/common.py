@@ -41,6 +41,7 @@ NO_TEXT = f'no real text: set TINYSTORIES_DIR to a folder with train.txt and val
 # of CPU at one thread, 4.5 and 29.5 s at two; test_compile's test_training_tracks_float32 2.4 and
 # 2.5 s against 63 and 46 s. (The scripts the tests start as processes choose their own threads.)
 torch.set_num_threads(1)
+os.environ.setdefault('OMP_NUM_THREADS', '1')     # and the commands run in this process: fixed, not measured
 
 TINY = dict(vocab_size=64, n_ctx=24, d_model=32, n_layer=2, chunk_size=8, fft_threshold=16)
 
