@@ -45,17 +45,20 @@ from harness import machine
 import mixer
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
                                       bench_loaded, bench_sdpa, bench_serving, build, meta_bytes)
+from experiments.bench_load import bench_load
 from harness.cli import ArgumentParser, number
 from experiments.flags import listing
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
-TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa', 'loaded')   # loaded: asked for only
+TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa', 'loaded', 'load')   # the last two: asked for
 MEM_VARIANTS = ('flat', 'multihead', 'kernel', 'expanded', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent',
                 'linear_attention')
 QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
              mem_n_layer=1, mem_lengths=[64, 128], prompts=[16, 32], new_tokens=8, recompute_tokens=4,
              path_lengths=[32, 64], decode_variants=['flat'], decode_sizes=[(64, 2)], decode_tokens=16,
-             serve_batches=[1, 4], serve_contexts=[32, 128], serve_tokens=8, tries=2)
+             serve_batches=[1, 4], serve_contexts=[32, 128], serve_tokens=8, tries=2, load_steps=10, load_busy=[0, 1],
+             load_switch=(10, 20, 30), load_overrides=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4',
+                                                       '--eval_windows=4', '--log_interval=5'])
 
 
 def is_oom(err):
@@ -342,7 +345,7 @@ def parse_args(argv=None):
     p.add_argument('--dtype', choices=('fp32', 'bf16'), help='default: bf16 (autocast) on CUDA, fp32 on CPU')
     p.add_argument('--compile', action='store_true', help='also time the training step under torch.compile')
     p.add_argument('--quick', action='store_true', help='everything tiny (the smoke test): under a minute on 2 cores')
-    p.add_argument('--tables', type=listing(str, TABLES, what='table'), default=list(TABLES[:-1]),
+    p.add_argument('--tables', type=listing(str, TABLES, what='table'), default=list(TABLES[:-2]),
                    help='tables to print, comma separated')
     p.add_argument('--variants', type=listing(str, variants, what='variant'), default=list(variants),
                    help='variants of the training table, comma separated')
@@ -378,6 +381,15 @@ def parse_args(argv=None):
     p.add_argument('--busy', type=number(int, 0), default=2, help='processes that only spin beside the loaded table\'s step')
     p.add_argument('--tries', type=count, default=7, help='tries a row of the loaded table')
     p.add_argument('--loaded_batches', type=counts, default=[1], help='batch sizes of the loaded table')
+    p.add_argument('--load_config', default='config/tinystories_cpu.py', help='the load table\'s train.py config')
+    p.add_argument('--load_data_dir', default='data/tinystories', help='the load table\'s prepared data')
+    p.add_argument('--load_steps', type=count, default=150, help='steps of each run of the load table')
+    p.add_argument('--load_busy', type=listing(number(int, 0)), default=[0, 1, 2],
+                   help='spinning processes beside the load table\'s runs, a row group each')
+    p.add_argument('--load_switch', type=listing(count), default=(500, 1500, 2000),
+                   help='START,END,STEPS: the load table\'s run with a busy process from step START to END')
+    p.add_argument('--load_overrides', type=lambda text: text.split(), default=[],
+                   help='more train.py settings for the load table\'s runs, e.g. "--d_model=64"')
     p.add_argument('--serve_variants', type=listing(str, variants, what='variant'), default=list(SERVE_KINDS),
                    help='kinds of the serving table')
     p.add_argument('--serve_size', type=size, help='d_model x n_layer of the serving table (default: 1024x8 on '
@@ -431,8 +443,12 @@ def check_decode(p, args):
     device). Else p.error: one line, exit 2, as the serving table checks its own."""
     kinds = ((args.decode_variants if 'decode' in args.tables else [])
              + (['transformer'] if 'sdpa' in args.tables else []) + (['flat'] if 'loaded' in args.tables else []))
-    if 'loaded' in args.tables and args.device.type != 'cpu':
-        p.error(f'the loaded table measures the CPU\'s threads: run it with --device cpu, not {args.device}')
+    for table in ('loaded', 'load'):
+        if table in args.tables and args.device.type != 'cpu':
+            p.error(f'the {table} table measures the CPU\'s threads: run it with --device cpu, not {args.device}')
+    if 'load' in args.tables and not 0 < args.load_switch[0] < args.load_switch[1] < args.load_switch[2] if \
+            len(args.load_switch) == 3 else 'load' in args.tables:
+        p.error(f'--load_switch must be START,END,STEPS with 0 < START < END < STEPS, got {args.load_switch}')
     if not kinds:
         return
     n_ctx, prompt = args.decode_n_ctx, args.decode_n_ctx // 4
@@ -479,7 +495,7 @@ def check_models(p, args):
             'serving': [(v, *args.serve_size) for v in args.serve_variants],
             'sdpa': [('transformer', d, L) for d, L in args.decode_sizes], 'loaded': [('flat', *args.decode_sizes[0])]}
     for table in args.tables:
-        for name, d_model, n_layer in plan[table]:
+        for name, d_model, n_layer in plan.get(table, []):          # the load table: train.py checks its own
             try:
                 mixer.variant_config(name, vocab_size=args.vocab_size, d_model=d_model, n_layer=n_layer,
                                      n_ctx=args.n_ctx)
@@ -500,7 +516,8 @@ def main(argv=None):
     for name, bench in (('train', lambda: bench_train(args, peak)), ('memory', lambda: bench_memory(args)),
                         ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args)),
                         ('decode', lambda: bench_decode(args)), ('serving', lambda: bench_serving(args)),
-                        ('sdpa', lambda: bench_sdpa(args)), ('loaded', lambda: bench_loaded(args))):
+                        ('sdpa', lambda: bench_sdpa(args)), ('loaded', lambda: bench_loaded(args)),
+                        ('load', lambda: bench_load(args))):
         if name in args.tables:
             t0 = time.perf_counter()
             bench()

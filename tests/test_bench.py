@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import os
 import re
 import subprocess
 import sys
@@ -14,10 +15,10 @@ import mixer
 import sample
 from harness import machine
 from harness.cli import ArgumentParser
-from experiments import bench, bench_decode
+from experiments import bench, bench_decode, bench_load
 from experiments.runner import fmt_bytes
 
-from tests.common import ROOT, run_in_process
+from tests.common import ROOT, prepared_data, run_in_process
 
 
 def table_rows(out, heading):
@@ -96,8 +97,8 @@ class TestBench(unittest.TestCase):
     def test_all_tables_present(self):
         """Each table under its heading (each of the two runs prints the machine; the peak is measured,
         and printed, only by the run with the training table, whose MFU it is), and the tables --quick
-        prints by default are every table but the loaded one (its processes spin: asked for only)."""
-        default = [t for t in bench.TABLES if t != 'loaded']
+        prints by default are every table but the loaded and load ones (their processes spin: asked for only)."""
+        default = [t for t in bench.TABLES if t not in ('loaded', 'load')]
         self.assertEqual(bench.parse_args(['--quick']).tables, default)
         self.assertEqual(sorted(t for tables in SPLIT for t in tables.split(',')), sorted(default))
         for heading in ('Peak of the machine', 'Training throughput', 'Memory vs context length', 'Generation',
@@ -273,6 +274,34 @@ class TestBenchSettings(unittest.TestCase):
             bench.check_decode(ArgumentParser('bench.py', ''), args)
         self.assertEqual((e.exception.code, err.getvalue().count('\n')), (2, 1))
         self.assertIn('--device cpu', err.getvalue())
+
+    def test_load_table(self):
+        """--tables load (asked for only): train.py's steady tokens/s a row, torch's default count first and "of
+        quiet" each row's over its quiet row (at the printed precision), then the run through which a busy
+        process comes and goes, each part's ratio to the chosen run of its load; every spinner gone after it."""
+        self.assertNotIn('load', bench.parse_args([]).tables)
+        args = bench.parse_args(['--quick', '--tables', 'load', '--load_busy', '0', '--load_data_dir', prepared_data()])
+        spinners, real_popen = [], subprocess.Popen
+
+        def popen(cmd, **kw):                                       # the spinners counted, train.py's runs not
+            p = real_popen(cmd, **kw)
+            if '-c' in cmd:
+                spinners.append(p)
+            return p
+        with mock.patch.object(bench_load.subprocess, 'Popen', popen):
+            out = quiet(bench_load.bench_load, args)
+        rows = [r for r in table_rows(out, 'Training beside busy processes') if r[0] == 'nothing']
+        cores = len(os.sched_getaffinity(0))
+        self.assertEqual([r[:2] for r in rows[:-1]], [['nothing', str(n)] for n in dict.fromkeys([cores, 1])])
+        self.assertTrue(rows[-1][1].startswith(f'chosen: {cores}'))
+        quiet_rate = float(rows[0][2].replace(',', ''))
+        for row in rows:
+            rate = float(row[2].replace(',', ''))
+            self.assertAlmostEqual(float(row[3]), rate / quiet_rate, delta=0.005 + rate / quiet_rate * 1e-3)
+        parts = [r.split(' | ') for r in out.split('| steps |')[1].strip().split('\n')[2:]]
+        self.assertEqual([p[0].strip('| ') for p in parts], ['0..10', '10..20', '20..30'])
+        self.assertLessEqual(len(spinners), 1)     # the run's busy part (missed if its steps pass between two looks)
+        self.assertTrue(all(p.poll() is not None for p in spinners))
 
     def test_quick_sets_only_the_flags_not_given(self):
         """--quick's sizes replace the defaults of the flags not given, never a flag given, even one given at
