@@ -35,6 +35,7 @@ from harness import configurator
 from harness import machine
 import mixer
 from harness import optim
+from harness.trackers import open_trackers
 
 # ----------------------------------------------------------------------------- defaults
 # I/O
@@ -66,6 +67,9 @@ eval_windows = 64               # fixed, evenly spaced validation windows
 eval_train = False              # also the same number of fixed windows of train.bin (the generalisation gap)
 log_interval = 10
 save_checkpoint = True
+log_to = ''                     # also to trackers: 'tensorboard,trackio,wandb' (harness/trackers.py)
+run_name = None                 # their run's name (None: out_dir's last folder)
+project = None                  # their project (None: data_dir's last folder)
 # system
 device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
 dtype = 'auto'                  # 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16'
@@ -238,6 +242,7 @@ class Run:
     last_ev: dict | None = None     # the latest evaluation: {'step', 'val_loss', 'val_bpb', 'val_acc', ...}
     ckpt_path: str | None = None    # out_dir/ckpt.pt (main, once out_dir is prepared)
     log: object = None              # log.jsonl, a binary file open for appending (likewise; rank 0 only)
+    trackers: object = None         # harness/trackers.Trackers: every log record also goes there (rank 0 only)
     peak: float | None = None       # the FLOP/s MFU is measured against (log_start)
     intervals_logged: int = 0       # log_train's lines so far
     steady_steps: int = 0           # optimiser steps in the logged intervals after the first (steady speed)
@@ -339,6 +344,8 @@ def write_log(run, rec):
             checkpoint.append_log(run.log, rec)
         except OSError as e:
             raise Stop(f'could not write {run.log.name} ({checkpoint.write_error(e, run.log.name)})') from None
+    if run.trackers:
+        run.trackers.log(rec)
 
 
 def tokens_per_step(cfg, env):
@@ -356,7 +363,7 @@ def log_start(run, ckpt):
     n_params = run.raw_model.num_params()
     write_log(run, {'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg), 'world_size': env.world,
                     'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': run.flops,
-                    'peak_flops': run.peak, 'peak': peak_name})
+                    'peak_flops': run.peak, 'peak': peak_name, 'meta': run.meta})
     say(f'{cfg["variant"]} ({run.model_cfg.kind}, token_mixing={run.model_cfg.token_mixing}, task={cfg["task"]}): '
         f'{n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
         f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env)} tokens/step')
@@ -513,6 +520,8 @@ def main(argv):
         meta, train_data, val_data = load_data(cfg)
         run = build_run(cfg, ckpt, env, meta)
         run.train_data, run.val_data = train_data, val_data
+        if env.master:                 # before prepare_run_folder: it reads the steps a stopped session logged
+            run.trackers = open_trackers(cfg, ckpt and ckpt['step'], run.raw_model.num_params(), env.world)
         run.ckpt_path, run.log = checkpoint.prepare_run_folder(cfg, ckpt, rank)
     except checkpoint.CheckpointError as e:
         fail(str(e))
@@ -535,6 +544,8 @@ def main(argv):
     finally:
         if run.log:
             run.log.close()
+        if run.trackers:
+            run.trackers.close()
         if lock:                       # out_dir free for the next run (a pool process trains several)
             lock.close()
     if env.ddp:

@@ -18,6 +18,7 @@ import sys
 import traceback
 
 from harness import checkpoint
+from harness import trackers
 import mixer
 from harness.cli import fail
 
@@ -122,6 +123,7 @@ def check_settings(cfg):
     for key in ('out_dir', 'data_dir'):
         if not cfg[key].strip():
             fail(f'{key} must name a folder, got {cfg[key]!r}')
+    trackers.check_log_to(cfg)          # log_to, run_name, project; the named libraries import
 
 
 def resolve_settings(overrides, defaults, model_keys):
