@@ -36,8 +36,6 @@ if __name__ == '__main__':       # run as a file too (python experiments/compare
 import json
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from experiments.runner import NO_PLOT, md_table, pyplot, save_figure
 from harness.cli import ArgumentParser, check_writable, distinct_files, failing, run_command, write_atomic
 from harness.cli import fail as cli_fail
@@ -63,6 +61,7 @@ class Run:
 
     @property
     def label(self):
+        """The figure's name of the run: 'variant (folder)'."""
         return f'{self.config["config"].get("variant", "?")} ({self.path})'
 
     def tokens(self, step):

@@ -138,6 +138,10 @@ def quiet():
 
 
 # ----------------------------------------------------------------------------- the trackers
+# Each: Kind(cfg, resumed_step, tps, state) starts it (tps: tokens a step; state: trackers.json's dict, where it
+# puts its ids), raising what its library raises; settings(config) the run's settings, once a start;
+# record(metrics {tag: number}, step, tokens seen); close(). skips_logged: a resumed run does not send it the
+# steps it holds (it cannot take them back).
 
 class TensorBoard:
     """torch.utils.tensorboard.SummaryWriter twice: OUT_DIR/tensorboard/step (x: the optimiser step) and
@@ -160,17 +164,20 @@ class TensorBoard:
               f'(tensorboard --logdir {os.path.dirname(cfg["out_dir"]) or "."})')
 
     def settings(self, config):
+        """The settings as a text (JSON) at the start step."""
         text = '```\n' + json.dumps(config, indent=1, default=str) + '\n```'
         self.writers[0].add_text('settings', text, self.start)
         self.writers[0].flush()
 
     def record(self, metrics, step, tokens):
+        """Each metric at `step` in the step folder and at `tokens` in the tokens folder, both flushed."""
         for w, x in zip(self.writers, (step, tokens)):
             for tag, v in metrics.items():
                 w.add_scalar(tag, v, x)
             w.flush()
 
     def close(self):
+        """Flush and close both event files."""
         for w in self.writers:
             w.close()
 
@@ -185,21 +192,28 @@ class Trackio:
         project, name = run_names(cfg)
         old = state.get('trackio', {})
         resume = resumed_step is not None and old.get('project') == project and old.get('name') == name
+        start = lambda how: trackio.init(project=project, name=name, config={}, resume=how, embed=False,  # noqa: E731
+                                         auto_log_cpu=False, auto_log_gpu=False)
         with quiet():
-            self.run = trackio.init(project=project, name=name, config={}, resume='allow' if resume else 'never',
-                                    embed=False, auto_log_cpu=False, auto_log_gpu=False)
-        if resume and self.run.id != old.get('id'):
-            print(f'note: trackio: run {name!r} of project {project!r} (id {old.get("id")}) not found: a new run')
+            self.run = start('allow' if resume else 'never')
+        if resume and self.run.id != old.get('id'):        # trackio resumes the latest run of the name
+            with quiet():
+                self.run = start('never')
+            print(f'note: trackio: run {name!r} (id {old.get("id")}) is not the latest of its name in project '
+                  f'{project!r}, or is gone: a new run from step {resumed_step}')
         state['trackio'] = {'project': project, 'name': name, 'id': self.run.id}
         print(f'trackio: project {project!r}, run {name!r} (trackio show --project {project})')
 
     def settings(self, config):
-        self.run.config.update(json.loads(json.dumps(config, default=str)))     # sent with the first record
+        """The run's config (trackio sends it with the first record)."""
+        self.run.config.update(json.loads(json.dumps(config, default=str)))
 
     def record(self, metrics, step, tokens):
+        """One trackio record at `step`, tokens_seen in it."""
         self.run.log({**metrics, 'tokens_seen': tokens}, step=step)
 
     def close(self):
+        """Finish the run: its thread writes what it holds."""
         import trackio
         with quiet():
             trackio.finish()            # the module's current run, this one: its exit hook then has none to finish
@@ -226,15 +240,18 @@ class WandB:
                                                                                 self.run.url else ', offline)'))
 
     def settings(self, config):
+        """The run's config (a resumed session's changed settings replace the saved ones)."""
         self.run.config.update(config, allow_val_change=True)
 
     def record(self, metrics, step, tokens):
+        """One W&B history row with step and tokens_seen; summary/ values also to the run's summary."""
         summary = {k: v for k, v in metrics.items() if k.startswith('summary/')}
         if summary:
             self.run.summary.update(summary)
         self.run.log({**metrics, 'step': step, 'tokens_seen': tokens})
 
     def close(self):
+        """Finish the run."""
         with quiet():
             self.run.finish()
 

@@ -164,6 +164,16 @@ class TestTrackers(unittest.TestCase):
         self.assertEqual({k for k in got if k[0] != 'tokens_seen'}, set(want))
         self.assertEqual({k: v for k, v in got.items() if k in want and k not in timed},
                          {k: v for k, v in want.items() if k not in timed})
+        # another run of the same name since: trackio would resume that one (the latest of the name); a new run
+        other = folder(self)
+        self.assertEqual(train(other, '--log_to=trackio', '--project=watch_resume',
+                               f'--run_name={os.path.basename(out)}').returncode, 0)
+        r = train(out, '--init_from=resume', '--max_iters=10')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('is not the latest of its name', r.stdout)
+        ids = [trackio_logs(d)[1] for d in (out, other)]
+        self.assertNotIn(ids[0], (first_id, ids[1]))
+        self.assertEqual(sorted(s for k, s in trackio_logs(out)[0] if k == 'train/loss'), [10])
 
     def test_a_tracker_failing_mid_run_is_a_warning_and_the_run_ends_with_its_checkpoint(self):
         """TensorBoard's disk full from step 4 (its writer thread's write fails), then Trackio's store replaced
