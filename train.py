@@ -30,6 +30,7 @@ import mixer
 from data.outputs import read_prepared
 from harness import checkpoint, configurator, machine, optim
 from harness.record import Record, Stop, check_finite
+from harness.trackers import open_trackers
 
 # ----------------------------------------------------------------------------- settings
 # I/O
@@ -60,6 +61,9 @@ eval_windows = 64               # fixed, evenly spaced validation windows
 eval_train = False              # also the same number of fixed windows of train.bin (the generalisation gap)
 log_interval = 10
 save_checkpoint = True
+log_to = ''                     # also to trackers: 'tensorboard,trackio,wandb' (harness/trackers.py)
+run_name = None                 # their run's name (None: out_dir's last folder)
+project = None                  # their project (None: data_dir's last folder)
 # system
 device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
 dtype = 'auto'                  # 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16'
@@ -244,7 +248,9 @@ def main(argv):
         env = machine.setup_device(cfg)
         meta, train_data, val_data = read_prepared(cfg['data_dir'], cfg['n_ctx'])
         run = build_run(cfg, ckpt, env, meta)
-        record = Record(cfg, env, run, meta, *checkpoint.prepare_run_folder(cfg, ckpt, env.rank))
+        trackers = open_trackers(cfg, ckpt and ckpt['step'], run.raw_model.num_params(), env.world) \
+            if env.master else None                     # before the folder is prepared: it reads the log's last step
+        record = Record(cfg, env, run, meta, *checkpoint.prepare_run_folder(cfg, ckpt, env.rank), trackers)
     except (checkpoint.CheckpointError, ValueError) as e:
         fail(str(e))
     clock, code = machine.Clock(env.cuda), 0
@@ -263,7 +269,9 @@ def main(argv):
             raise
         code = record.stopped(f'error: {what}; stopping', 1)
     finally:
-        checkpoint.release_run_folder(record.log, lock)         # free for the next run (a pool process trains several)
+        record.close()                 # log.jsonl and the trackers
+        if lock:                       # out_dir free for the next run (a pool process trains several)
+            lock.close()
     if env.ddp:
         del run, record                # DDP sits in reference cycles: freed before its process group ends
         machine.end_ddp(clean=code == 0)

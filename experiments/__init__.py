@@ -6,6 +6,7 @@
     python -m experiments.mqar       multi-query associative recall (Arora et al. 2023, "Zoology") for every kind
     python -m experiments.bench      throughput, memory, generation and decode-speed tables
     python -m experiments.convert    the paper's trained models in, any checkpoint out as safetensors
+    python -m experiments.compare    any training runs side by side: their curves and a table, from their log.jsonl
 
 runner.py is the job pool under claims, icl and mqar. Nothing in the core (mixer.py, train.py,
 sample.py, retrieval.py) imports from here.

@@ -385,13 +385,6 @@ def prepare_run_folder(cfg, ckpt, rank=0):
         raise CheckpointError(f'cannot prepare {cfg["out_dir"]} ({one_line(e)})') from None
 
 
-def release_run_folder(log, lock):
-    """Close the run's log (None: none) and its lock (None: none): out_dir is free for the next run."""
-    for f in (log, lock):
-        if f:
-            f.close()
-
-
 def check_tokenizer(ckpt, meta, data_dir):
     """Raise CheckpointError (one line) when the data (its meta.json, `meta`, of data_dir) was encoded with
     another tokenizer than the checkpoint dict `ckpt` (None: a fresh run, nothing to check)."""

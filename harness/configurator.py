@@ -21,6 +21,7 @@ import traceback
 from dataclasses import fields
 
 from harness import checkpoint
+from harness import trackers
 import mixer
 from harness.cli import fail
 
@@ -157,6 +158,7 @@ def check_settings(cfg):
     for key in ('out_dir', 'data_dir'):
         if not cfg[key].strip():
             fail(f'{key} must name a folder, got {cfg[key]!r}')
+    trackers.check_log_to(cfg)          # log_to, run_name, project; the named libraries import
 
 
 def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS if k not in TUNING_KEYS)):

@@ -2,7 +2,7 @@
 train, eval, summary), the checkpoint saved whole, the speed it measured, the line a stopped run ends with;
 and every rank stopping together (a NaN on one rank, a failed save).
 
-    record = Record(cfg, env, run, meta, ckpt_path, log_file)    # log_file: rank 0's log.jsonl, else None
+    record = Record(cfg, env, run, meta, ckpt_path, log_file, trackers)    # log_file, trackers: rank 0's
     record.start(ckpt)                         # the header: 'config' and 'schedule'
     record.train(loss, lr, steps, clock)       # every log_interval steps; record.threads(change) as they change
     record.evaluated(ev, clock)                # at an evaluation: the line, the eval event, the checkpoint
@@ -62,24 +62,35 @@ class Record:
     """What a run has done and said. cfg: train.py's settings; env: machine.setup_device's; run: the
     run's model, raw_model, optimizers, batch_gen, model_cfg, flops (FLOPs a token, forward + backward),
     step and best_val (train.build_run); meta: the data's meta.json; ckpt_path: where the checkpoint goes;
-    log: log.jsonl open for appending (rank 0; None on other ranks). It keeps the step the checkpoint
+    log: log.jsonl open for appending (rank 0; None on other ranks); trackers: harness/trackers.py's, which get
+    every record too (None: none). It keeps the step the checkpoint
     holds (saved_step), the latest evaluation (last_ev), the peak MFU is measured against and the logged
     intervals' training time (steady speed)."""
 
-    def __init__(self, cfg, env, run, meta, ckpt_path, log):
-        self.cfg, self.env, self.run, self.meta, self.log, self.ckpt_path = cfg, env, run, meta, log, ckpt_path
+    def __init__(self, cfg, env, run, meta, ckpt_path, log, trackers=None):
+        self.cfg, self.env, self.run, self.meta, self.ckpt_path = cfg, env, run, meta, ckpt_path
+        self.log, self.trackers = log, trackers
         self.start_step = run.step
         self.saved_step = run.step if cfg['init_from'] == 'resume' else None
         self.last_ev, self.peak = None, None
         self.intervals_logged, self.steady_steps, self.steady_seconds = 0, 0, 0.0
 
     def write(self, rec):
-        """Append one record to the log (rank 0; others have none). A failed write: Stop naming it."""
+        """Append one record to the log (rank 0; others have none), and send it to the trackers. A failed write
+        of the log: Stop naming it (a tracker's failure is its own warning)."""
         if self.log:
             try:
                 checkpoint.append_log(self.log, rec)
             except OSError as e:
                 raise Stop(f'could not write {self.log.name} ({checkpoint.write_error(e, self.log.name)})') from None
+        if self.trackers:
+            self.trackers.log(rec)
+
+    def close(self):
+        """Close the log and the trackers (what this rank holds)."""
+        for f in (self.log, self.trackers):
+            if f:
+                f.close()
 
     def say(self, *a, **k):
         """print on rank 0."""
@@ -95,7 +106,7 @@ class Record:
         n_params = run.raw_model.num_params()
         self.write({'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg), 'world_size': env.world,
                     'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': run.flops,
-                    'peak_flops': self.peak, 'peak': peak_name})
+                    'peak_flops': self.peak, 'peak': peak_name, 'meta': self.meta})
         self.say(f'{cfg["variant"]} ({run.model_cfg.kind}, token_mixing={run.model_cfg.token_mixing}, task={cfg["task"]}): '
                  f'{n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
                  f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env)} tokens/step')

@@ -34,9 +34,10 @@ from tests.faults import ENV, TINY, error_lines
 COMMANDS = {('train.py',): 'train.py', ('sample.py',): 'sample.py', ('retrieval.py',): 'retrieval.py',
             ('data/prepare.py',): 'prepare.py',
             **{('-m', f'experiments.{m}'): f'{m}.py' for m in ('look', 'bench', 'claims', 'icl', 'mqar', 'represent',
-                                                               'profiles', 'gpu_check', 'convert', 'eval_tasks')}}
+                                                               'profiles', 'gpu_check', 'convert', 'eval_tasks',
+                                                               'compare')}}
 KEEP = ('train.py', 'prepare.py', 'look.py', 'claims.py', 'icl.py', 'mqar.py', 'gpu_check.py', 'convert.py',
-        'eval_tasks.py')   # files
+        'eval_tasks.py', 'compare.py')   # files
 
 
 def folder(test, name):

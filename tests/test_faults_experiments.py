@@ -386,7 +386,7 @@ class TestModules(unittest.TestCase):
     COMMANDS = {'train.py', 'sample.py', 'retrieval.py', 'experiments/look.py', 'test_mixer.py', 'data/prepare.py',
                 'experiments/bench.py', 'experiments/claims.py', 'experiments/gpu_check.py', 'experiments/icl.py',
                 'experiments/mqar.py', 'experiments/represent.py', 'experiments/profiles.py', 'experiments/convert.py',
-                'experiments/eval_tasks.py'}
+                'experiments/eval_tasks.py', 'experiments/compare.py'}
 
     def test_a_module_that_is_not_a_command_says_so(self):
         """Every .py file of the repository root, data/, harness/ and experiments/ that is not a command: run as one
