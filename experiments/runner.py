@@ -238,11 +238,14 @@ def _watch_parent(parent):
 
 def _pool_init(threads, parent):
     """A pool process starts: `threads` torch threads; Ctrl-C is the main process's to handle
-    (no traceback from every worker); SIGTERM ends it and its command (_stop_worker), and so does
+    (no traceback from every worker: ignored here, and held until here, as Runner.submit started it
+    with SIGINT blocked); SIGTERM ends it and its command (_stop_worker), and so does
     the end of the main process `parent` (its pid, given by the main process: a main process killed
     while this one still imported would make os.getppid() here the pid that adopted it, and the
     watcher would wait for that one; _watch_parent)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # a Ctrl-C held since its start (held_interrupt) is dropped
+    if hasattr(signal, 'pthread_sigmask'):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, _stop_worker)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     import torch
@@ -262,6 +265,50 @@ def read_log(path):
         elif rec.get('event') == 'summary':
             summary = rec
     return evals, summary
+
+
+@contextlib.contextmanager
+def held_interrupt():
+    """Ctrl-C held while the block runs in the main thread (elsewhere no signal handler can be set: the
+    block runs as it is), then given to SIGINT's handler (the command's: KeyboardInterrupt; ignored: nothing).
+    SIGINT is blocked in this thread meanwhile, and a process started inside inherits that (its handler
+    reset by exec, its mask kept): a Ctrl-C to the group during its start-up waits in it until it chooses
+    (_pool_init ignores it). Where ignoring SIGINT for the block instead would drop this process's Ctrl-C
+    without a trace."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    old = signal.signal(signal.SIGINT, lambda *a: got.append(1))     # delivered to another thread: run here
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, 'pthread_sigmask') else None
+    try:
+        yield
+    finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)          # one held meanwhile comes now: got
+        signal.signal(signal.SIGINT, old)
+        if got:
+            signal.raise_signal(signal.SIGINT)
+
+
+def end_pool(pool, timeout=10):
+    """End a ProcessPoolExecutor now and wholly: its processes terminated (and the commands they run:
+    _stop_worker), each waited for (killed after `timeout` seconds), then its manager thread joined
+    (shutdown(wait=True): seeing no process left, it fails or cancels the futures and closes its pipes).
+    Nothing of the pool is then left for concurrent.futures' exit hook, which wakes every manager thread
+    still registered without its lock: one that was closing its wake-up pipe at that moment made Python
+    3.11 print 'Exception ignored ... _python_exit ... OSError: [Errno 9] Bad file descriptor' after a
+    command's last line."""
+    procs = list((getattr(pool, '_processes', None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def interruptible(method):
@@ -293,31 +340,34 @@ class Runner:
                                    initializer=_pool_init, initargs=(self.threads, os.getpid()))
 
     def submit(self, fn, *args):
-        """pool.submit, with Ctrl-C ignored while it may start a pool process: the process
-        inherits that, so a Ctrl-C during its start-up is no traceback of its own."""
-        if threading.current_thread() is not threading.main_thread():    # signals are the main thread's
+        """pool.submit, Ctrl-C held while it may start a pool process (held_interrupt): the process
+        starts with SIGINT blocked, so a Ctrl-C during its start-up is no traceback of its own, and
+        this one's Ctrl-C comes when the submit is done, not lost."""
+        with held_interrupt():
             return self.pool.submit(fn, *args)
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            return self.pool.submit(fn, *args)
-        finally:
-            signal.signal(signal.SIGINT, old)
 
     def stop(self, what):
-        """Ctrl-C: end the pool's processes and the commands they run, say so in one line, exit 130.
-        A second Ctrl-C while it stops (`timeout -s INT` signals the process and its group) is ignored."""
+        """Ctrl-C: end the pool (end_pool: its processes, the commands they run and its thread), say so
+        in one line, exit 130. A second Ctrl-C while it stops (`timeout -s INT` signals the process and
+        its group) is ignored."""
         with contextlib.suppress(ValueError):                  # not the main thread: no handler to set
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        procs = list((getattr(self.pool, '_processes', None) or {}).values())
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(10)
+        end_pool(self.pool)
         print(f'{os.path.basename(sys.argv[0])}: interrupted (Ctrl-C) during {what}; the runs that finished are '
               f'cached in {self.out}: run the same command again to go on', file=sys.stderr, flush=True)
         sys.exit(130)
+
+    def close(self):
+        """The experiment is done with the pool: its processes finish their jobs and end, its thread is
+        joined (pool.shutdown(wait=True)). Ctrl-C while it waits ends the pool at once (end_pool) and goes
+        on as KeyboardInterrupt: nothing is left running for concurrent.futures' exit hook."""
+        try:
+            self.pool.shutdown(wait=True)
+        except KeyboardInterrupt:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            end_pool(self.pool)
+            raise
 
     def cached(self, job, check=True):
         """The cached result of `job` (a Job), marked 'cached': True, or None: no result.json yet, a damaged one, one of other
@@ -344,7 +394,7 @@ class Runner:
             return fut.result()
         except BrokenProcessPool as e:
             if getattr(self.pool, '_broken', False):       # once, not for each job of the broken pool
-                self.pool.shutdown(wait=False, cancel_futures=True)
+                end_pool(self.pool)
                 self.pool = self.new_pool()
             return {'rc': 1, 'line': f'its process died ({e})'}
         except Exception as e:                             # the job's own error, raised in its process

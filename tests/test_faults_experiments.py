@@ -129,7 +129,7 @@ class TestCacheKeys(unittest.TestCase):
                 again = runner.map(echo_job, [a, damaged, a2], 'second')
                 cached = runner.map(echo_job, [a, a2], 'third')
         finally:
-            runner.pool.shutdown()
+            runner.close()
         self.assertEqual(runner.ran, 2 + 3)                   # all three ran again: none was taken as done
         self.assertEqual([r.get('cached') for r in again], [None, None, None])
         self.assertEqual([r.get('cached') for r in cached], [True, True])
@@ -161,7 +161,7 @@ class TestCacheKeys(unittest.TestCase):
                 missing.discard(chain[0].dir)                    # a's state is whole, b's is gone
                 (again,) = runner.chains(echo_job, [chain], 'the last job again')
         finally:
-            runner.pool.shutdown()
+            runner.close()
         self.assertEqual(runner.ran, 3 + 2)                      # c, and b whose state c reads
         self.assertEqual([r.get('cached') for r in again], [True, None, None])
         self.assertEqual(sum(l.startswith('warning') for l in err.getvalue().splitlines()), 1, err.getvalue())
