@@ -8,9 +8,9 @@ icl.py (in-context regression models) and mqar.py (associative recall).
 Every cached job is made by job() (its folder named by a hash of all its settings and its code's
 version) and run again only when Runner.cached finds no whole result of those settings, so a killed
 experiment resumes where it stopped. Pool processes are spawned, each with `threads` torch threads: two
-1-thread runs at a time use 2 cores without the oversubscription that two 2-thread runs cause. Ctrl-C
-stops the pool's processes (and the commands they run) and exits 130 with one line; what finished stays
-cached.
+1-thread runs at a time use 2 cores without the oversubscription that two 2-thread runs cause (their
+life: experiments/pool.py). Ctrl-C stops the pool's processes (and the commands they run) and exits 130
+with one line; what finished stays cached.
 """
 
 import sys
@@ -28,15 +28,14 @@ import math
 import os
 import shutil
 import signal
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import get_context
 from typing import Any, Callable, NamedTuple, Optional
 
 from harness import cli
-from experiments.commands import CHILD, ROOT, run_command
+from experiments.commands import ROOT, run_command
+from experiments.pool import end_pool, held_interrupt, new_pool
 
 
 def say(msg):
@@ -221,37 +220,6 @@ def train_run(argv):
     return run, cfg, step
 
 
-def _stop_worker(signum, frame):
-    """SIGTERM in a pool process (Runner.stop): end the command it runs, then itself, at once."""
-    for child in list(CHILD):
-        child.kill()
-    os._exit(128 + signum)
-
-
-def _watch_parent(parent):
-    """A pool process's daemon thread: when the main process `parent` (a pid) is gone (kill -9, a
-    SIGTERM it had no handler for), end this process and its command, rather than train on unseen."""
-    while os.getppid() == parent:
-        time.sleep(1)
-    _stop_worker(signal.SIGTERM, None)
-
-
-def _pool_init(threads, parent):
-    """A pool process starts: `threads` torch threads; Ctrl-C is the main process's to handle
-    (no traceback from every worker: ignored here, and held until here, as Runner.submit started it
-    with SIGINT blocked); SIGTERM ends it and its command (_stop_worker), and so does
-    the end of the main process `parent` (its pid, given by the main process: a main process killed
-    while this one still imported would make os.getppid() here the pid that adopted it, and the
-    watcher would wait for that one; _watch_parent)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # a Ctrl-C held since its start (held_interrupt) is dropped
-    if hasattr(signal, 'pthread_sigmask'):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGTERM, _stop_worker)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    import torch
-    torch.set_num_threads(threads)
-
-
 # ----------------------------------------------------------------------------- runs and their cache
 
 def read_log(path):
@@ -265,50 +233,6 @@ def read_log(path):
         elif rec.get('event') == 'summary':
             summary = rec
     return evals, summary
-
-
-@contextlib.contextmanager
-def held_interrupt():
-    """Ctrl-C held while the block runs in the main thread (elsewhere no signal handler can be set: the
-    block runs as it is), then given to SIGINT's handler (the command's: KeyboardInterrupt; ignored: nothing).
-    SIGINT is blocked in this thread meanwhile, and a process started inside inherits that (its handler
-    reset by exec, its mask kept): a Ctrl-C to the group during its start-up waits in it until it chooses
-    (_pool_init ignores it). Where ignoring SIGINT for the block instead would drop this process's Ctrl-C
-    without a trace."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got = []
-    old = signal.signal(signal.SIGINT, lambda *a: got.append(1))     # delivered to another thread: run here
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, 'pthread_sigmask') else None
-    try:
-        yield
-    finally:
-        if mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)          # one held meanwhile comes now: got
-        signal.signal(signal.SIGINT, old)
-        if got:
-            signal.raise_signal(signal.SIGINT)
-
-
-def end_pool(pool, timeout=10):
-    """End a ProcessPoolExecutor now and wholly: its processes terminated (and the commands they run:
-    _stop_worker), each waited for (killed after `timeout` seconds), then its manager thread joined
-    (shutdown(wait=True): seeing no process left, it fails or cancels the futures and closes its pipes).
-    Nothing of the pool is then left for concurrent.futures' exit hook, which wakes every manager thread
-    still registered without its lock: one that was closing its wake-up pipe at that moment made Python
-    3.11 print 'Exception ignored ... _python_exit ... OSError: [Errno 9] Bad file descriptor' after a
-    command's last line."""
-    procs = list((getattr(pool, '_processes', None) or {}).values())
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    for p in procs:
-        p.join(timeout)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def interruptible(method):
@@ -335,9 +259,8 @@ class Runner:
         self.pool = self.new_pool()
 
     def new_pool(self):
-        """A fresh pool of spawned processes (_pool_init)."""
-        return ProcessPoolExecutor(self.workers, mp_context=get_context('spawn'),
-                                   initializer=_pool_init, initargs=(self.threads, os.getpid()))
+        """A fresh pool of spawned processes (pool.new_pool)."""
+        return new_pool(self.workers, self.threads)
 
     def submit(self, fn, *args):
         """pool.submit, Ctrl-C held while it may start a pool process (held_interrupt): the process

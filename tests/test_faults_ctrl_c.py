@@ -35,10 +35,10 @@ class TestPool(unittest.TestCase):
     loses no Ctrl-C."""
 
     def test_a_ctrl_c_while_a_pool_process_starts_is_held_not_lost(self):
-        """runner.held_interrupt (Runner.submit's): a SIGINT inside the block raises KeyboardInterrupt when it
+        """pool.held_interrupt (Runner.submit's): a SIGINT inside the block raises KeyboardInterrupt when it
         ends, not before, and a process started inside starts with SIGINT blocked (its start-up is no traceback;
         its pool initializer then ignores it)."""
-        from experiments.runner import held_interrupt
+        from experiments.pool import held_interrupt
         self.addCleanup(signal.signal, signal.SIGINT, signal.signal(signal.SIGINT, signal.default_int_handler))
         steps = []
         with self.assertRaises(KeyboardInterrupt):

@@ -438,7 +438,7 @@ class TestCtrlC(unittest.TestCase):
         self.assertIn('| flat | 0.', r.stdout)
 
     def test_a_killed_main_process_leaves_no_pool_process_training(self):
-        """kill -9 of the main process: its pool process ends within seconds (runner._watch_parent) rather than
+        """kill -9 of the main process: its pool process ends within seconds (pool._watch_parent) rather than
         training on with no one to read its result, whether it was busy with a job (killed 3 s after it loaded
         torch) or still importing (killed the moment it loads torch's library: it then learnt its parent's pid
         after the kill, and waited for the process that adopted it; on a loaded machine the first case was
