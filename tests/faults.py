@@ -215,22 +215,25 @@ def exit_race(module, *args):
 PROGRESS = (r'^  \[\d+/\d+\] ', r'^[\w ,]+: \d+ (runs|commands)\b', r': \d+ of \d+ runs cached$')
 
 
-def interrupt(args, ready, settle=0.0, sigints=1, env=None):
-    """Start python args in a session of its own, wait until a stderr line holds `ready`, wait `settle`
+def interrupt(args, ready, settle=0.0, sigints=1, env=None, merged=False):
+    """Start python args in a session of its own, wait until `ready` (str: a line of its stderr holds it; or a
+    function of the Popen and the lines read so far -> bool, e.g. a file it writes exists), wait `settle`
     seconds, then send SIGINT to its group `sigints` times 50 ms apart (`timeout -s INT` signals the process
     and then its group: two); wait for its end and for every process of its session -> SimpleNamespace(rc,
-    lines: its stderr lines, mark: how many had been read when the first signal went, left: pids of its
-    session still running 120 s after its end)."""
-    p = popen(args, env=env or ENV)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    lines: its stderr lines (merged: its stdout's too, in one pipe), mark: how many had been read when the
+    first signal went, came: whether `ready` came (else the signal went when it ended, or after 600 s), left:
+    pids of its session still running 120 s after its end)."""
+    p = popen(args, env=env or ENV, stderr=subprocess.STDOUT if merged else subprocess.PIPE)
+    lines, stream = [], p.stdout if merged else p.stderr
+    reader = threading.Thread(target=lambda: lines.extend(stream), daemon=True)
     reader.start()
+    came = ready if callable(ready) else lambda p, lines: any(ready in l for l in lines)
     try:
         t0 = time.time()
-        while not any(ready in l for l in lines) and p.poll() is None and time.time() - t0 < 600:
+        while not came(p, lines) and p.poll() is None and time.time() - t0 < 600:
             time.sleep(0.01)
         time.sleep(settle)
-        mark = len(lines) if any(ready in l for l in lines) else 0
+        ok, mark = came(p, lines), len(lines)
         for i in range(sigints):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGINT)
@@ -243,7 +246,7 @@ def interrupt(args, ready, settle=0.0, sigints=1, env=None):
         left = session_alive(p.pid)
     finally:
         kill_session(p)
-    return SimpleNamespace(rc=p.returncode, lines=lines, mark=mark, left=left)
+    return SimpleNamespace(rc=p.returncode, lines=lines, mark=mark, came=ok, left=left)
 
 
 def assert_interrupted(test, got, ready, allow=PROGRESS):
@@ -252,7 +255,7 @@ def assert_interrupted(test, got, ready, allow=PROGRESS):
     progress lines `allow` matches excepted: written before the signal, they may be read after it), no process
     of its session left."""
     err = ''.join(got.lines)
-    test.assertGreater(got.mark, 0, f'staging: the command never printed {ready!r}')
+    test.assertTrue(got.came, f'staging: {ready!r} never came')
     test.assertEqual(got.rc, 130, err[-3000:])
     test.assertNotIn('Traceback', err)
     test.assertNotIn('Exception ignored', err)
