@@ -166,12 +166,12 @@ def compilation_refused():
 
 
 class TimedResult(unittest.TextTestResult):
-    """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's
-    (its id), and the time between two classes' tests (the next class's setUpClass and the last
-    one's tearDownClass) as 'module.Class (class setup)'; and their CPU seconds in .cpu {name: s}
-    (process_cpu: what a test costs on a loaded machine, whose wall clock counts the others' work); and in
-    .messages {test id: its first failure's message (the exception's type and text)}. Under --fast, an error or failure of a test (or class setup) that tried to start a Python process
-    is --fast's skip: a library may wrap the SkipTest (inductor turns it into an InductorError)."""
+    """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's (its id), and the time
+    between two classes' tests (the next class's setUpClass and the last one's tearDownClass) as 'module.Class
+    (class setup)'; and their CPU seconds in .cpu {name: s} (process_cpu: what a test costs on a loaded machine,
+    whose wall clock counts the others' work); and in .messages {test id: its first failure's message (the
+    exception's type and text)}. Under --fast, an error or failure of a test (or class setup) that tried to start a
+    Python process is --fast's skip: a library may wrap the SkipTest (inductor turns it into an InductorError)."""
 
     fast = False            # main sets it for --fast: every test (and the gap before it) on the clock
 
@@ -324,10 +324,10 @@ def run_module(name, fast, ci):
 
 def worker(fast, ci):
     """python test_mixer.py --worker [--fast]: the modules named on stdin, one a line (name, path, the run's number
-    among that module's runs (--repeat), tab-separated), run one after another in this process (run_module), each one's output written to its path, each one's results as
-    one JSON line on stdout -> exit code 0 when stdin ends. The modules share this process, its import of
-    torch and the fixtures it caches (tests.common); stdin and stdout stay the runner's: the tests' own
-    processes get /dev/null and stderr."""
+    among that module's runs (--repeat), tab-separated), run one after another in this process (run_module), each
+    one's output written to its path, each one's results as one JSON line on stdout -> exit code 0 when stdin ends.
+    The modules share this process, its import of torch and the fixtures it caches (tests.common); stdin and stdout
+    stay the runner's: the tests' own processes get /dev/null and stderr."""
     commands, replies = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), 'w')
     with open(os.devnull) as devnull:
         os.dup2(devnull.fileno(), 0)

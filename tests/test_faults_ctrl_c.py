@@ -88,8 +88,8 @@ class TestPool(unittest.TestCase):
         or at exit, the runs stopped (not left to finish: a full run's would take minutes) and no process left."""
         out = tempfile.mkdtemp(prefix='mixer_ctrl_c_')
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
-        interrupt_pool(self, exit_race('experiments.claims', '--quick', '--models', 'flat', '--data_dir', prepared_data(),
-                                       '--out', out), 'runs, about', settle=0.2)     # settle: the workers are starting
+        interrupt_pool(self, exit_race('experiments.claims', '--quick', '--models', 'flat', '--data_dir',
+                                       prepared_data(), '--out', out), 'runs, about', settle=0.2)   # workers starting
         finished = [d for d, _, files in os.walk(os.path.join(out, 'calibration')) if 'result.json' in files]
         self.assertEqual(finished, [], 'the pool was left to finish its runs after Ctrl-C, not stopped')
 
@@ -165,7 +165,7 @@ class TestCommands(unittest.TestCase):
                     probed.set()
         threading.Thread(target=accept, daemon=True).start()
         folder = os.path.join(self.tmp, 'mine')
-        write(os.path.join(folder, 'docs.jsonl'), ''.join(json.dumps({'q': 'Once', 'a': 'upon'}) + '\n' for _ in range(4)))
+        write(os.path.join(folder, 'docs.jsonl'), json.dumps({'q': 'Once', 'a': 'upon'}) + '\n')
         write(os.path.join(folder, 'mine.yaml'),
               f'task: my_words\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder}/docs.jsonl\n'
               'output_type: generate_until\ntest_split: test\ndoc_to_text: "q"\ndoc_to_target: "a"\n'

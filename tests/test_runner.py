@@ -244,7 +244,8 @@ class TestRunner(unittest.TestCase):
         self.assertEqual(repeated(runs, 3), (1, ['  2 of 3  b', '          E: first b', '  1 of 3  a', '          E: a',
                                                  '          its second line',
                                                  '--repeat 3: 2 of 3 tests failed at least once (1 modules, 3 runs)']))
-        self.assertEqual(repeated(runs[2:], 1), (0, ['--repeat 1: 0 of 3 tests failed at least once (1 modules, 1 runs)']))
+        self.assertEqual(repeated(runs[2:], 1),
+                         (0, ['--repeat 1: 0 of 3 tests failed at least once (1 modules, 1 runs)']))
 
     def test_two_runs_of_one_module_never_overlap(self):
         """--repeat's runs of one module wait for each other (its tests may share a fixture's path), while another
