@@ -49,7 +49,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 import sample
-from data.corpus import hub_unreachable, offline_asked
+from data.source import hub_unreachable, offline_asked
 from experiments.tasks import tinystories
 from harness import checkpoint
 from harness.cli import ArgumentParser, check_writable, device_error, failing, number, run_command, save_results
