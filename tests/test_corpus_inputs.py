@@ -8,18 +8,14 @@ The corpora are tiny and made here (tests/test_corpus.py's synthetic documents).
 """
 import json
 import os
-import resource
-import shutil
-import signal
-import tempfile
 import unittest
 from unittest import mock
 
-import numpy as np
-
-from data import corpus, source
+from data import corpus
+from data import source as data_source
 from tests.common import run
-from tests.test_corpus import PREPARE, S, V, make_docs, outputs, prepare_, write_jsonl, write_parquet
+from tests.test_corpus import (PREPARE, S, V, CorpusCase, make_docs, outputs, prepare_, write_jsonl,
+                               write_parquet)
 
 
 def one_line(test, got, code, *words):
@@ -33,14 +29,8 @@ def one_line(test, got, code, *words):
     return err
 
 
-class InputCase(unittest.TestCase):
-    """A temporary folder, the synthetic documents as jsonl, and --dataset's common flags."""
-
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix='test_corpus_inputs_')
-        self.addCleanup(shutil.rmtree, self.tmp, True)
-        self.docs = make_docs()
-        self.jsonl = write_jsonl(os.path.join(self.tmp, 'docs.jsonl'), self.docs)
+class InputCase(CorpusCase):
+    """test_corpus's folder and documents, flags whose --val_fraction and --vocab_size may be left out."""
 
     def flags(self, out, *more, source=None, val='0.2', vocab=str(V)):
         """prepare.py's flags: --dataset `source` (default the jsonl), --out TMP/out, --val_fraction `val` (None:
@@ -132,7 +122,7 @@ class TestSources(InputCase):
             with self.subTest(ext=ext):
                 path = os.path.join(self.tmp, f'docs.jsonl{ext}')
                 open(path, 'wb').write(b'not read')
-                with mock.patch.object(source.importlib.util, 'find_spec', return_value=None):
+                with mock.patch.object(data_source.importlib.util, 'find_spec', return_value=None):
                     one_line(self, prepare_(*self.flags('o', source=path)), 2, f'pip install {package}')
                 self.nothing_in('o')
 
