@@ -29,9 +29,9 @@ left; the prepared data and the tiny checkpoint the modules share are made once,
 module named, or --jobs 1, runs in this process. The slowest tests are listed with their wall and CPU seconds
 (on a loaded machine the wall clock counts the other processes' work; the CPU seconds do not).
 
---repeat N hunts flakes: the modules named (default all) run N times on the worker processes, two runs of one
-module never at once; only a run with a failure prints its output; then each test that failed in any run, its
-failures out of N and its first failure's message; exit 1 if any failed.
+--repeat N hunts flakes: the modules named (default all) run N times on the worker processes, each run of a module
+in a process it has not run in (its fixtures are cached there), two never at once; only a run with a failure prints
+its output; then each test that failed in any run, its failures out of N and its first message; exit 1 if any did.
 
 --fast is the edit loop, in one process unless --jobs says otherwise: a test is stopped, and counted
 as skipped on the last line, the moment it starts a Python process (a project script's command line,
@@ -307,8 +307,8 @@ def run_module(name, fast, ci):
     """Run tests/<name>.py in this process, its output (fds 1 and 2: what C code and child processes write
     too) wherever they point -> {'outcomes': {test id: outcome}, 'fast': ids --fast skipped, 'seconds':
     {test id: s}, 'cpu': {test id: CPU s}, 'messages': {failed test id: its first failure's message},
-    'module_cpu': CPU s of the whole module, its import included}. A module that does not import is one
-    failed test, 'name (its import)', its traceback printed."""
+    'module_cpu': CPU s of the whole module, its import included, 'pid': this process's}. A module that does not
+    import is one failed test, 'name (its import)', its traceback printed."""
     cpu0 = process_cpu()
     try:
         suite = unittest.defaultTestLoader.loadTestsFromModule(test_modules([name])[0])
@@ -316,10 +316,10 @@ def run_module(name, fast, ci):
         traceback.print_exc()
         return {'outcomes': {f'{name} (its import)': 'failed'}, 'fast': [], 'seconds': {}, 'cpu': {},
                 'messages': {f'{name} (its import)': ''.join(traceback.format_exception_only(e)).strip()},
-                'module_cpu': process_cpu() - cpu0}
+                'module_cpu': process_cpu() - cpu0, 'pid': os.getpid()}
     result = run_suite(suite, fast)
     return {'outcomes': outcomes(result, ci), 'fast': sorted(fast_skipped(result)), 'seconds': result.seconds,
-            'cpu': result.cpu, 'messages': result.messages, 'module_cpu': process_cpu() - cpu0}
+            'cpu': result.cpu, 'messages': result.messages, 'module_cpu': process_cpu() - cpu0, 'pid': os.getpid()}
 
 
 def worker(fast, ci):
@@ -371,14 +371,20 @@ class Workers:
     def start(self):
         argv = [sys.executable, os.path.abspath(__file__), '--worker'] + (['--fast'] if self.fast else [])
         p = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        p.modules = set()                   # the modules it ran
         with self.lock:
             self.live.add(p)
         return p
 
     def run(self, p, name, run=1):
-        """Module `name` on worker p (None: a new one), its `run`-th run -> (the worker, or None if it died;
-        output, results)."""
+        """Module `name` on worker p (None, or one that ran it already (--repeat): a new one; a module's fixtures
+        are cached in its process, as in the suite, where it runs once), its `run`-th run -> (the worker, or None
+        if it died; output, results)."""
+        if p is not None and name in p.modules:
+            self.stop(p, kill=False)
+            p = None
         p = p or self.start()
+        p.modules.add(name)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, 'output.txt')
             try:
@@ -494,23 +500,23 @@ def run_parallel(names, jobs, fast, ci=False, quiet=False):
 
 
 def repeated(runs, n):
-    """--repeat's report of every run's results [(module name, run_module's dict)], each module run `n` times ->
-    (exit code: 1 if a test failed in any run, else 0; lines: for each test that failed at least once (a module
-    that did not import or whose process died counts as one), 'K of N  test id' and its first failure's
-    message under it, the most failures first; then a last line counting them)."""
-    fails, messages, tests = {}, {}, set()
-    for _, got in runs:
-        tests.update(got['outcomes'])
+    """--repeat `n`'s report of every run's results [(module name, run_module's dict)] -> (exit code: 1 if a test
+    failed in any run, else 0; lines: for each test that failed at least once (a module that did not import or
+    whose process died counts as one), 'K of N  test id' (N: its module's runs) and its first failure's message
+    under it, the most failures first; then a last line counting them)."""
+    fails, messages, module, count = {}, {}, {}, {}
+    for name, got in runs:
+        count[name] = count.get(name, 0) + 1
         for test, outcome in got['outcomes'].items():
+            module[test] = name
             if outcome == 'failed':
                 fails[test] = fails.get(test, 0) + 1
                 messages.setdefault(test, got.get('messages', {}).get(test, '(no message: see its output above)'))
     lines = []
     for test in sorted(fails, key=lambda t: (-fails[t], t)):
-        lines.append(f'{fails[test]:3d} of {n}  {test}')
-        lines += ['          ' + l for l in messages[test].splitlines()[:12]]
-    modules = len({name for name, _ in runs})
-    lines.append(f'--repeat {n}: {len(fails)} of {len(tests)} tests failed at least once ({modules} modules, '
+        lines.append(f'{fails[test]:3d} of {count[module[test]]}  {test}')
+        lines += ['          ' + line for line in messages[test].splitlines()[:12]]
+    lines.append(f'--repeat {n}: {len(fails)} of {len(module)} tests failed at least once ({len(count)} modules, '
                  f'{len(runs)} runs)')
     return (1 if fails else 0), lines
 

@@ -181,35 +181,37 @@ class TestRunner(unittest.TestCase):
         self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
 
     def test_parallel_run_counts_every_module_and_a_dead_process_fails(self):
-        """Modules on worker processes, each run three times (--repeat 3): a module's tests' outcomes come back under
-        their ids; a module that does not import is a failed test; so is one whose worker process dies (here it exits
-        as it is given test_docs the second time: TEST_MIXER_EXIT_IN), not a gap, and the run after it gets a new
-        worker. quiet: only a run with a failure prints its output. repeated() counts each failure out of the runs,
-        with its first message."""
-        with mock.patch.dict(os.environ, {EXIT_IN_ENV: 'test_docs@2'}), \
+        """Modules on worker processes, each run twice (--repeat 2): a module's tests' outcomes come back under their
+        ids; a module that does not import is a failed test; so is one whose worker process dies (here it exits as
+        it is given test_nope the first time: TEST_MIXER_EXIT_IN), not a gap, and the run after it gets a new
+        worker; each run of a module has a process of its own (its fixtures are cached in the one it ran in, as
+        in the suite, where it runs once). quiet: only a run with a failure prints its output. repeated() counts
+        each test's failures out of its module's runs, with its first message."""
+        with mock.patch.dict(os.environ, {EXIT_IN_ENV: 'test_nope@1'}), \
                 contextlib.redirect_stdout(io.StringIO()) as printed:
-            out, fast, seconds, cpu, runs = run_parallel(['test_docs', 'test_nope'] * 3, 1, fast=False, quiet=True)
-        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0]) for t in c}
+            out, fast, seconds, cpu, runs = run_parallel(['test_docs', 'test_nope'] * 2, 1, fast=False, quiet=True)
+        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0])
+               for t in c}
         self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
         self.assertEqual({out[t] for t in ids}, {'passed'})
-        self.assertEqual((out['test_nope (its import)'], out['test_docs (its process)']), ('failed', 'failed'))
+        self.assertEqual((out['test_nope (its import)'], out['test_nope (its process)']), ('failed', 'failed'))
         self.assertEqual(tally(out, fast)[0], 1)
         self.assertLessEqual(ids, set(seconds))
         self.assertEqual(set(cpu), set(seconds))
-        self.assertEqual(sorted(name for name, _ in runs), ['test_docs'] * 3 + ['test_nope'] * 3)
-        self.assertEqual([got['outcomes'].get(min(ids)) for name, got in runs if name == 'test_docs'],
-                         ['passed', None, 'passed'])              # the third run, on a new worker, ran
-        self.assertEqual(printed.getvalue().count('== test_docs ('), 3)
+        docs = [got for name, got in runs if name == 'test_docs']
+        self.assertEqual([set(got['outcomes'].values()) for got in docs], [{'passed'}, {'passed'}])
+        self.assertNotEqual(docs[0]['pid'], docs[1]['pid'])
+        self.assertEqual(printed.getvalue().count('== test_docs ('), 2)
         self.assertIn('no test module test_nope', printed.getvalue())
-        self.assertIn('test_docs: its process ended (exit code 3)', printed.getvalue())
+        self.assertIn('test_nope: its process ended (exit code 3)', printed.getvalue())
         self.assertNotIn('test_readme_is_short', printed.getvalue())        # test_docs passed: its output not shown
-        code, lines = repeated(runs, 3)
+        code, lines = repeated(runs, 2)
         self.assertEqual(code, 1)
-        self.assertEqual(lines[0], '  3 of 3  test_nope (its import)')
+        self.assertEqual(lines[0], '  1 of 2  test_nope (its import)')
         self.assertIn('ValueError: no test module test_nope', lines[1])
-        self.assertEqual(lines[2:], ['  1 of 3  test_docs (its process)',
+        self.assertEqual(lines[2:], ['  1 of 2  test_nope (its process)',
                                      '          its process ended (exit code 3) before reporting its tests',
-                                     f'--repeat 3: 2 of {len(ids) + 2} tests failed at least once (2 modules, 6 runs)'])
+                                     f'--repeat 2: 2 of {len(ids) + 2} tests failed at least once (2 modules, 4 runs)'])
 
     def test_repeat_counts_each_test_s_failures_and_keeps_the_first_message(self):
         """repeated(): each test that failed in any run, 'K of N' and its first failure's message, the most failures
