@@ -188,7 +188,7 @@ class TestCommands(unittest.TestCase):
         def spinning(p, lines):
             seen[:] = spinners(p.pid)
             return len(seen) == 2
-        got = interrupt(['-m', 'experiments.bench', '--quick', '--tables', 'loaded', '--busy', '2', '--tries', '50'],
+        got = interrupt(['-m', 'experiments.bench', '--quick', '--tables', 'loaded', '--busy', '2', '--tries', '20'],
                         spinning, merged=True)
         assert_interrupted(self, got, 'two spinners', allow=(r'^(#|\||_|machine: )',))
         t0 = time.time()
