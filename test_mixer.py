@@ -18,6 +18,7 @@ absent, and with CI=true in the environment such a skip counts as a failure.
     python test_mixer.py --fast           # the edit loop: about a minute, in one process
     python test_mixer.py --fast test_model
     python test_mixer.py --jobs 1         # everything in this one process (a debugger's view)
+    python test_mixer.py --repeat 20 test_faults    # 20 runs: each test that failed, how often, its first message
 
 Modules run on --jobs worker processes (default 2: the project's machine has 2 cores and every test
 runs one torch thread), the slowest first, each worker taking the next module when it is free and
@@ -27,6 +28,10 @@ left; the prepared data and the tiny checkpoint the modules share are made once,
 (shared_fixtures). A worker that dies fails its module, and the next module gets a new worker. One
 module named, or --jobs 1, runs in this process. The slowest tests are listed with their wall and CPU seconds
 (on a loaded machine the wall clock counts the other processes' work; the CPU seconds do not).
+
+--repeat N hunts flakes: the modules named (default all) run N times on the worker processes, each run of a module
+in a process it has not run in (its fixtures are cached there), two never at once; only a run with a failure prints
+its output; then each test that failed in any run, its failures out of N and its first message; exit 1 if any did.
 
 --fast is the edit loop, in one process unless --jobs says otherwise: a test is stopped, and counted
 as skipped on the last line, the moment it starts a Python process (a project script's command line,
@@ -50,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import unittest
 
 from tests.common import FAST_SKIP, NO_TEXT, ROOT, python_processes_forbidden, refused_python_processes
@@ -160,18 +166,18 @@ def compilation_refused():
 
 
 class TimedResult(unittest.TextTestResult):
-    """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's
-    (its id), and the time between two classes' tests (the next class's setUpClass and the last
-    one's tearDownClass) as 'module.Class (class setup)'; and their CPU seconds in .cpu {name: s}
-    (process_cpu: what a test costs on a loaded machine, whose wall clock counts the others' work).
-    Under --fast, an error or failure of a test (or class setup) that tried to start a Python process
-    is --fast's skip: a library may wrap the SkipTest (inductor turns it into an InductorError)."""
+    """A unittest result that also records wall-clock seconds in .seconds {name: s}: each test's (its id), and the time
+    between two classes' tests (the next class's setUpClass and the last one's tearDownClass) as 'module.Class
+    (class setup)'; and their CPU seconds in .cpu {name: s} (process_cpu: what a test costs on a loaded machine,
+    whose wall clock counts the others' work); and in .messages {test id: its first failure's message (the
+    exception's type and text)}. Under --fast, an error or failure of a test (or class setup) that tried to start a
+    Python process is --fast's skip: a library may wrap the SkipTest (inductor turns it into an InductorError)."""
 
     fast = False            # main sets it for --fast: every test (and the gap before it) on the clock
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.seconds, self._stop, self._cls, self.started = {}, time.perf_counter(), None, []
+        self.seconds, self._stop, self._cls, self.started, self.messages = {}, time.perf_counter(), None, [], {}
         self.cpu, self._cpu_stop = {}, process_cpu()
         self._refused, self._stopped = refused_python_processes(), _STOPPED[0]
 
@@ -206,20 +212,32 @@ class TimedResult(unittest.TextTestResult):
             return FAST_SKIP
         return FAST_SLOW if _STOPPED[0] > self._stopped else None
 
+    def note(self, test, err):
+        """Keep the first failure's message of `test`'s unit (its exception's last line(s), `err` from exc_info)."""
+        self.messages.setdefault(unit(test), ''.join(traceback.format_exception_only(*err[:2])).strip())
+
     def addError(self, test, err):
         if self.fast_reason():
             return self.addSkip(test, self.fast_reason())
+        self.note(test, err)
         super().addError(test, err)
 
     def addFailure(self, test, err):
         if self.fast_reason():
             return self.addSkip(test, self.fast_reason())
+        self.note(test, err)
         super().addFailure(test, err)
 
     def addSubTest(self, test, subtest, err):
         if err is not None and self.fast_reason():
             return self.addSkip(subtest, self.fast_reason())
+        if err is not None:
+            self.note(test, err)
         super().addSubTest(test, subtest, err)
+
+    def addUnexpectedSuccess(self, test):
+        self.messages.setdefault(unit(test), 'passed, where it was expected to fail')
+        super().addUnexpectedSuccess(test)
 
 
 def process_cpu():
@@ -263,11 +281,12 @@ def run_quietly(*cases):
 # the total over --jobs (a module not listed counts 60 s).
 MODULE_SECONDS = {'test_compile': 157, 'test_gpu_path': 74, 'test_icl': 63, 'test_faults': 55, 'test_train': 55,
                   'test_bench': 51, 'test_retrieval': 50, 'test_scale': 47, 'test_mqar': 47, 'test_model': 40,
-                  'test_claims': 38, 'test_faults_outputs': 29, 'test_faults_experiments': 21, 'test_watch': 8,
-                  'test_represent': 6, 'test_eval_tasks': 6, 'test_corpus': 6, 'test_faults_edges': 5, 'test_look': 4,
-                  'test_runner': 3, 'test_prepare': 3, 'test_sample': 2, 'test_card': 1, 'test_convert': 1,
-                  'test_faults_convert': 1, 'test_docs': 1}
-USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [test_module ...]'
+                  'test_claims': 38, 'test_faults_outputs': 27, 'test_faults_experiments': 21, 'test_faults_ctrl_c': 19, 'test_watch': 8,
+                  'test_eval_tasks': 7, 'test_represent': 6, 'test_corpus': 6, 'test_corpus_inputs': 6,
+                  'test_faults_edges': 5, 'test_runner': 5, 'test_look': 4,
+                  'test_prepare': 3, 'test_sample': 2, 'test_card': 1, 'test_convert': 1, 'test_faults_convert': 1,
+                  'test_docs': 1}
+USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [--repeat N] [test_module ...]'
 EXIT_IN_ENV = 'TEST_MIXER_EXIT_IN'      # a module at which a worker exits at once (tests/test_runner.py: a crash)
 
 
@@ -287,34 +306,35 @@ def run_suite(suite, fast):
 def run_module(name, fast, ci):
     """Run tests/<name>.py in this process, its output (fds 1 and 2: what C code and child processes write
     too) wherever they point -> {'outcomes': {test id: outcome}, 'fast': ids --fast skipped, 'seconds':
-    {test id: s}, 'cpu': {test id: CPU s}, 'module_cpu': CPU s of the whole module, its import included}. A
-    module that does not import is one failed test, 'name (its import)', its traceback printed."""
+    {test id: s}, 'cpu': {test id: CPU s}, 'messages': {failed test id: its first failure's message},
+    'module_cpu': CPU s of the whole module, its import included, 'pid': this process's}. A module that does not
+    import is one failed test, 'name (its import)', its traceback printed."""
     cpu0 = process_cpu()
     try:
         suite = unittest.defaultTestLoader.loadTestsFromModule(test_modules([name])[0])
-    except Exception:                                   # a syntax error, a missing import: that module fails
-        import traceback
+    except Exception as e:                              # a syntax error, a missing import: that module fails
         traceback.print_exc()
         return {'outcomes': {f'{name} (its import)': 'failed'}, 'fast': [], 'seconds': {}, 'cpu': {},
-                'module_cpu': process_cpu() - cpu0}
+                'messages': {f'{name} (its import)': ''.join(traceback.format_exception_only(e)).strip()},
+                'module_cpu': process_cpu() - cpu0, 'pid': os.getpid()}
     result = run_suite(suite, fast)
     return {'outcomes': outcomes(result, ci), 'fast': sorted(fast_skipped(result)), 'seconds': result.seconds,
-            'cpu': result.cpu, 'module_cpu': process_cpu() - cpu0}
+            'cpu': result.cpu, 'messages': result.messages, 'module_cpu': process_cpu() - cpu0, 'pid': os.getpid()}
 
 
 def worker(fast, ci):
-    """python test_mixer.py --worker [--fast]: the modules named on stdin, one a line (name, a tab, path), run one
-    after another in this process (run_module), each one's output written to its path, each one's results as
-    one JSON line on stdout -> exit code 0 when stdin ends. The modules share this process, its import of
-    torch and the fixtures it caches (tests.common); stdin and stdout stay the runner's: the tests' own
-    processes get /dev/null and stderr."""
+    """python test_mixer.py --worker [--fast]: the modules named on stdin, one a line (name, path, the run's number
+    among that module's runs (--repeat), tab-separated), run one after another in this process (run_module), each
+    one's output written to its path, each one's results as one JSON line on stdout -> exit code 0 when stdin ends.
+    The modules share this process, its import of torch and the fixtures it caches (tests.common); stdin and stdout
+    stay the runner's: the tests' own processes get /dev/null and stderr."""
     commands, replies = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), 'w')
     with open(os.devnull) as devnull:
         os.dup2(devnull.fileno(), 0)
     os.dup2(2, 1)
     for line in commands:
-        name, path = line.rstrip('\n').split('\t')
-        if os.environ.get(EXIT_IN_ENV) == name:
+        name, path, run = line.rstrip('\n').split('\t')
+        if os.environ.get(EXIT_IN_ENV) in (name, f'{name}@{run}'):
             os._exit(3)
         saved = [os.dup(1), os.dup(2)]
         state = os.getcwd(), dict(os.environ), list(sys.path), {s: signal.getsignal(s) for s in (signal.SIGINT,
@@ -351,17 +371,24 @@ class Workers:
     def start(self):
         argv = [sys.executable, os.path.abspath(__file__), '--worker'] + (['--fast'] if self.fast else [])
         p = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        p.modules = set()                   # the modules it ran
         with self.lock:
             self.live.add(p)
         return p
 
-    def run(self, p, name):
-        """Module `name` on worker p (None: a new one) -> (the worker, or None if it died; output, results)."""
+    def run(self, p, name, run=1):
+        """Module `name` on worker p (None, or one that ran it already (--repeat): a new one; a module's fixtures
+        are cached in its process, as in the suite, where it runs once), its `run`-th run -> (the worker, or None
+        if it died; output, results)."""
+        if p is not None and name in p.modules:
+            self.stop(p, kill=False)
+            p = None
         p = p or self.start()
+        p.modules.add(name)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, 'output.txt')
             try:
-                p.stdin.write(f'{name}\t{path}\n')
+                p.stdin.write(f'{name}\t{path}\t{run}\n')
                 p.stdin.flush()
                 line = p.stdout.readline()
             except (BrokenPipeError, OSError):
@@ -370,8 +397,10 @@ class Workers:
         if line:
             return p, text, json.loads(line)
         self.stop(p)
-        return None, text + f'{name}: its process ended (exit code {p.returncode}) before reporting its tests\n', \
-            {'outcomes': {f'{name} (its process)': 'failed'}, 'fast': [], 'seconds': {}, 'cpu': {}, 'module_cpu': None}
+        died = f'its process ended (exit code {p.returncode}) before reporting its tests'
+        return None, text + f'{name}: {died}\n', {'outcomes': {f'{name} (its process)': 'failed'}, 'fast': [],
+                                                 'seconds': {}, 'cpu': {}, 'messages': {f'{name} (its process)': died},
+                                                 'module_cpu': None}
 
     def stop(self, p, kill=True):
         """End worker p: killed, or (kill=False) told that no module is coming and waited for."""
@@ -402,31 +431,39 @@ def shared_fixtures():
     return root
 
 
-def run_parallel(names, jobs, fast, ci=False):
-    """Every module of `names` on `jobs` worker processes (Workers), the slowest (MODULE_SECONDS) first; each
-    one's output printed whole when it ends, with the count so far, its CPU seconds and an estimate of the time
-    left -> ({test id: outcome}, ids --fast skipped, {test id: seconds}, {test id: CPU seconds}). Ctrl-C stops
-    every process."""
+def run_parallel(names, jobs, fast, ci=False, quiet=False):
+    """Every module of `names` on `jobs` worker processes (Workers), the slowest (MODULE_SECONDS) first; a name
+    given k times runs k times (--repeat), never two runs of one module at once; each run's output printed whole
+    when it ends (quiet: only a run with a failure), with the count so far, its CPU seconds and an estimate of the
+    time left -> ({test id: outcome}, ids --fast skipped, {test id: seconds}, {test id: CPU seconds}, every run's
+    results [(name, run_module's dict)] in the order they ended); of a module run more than once, the dicts hold
+    its last run's. Ctrl-C stops every process."""
     order = sorted(names, key=lambda n: -MODULE_SECONDS.get(n, 60))
     total = left = sum(MODULE_SECONDS.get(n, 60) for n in order)
-    t0, todo, done_lock, stopping = time.perf_counter(), list(reversed(order)), threading.Lock(), False
-    out, fast_ids, seconds, cpus, test_cpu, finished = {}, set(), {}, {}, {}, []
+    t0, todo, ready, stopping = time.perf_counter(), list(order), threading.Condition(), False
+    out, fast_ids, seconds, cpus, test_cpu, finished, running, runs, started = {}, set(), {}, {}, {}, [], set(), [], {}
     workers = Workers(fast)
 
     def lane():
         p = None
         while True:
-            with done_lock:
+            with ready:
+                ready.wait_for(lambda: not todo or any(n not in running for n in todo))
                 if not todo:
                     break
-                name = todo.pop()
-            p, text, got = workers.run(p, name)
-            with done_lock:
+                name = todo.pop(next(i for i, n in enumerate(todo) if n not in running))
+                running.add(name)
+                started[name] = started.get(name, 0) + 1
+            p, text, got = workers.run(p, name, started[name])
+            with ready:
                 nonlocal left
+                running.discard(name)
+                ready.notify_all()
                 if stopping:                        # Ctrl-C: the module was cut short, not failed
                     return
                 out.update(got['outcomes']), fast_ids.update(got['fast']), seconds.update(got['seconds'])
                 test_cpu.update(got['cpu'])
+                runs.append((name, got))
                 left -= MODULE_SECONDS.get(name, 60)
                 finished.append(name)
                 elapsed = time.perf_counter() - t0
@@ -434,14 +471,15 @@ def run_parallel(names, jobs, fast, ci=False):
                 cpu = got['module_cpu']
                 if cpu is not None:
                     cpus[name] = cpu
-                print(text, end='')
+                if not quiet or 'failed' in got['outcomes'].values():
+                    print(text, end='')
                 cpu = '' if cpu is None else f', {cpu:.0f} s of CPU'
                 print(f'== {name} ({len(finished)} of {len(order)} modules{cpu}): '
                       f'{tally(got["outcomes"], set(got["fast"]))[1]}; {elapsed:.0f} s so far, about {eta:.0f} s to go',
                       flush=True)
         if p:
             workers.stop(p, kill=False)
-    threads = [threading.Thread(target=lane, daemon=True) for _ in range(min(jobs, len(order)))]
+    threads = [threading.Thread(target=lane, daemon=True) for _ in range(min(jobs, len(set(order))))]
     try:
         for t in threads:
             t.start()
@@ -449,40 +487,67 @@ def run_parallel(names, jobs, fast, ci=False):
             while t.is_alive():
                 t.join(0.2)
     except KeyboardInterrupt:
-        with done_lock:
+        with ready:
             todo.clear()
             stopping = True
+            ready.notify_all()
         for p in list(workers.live):
             p.kill()
         raise
     print(f'CPU seconds a module ({sum(cpus.values()):.0f} in all): '
           + ', '.join(f'{m} {s:.0f}' for m, s in sorted(cpus.items(), key=lambda kv: -kv[1])))
-    return out, fast_ids, seconds, test_cpu
+    return out, fast_ids, seconds, test_cpu, runs
+
+
+def repeated(runs, n):
+    """--repeat `n`'s report of every run's results [(module name, run_module's dict)] -> (exit code: 1 if a test
+    failed in any run, else 0; lines: for each test that failed at least once (a module that did not import or
+    whose process died counts as one), 'K of N  test id' (N: its module's runs) and its first failure's message
+    under it, the most failures first; then a last line counting them)."""
+    fails, messages, module, count = {}, {}, {}, {}
+    for name, got in runs:
+        count[name] = count.get(name, 0) + 1
+        for test, outcome in got['outcomes'].items():
+            module[test] = name
+            if outcome == 'failed':
+                fails[test] = fails.get(test, 0) + 1
+                messages.setdefault(test, got.get('messages', {}).get(test, '(no message: see its output above)'))
+    lines = []
+    for test in sorted(fails, key=lambda t: (-fails[t], t)):
+        lines.append(f'{fails[test]:3d} of {count[module[test]]}  {test}')
+        lines += ['          ' + line for line in messages[test].splitlines()[:12]]
+    lines.append(f'--repeat {n}: {len(fails)} of {len(module)} tests failed at least once ({len(count)} modules, '
+                 f'{len(runs)} runs)')
+    return (1 if fails else 0), lines
 
 
 def main(argv):
     """Run the modules named in argv (default all); --fast: only the tests that start no Python process;
     --jobs N (default: 2, or 1 on one core): N modules at a time, on N worker processes (one module, or
-    --jobs 1: all in this process); --worker: be one of those (worker()) -> exit code. Every process the
+    --jobs 1: all in this process); --repeat N: each module N times on the worker processes, then each test
+    that failed, how often and its first message (repeated()); --worker: be one of those (worker()) -> exit
+    code. Every process the
     suite starts runs one torch thread (OMP_NUM_THREADS=1 unless set): its models are tiny, and two
     threads that wait for a core spin (the measurements: tests/common.py)."""
     if '--help' in argv or '-h' in argv:
         print(__doc__)
         return 0
-    fast, jobs, names, as_worker = False, None, [], False
+    fast, jobs, repeat, names, as_worker = False, None, None, [], False
     args = iter(argv)
     for a in args:
         if a == '--fast':
             fast = True
         elif a == '--worker':
             as_worker = True
-        elif a == '--jobs' or a.startswith('--jobs='):
-            n = a.partition('=')[2] or next(args, '')
+        elif a.partition('=')[0] in ('--jobs', '--repeat'):
+            flag, _, n = a.partition('=')
+            n = n or next(args, '')
             if not n.isdigit() or int(n) < 1:
-                print(f'test_mixer.py: error: --jobs takes a whole number of processes, at least 1 (got {n!r}); '
+                what = 'processes' if flag == '--jobs' else 'runs'
+                print(f'test_mixer.py: error: {flag} takes a whole number of {what}, at least 1 (got {n!r}); '
                       f'{USAGE}', file=sys.stderr)
                 return 2
-            jobs = int(n)
+            jobs, repeat = (int(n), repeat) if flag == '--jobs' else (jobs, int(n))
         elif a.startswith('-'):
             print(f'test_mixer.py: error: unknown option {a!r}; {USAGE}', file=sys.stderr)
             return 2
@@ -500,10 +565,10 @@ def main(argv):
         print(f'test_mixer.py: error: no test module {", ".join(unknown)} in tests/ (have: '
               f'{", ".join(module_names())})', file=sys.stderr)
         return 2
-    if jobs > 1 and len(names) > 1:
+    if repeat or jobs > 1 and len(names) > 1:
         shared = shared_fixtures()
         try:
-            out, fast_ids, seconds, cpu = run_parallel(names, jobs, fast, ci)
+            out, fast_ids, seconds, cpu, runs = run_parallel(names * (repeat or 1), jobs, fast, ci, quiet=bool(repeat))
         except KeyboardInterrupt:
             print('test_mixer.py: interrupted (Ctrl-C); every test process stopped', file=sys.stderr)
             return 130
@@ -514,6 +579,10 @@ def main(argv):
         suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromModule(m) for m in test_modules(names))
         result = run_suite(suite, fast)
         out, fast_ids, seconds, cpu = outcomes(result, ci), fast_skipped(result), result.seconds, result.cpu
+    if repeat:
+        code, lines = repeated(runs, repeat)
+        print('\n'.join(lines))
+        return code
     print('\n'.join(slowest(seconds, cpu=cpu)))
     print(by_module(seconds))
     code, line = tally(out, fast_ids)

@@ -6,12 +6,13 @@ datasets.load_dataset reads, streamed too: no cache copy), tokenized into the sa
                            --max_tokens 200000000 --out data/fineweb_edu
     python data/prepare.py --dataset corpus.jsonl --out data/mine          # a local file: text in its "text" field
 
-Documents: the --text_field of each record (None or "" skipped, counted), each followed by <|endoftext|> (its id;
-the text "<|endoftext|>" in a document is encoded as text). Validation: the dataset's own --val_split, or the
-documents held out by a seeded rule: in shard k (documents k*S .. k*S+S-1, S = --shard_docs), document i is
-held out iff numpy.random.default_rng([seed, k]).random(S)[i] < --val_fraction. --max_tokens N: the training
-documents up to the one whose tokens bring the total to N. The tokenizer and the outputs: as the text path's
-(data/outputs.py: write_tokenizer, keep_outputs, write_outputs); past 65,536 tokens the token files are uint32.
+Documents: the --text_field of each record (None, "" or whitespace only: skipped, counted), each followed by
+<|endoftext|> (its id; the text "<|endoftext|>" in a document is encoded as text). Validation: the dataset's own
+--val_split, or the documents held out by a seeded rule: in shard k (documents k*S .. k*S+S-1, S = --shard_docs),
+document i is held out iff numpy.random.default_rng([seed, k]).random(S)[i] < --val_fraction. --max_tokens N: the
+training documents up to the one whose tokens bring the total to N. The tokenizer and the outputs: as the text
+path's (data/outputs.py: write_tokenizer, keep_outputs, write_outputs); past 65,536 tokens the token files are
+uint32. Reading the source (a local file or folder, or the hub, probed first): data/source.py.
 
 Nothing lost, nothing redone: shard K of a part (PART "all", split by the held-out rule; or "val" and "train",
 the dataset's own splits) is tokenized by one of --num_proc processes into --out/shards-KEY/PART-K.npz (KEY:
@@ -31,9 +32,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
-import urllib.error
-import urllib.request
 from collections import deque
 
 import numpy as np
@@ -42,28 +40,22 @@ if __name__ == "__main__":       # before the imports that need the repository r
     print("corpus.py: error: data/prepare.py's --dataset, not a command: python data/prepare.py --help", file=sys.stderr)
     sys.exit(2)
 
-from data.outputs import VERSION, Progress, keep_outputs, write_outputs, write_tokenizer
+from data.outputs import VERSION, Progress, keep_outputs, room_for, write_outputs, write_tokenizer
+from data.source import COMPRESSED, LOCAL_FORMATS, known_docs, open_split, read_shards, source_id
 from data.tokenizer import file_sha256, load_tokenizer
-from harness.cli import remove_stale_temps, written
+from harness.cli import remove_stale_temps, write_atomic, written
 
-CORPUS_VERSION = "corpus 2"     # the shard format and the rules above: a change makes every shards folder "other"
-LOCAL_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".arrow": "arrow"}
-COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4")
+CORPUS_VERSION = "corpus 3"     # the shard format and the rules above: a change makes every shards folder "other"
 CORPUS_FLAGS = {"name": None, "split": "train", "text_field": "text", "val_split": None, "val_fraction": 0.005,
                 "seed": 0, "max_tokens": None, "num_proc": None, "shard_docs": 1024}   # --dataset's own flags
-
-
-def why(e):
-    """An exception as one short line: its type and the first line of its message."""
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
 
 
 def check_args(args):
     """Check the --dataset flags of prepare.py's parsed `args` (argparse.Namespace; their types checked there)
     -> args, --num_proc set. Raises ValueError (one line) for a corpus flag without --dataset; with it:
     --train/--valid, the text files' flags, an --out inside a --dataset folder, an empty --dataset, --split or
-    --text_field, a local path (by its form) that does not exist, --val_split equal to --split or beside
-    --val_fraction, a --val_fraction outside (0, 1)."""
+    --text_field, a local path (by its form) that does not exist, --name with a local path, --val_split equal to
+    --split or beside --val_fraction, a --val_fraction outside (0, 1)."""
     given = [f"--{k}" for k, v in CORPUS_FLAGS.items() if getattr(args, k) != v]
     if args.dataset is None:
         if given:
@@ -83,6 +75,9 @@ def check_args(args):
                  or args.dataset.lower().endswith(tuple(LOCAL_FORMATS) + COMPRESSED + (".txt",)))
     if path_like and not os.path.exists(args.dataset):
         raise ValueError(f"--dataset {args.dataset}: no such file or folder (a hub name is NAME or OWNER/NAME)")
+    if args.name is not None and os.path.exists(args.dataset):
+        raise ValueError(f"--name {args.name} names a configuration of a hub dataset; --dataset {args.dataset} is a "
+                         f"local {'folder' if os.path.isdir(args.dataset) else 'file'}: leave --name out")
     if args.val_split is not None:
         if args.val_split == args.split:
             raise ValueError(f"--val_split {args.val_split} is the training split too")
@@ -92,159 +87,6 @@ def check_args(args):
         raise ValueError(f"--val_fraction must be in (0, 1), got {args.val_fraction}")
     args.num_proc = args.num_proc or os.cpu_count() or 1
     return args
-
-
-# ----------------------------------------------------------------------------- the source
-
-def local_format(path):
-    """datasets' builder for a local file by its extension ('parquet', 'json', 'arrow'; .gz etc. looked
-    through). Raises ValueError for any other file."""
-    name = path.lower()
-    for ext in COMPRESSED:
-        name = name[:-len(ext)] if name.endswith(ext) else name
-    fmt = LOCAL_FORMATS.get(os.path.splitext(name)[1])
-    if fmt is None:
-        hint = " (a .txt of <|endoftext|>-separated stories: --train/--valid)" if name.endswith(".txt") else ""
-        raise ValueError(f"--dataset {path}: not a .parquet, .jsonl, .json or .arrow file{hint}")
-    return fmt
-
-
-def source_id(args):
-    """What identifies the corpus (a JSON dict, part of the settings): the hub name, or each local file's path
-    (relative to --dataset; hidden ones left out, as datasets leaves them), size and sha256 (read whole: about
-    3 s a GB), with --name, --split, --val_split and --text_field. Raises ValueError for a local folder without
-    files or a file of another format, OSError if one can't be read."""
-    src = {"dataset": args.dataset, "name": args.name, "split": args.split, "val_split": args.val_split,
-           "text_field": args.text_field}
-    if os.path.isfile(args.dataset):
-        local_format(args.dataset)
-        files = [(args.dataset, os.path.basename(args.dataset))]
-    elif os.path.isdir(args.dataset):
-        files = []
-        for root, dirs, names in os.walk(args.dataset):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            files += [(os.path.join(root, f), os.path.relpath(os.path.join(root, f), args.dataset))
-                      for f in sorted(names) if not f.startswith(".")]
-        if not files:
-            raise ValueError(f"--dataset {args.dataset} is a folder without files")
-    else:
-        return src
-    src["dataset"] = os.path.abspath(args.dataset)
-    src["files"] = [{"path": rel, "bytes": os.path.getsize(f), "sha256": file_sha256(f)} for f, rel in files]
-    return src
-
-
-def offline_asked():
-    """True if HF_HUB_OFFLINE or HF_DATASETS_OFFLINE asks the Hugging Face libraries to stay offline."""
-    return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE",
-                                                                                  "HF_DATASETS_OFFLINE"))
-
-
-def hub_unreachable(timeout=10):
-    """Why the Hugging Face Hub (HF_ENDPOINT) does not answer an HTTP request within `timeout` seconds (one short
-    line), or None when it answers (any status: it answered). Here and in experiments/eval_tasks.py, so that an
-    unreachable hub fails or goes offline at once instead of after the hub client's retries (about 25 s)."""
-    endpoint, result = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/"), []
-
-    def probe():
-        try:
-            urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
-        except urllib.error.HTTPError:          # a status: it answered
-            pass
-        except Exception as e:                  # URLError, a timeout, a bad proxy: all mean "not reached"
-            result.append(why(e))
-        result.append(None)
-    t = threading.Thread(target=probe, daemon=True)   # a name lookup can outlast urlopen's timeout
-    t.start()
-    t.join(timeout + 1)
-    return result[0] if result else f"no answer in {timeout:.0f} s"
-
-
-def check_hub(dataset):
-    """Raise ValueError (one line) unless the Hugging Face Hub answers (hub_unreachable). Skipped offline
-    (offline_asked: datasets then fails by itself, at once)."""
-    reason = None if offline_asked() else hub_unreachable()
-    if reason is not None:
-        raise ValueError(f"dataset {dataset} could not be reached: the Hugging Face Hub does not answer ({reason}); "
-                         "check the network, or give a local parquet, jsonl or arrow path")
-
-
-def open_split(args, split):
-    """The documents' stream of `split` of --dataset: a datasets.IterableDataset (streaming, local files too).
-    Raises ValueError (one line): a hub dataset that cannot be reached (offline, no network) or found, a
-    missing config or split, a folder datasets cannot read."""
-    local = os.path.exists(args.dataset)
-    if not local:
-        check_hub(args.dataset)
-    import datasets                       # only here: train.py and sample.py never import it
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)     # its errors come back as one line here
-    datasets.disable_progress_bars()
-    if "torch" not in sys.modules:        # else each stream imports torch (3-4 s) to share an epoch counter
-        datasets.config.TORCH_AVAILABLE = False     # with torch's DataLoader workers, which are not used here
-    try:
-        if local and os.path.isfile(args.dataset):
-            return datasets.load_dataset(local_format(args.dataset), data_files=args.dataset, split=split,
-                                         streaming=True)
-        return datasets.load_dataset(args.dataset, name=args.name, split=split, streaming=True)
-    except ConnectionError as e:
-        raise ValueError(f"dataset {args.dataset} could not be reached ({why(e)})") from None
-    except Exception as e:                 # datasets' own errors: DatasetNotFoundError, a bad config or split
-        raise ValueError(f"dataset {args.dataset}" + (f" --name {args.name}" if args.name else "")
-                         + f" --split {split} could not be opened ({why(e)})") from None
-
-
-def known_docs(args):
-    """The number of documents of a local parquet file (its metadata) or .jsonl file (its lines), for the ETA
-    -> int, or None (any other source, or a file that datasets will report bad itself)."""
-    try:
-        if os.path.isfile(args.dataset) and args.dataset.lower().endswith(".parquet"):
-            import pyarrow.parquet as pq
-            return pq.ParquetFile(args.dataset).metadata.num_rows
-        if os.path.isfile(args.dataset) and args.dataset.lower().endswith(".jsonl"):
-            with open(args.dataset, "rb") as f:        # its newlines: its lines, near enough for an ETA
-                return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
-    except Exception:
-        return None
-
-
-def read_shards(args, split, k=0, state=None):
-    """The shards of `split` from shard k, the stream resumed at `state` (a position read_shards gave, as a
-    dict; None: from the start) -> iterator of (k, docs, position): shard k's documents (list of str:
-    --text_field's values, None read as "") and the stream's position after it (a JSON str; "" if it is not
-    JSON). Raises ValueError (open_split; a missing --text_field, a value that is not text, a record that
-    cannot be read), OSError if reading fails midway (naming the shard)."""
-    ds = open_split(args, split)
-    if state is not None:
-        ds.load_state_dict(state)
-    it = iter(ds.iter(batch_size=args.shard_docs))
-    try:
-        while True:
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            except ValueError as e:       # a record that cannot be read (pyarrow's ArrowInvalid is a ValueError)
-                raise ValueError(f"{args.dataset}: shard {k} (documents from {k * args.shard_docs}) cannot be "
-                                 f"read ({why(e)})") from None
-            except Exception as e:
-                raise OSError(f"reading {args.dataset} failed at shard {k} ({why(e)}); run the same command "
-                              "again to go on from the last shard written") from None
-            if args.text_field not in batch:
-                raise ValueError(f"--text_field {args.text_field!r} is not a field of {args.dataset}; its fields: "
-                                 + ", ".join(map(repr, batch)))
-            docs = batch[args.text_field]
-            for i, d in enumerate(docs):
-                if d is not None and not isinstance(d, str):
-                    raise ValueError(f"document {k * args.shard_docs + i} of {args.dataset} has a "
-                                     f"{type(d).__name__} in {args.text_field!r}, not text")
-            try:
-                position = json.dumps(ds.state_dict())
-            except (TypeError, ValueError):
-                position = ""
-            yield k, ["" if d is None else d for d in docs], position
-            k += 1
-    finally:
-        it.close()            # now, not at exit, when pyarrow's generators print a traceback as they close
 
 
 # ----------------------------------------------------------------------------- the shards
@@ -285,7 +127,8 @@ def encode_shard(tokenizer_path, path, docs, val, position):
     (bool [n], the held-out ones), position (str: the stream's after the shard) -> the file `path` (np.savez,
     written whole): tokens (uint16, or uint32 for a vocabulary over 65,536) = each non-empty document's ids then
     <|endoftext|>, lengths (uint32 [n]: each document's tokens, 0 for an empty one), nbytes (uint64 [n]: UTF-8
-    bytes), val, position. Returns summary(). Raises OSError if writing fails."""
+    bytes), val, position. Returns summary(). Raises outputs.NoRoom naming `path` on a full disk, OSError if writing
+    fails otherwise."""
     st = os.stat(tokenizer_path)
     enc = encoding(tokenizer_path, st.st_size, st.st_mtime_ns)
     eot = np.array([enc.eot_token], dtype=np.uint32)
@@ -297,7 +140,7 @@ def encode_shard(tokenizer_path, path, docs, val, position):
             lengths[i], nbytes[i] = ids.size + 1, len(d.encode("utf-8"))
     dtype = np.uint16 if enc.n_vocab <= 65536 else np.uint32
     tokens = np.concatenate(pieces).astype(dtype) if pieces else np.zeros(0, dtype)
-    with written(path) as tmp, open(tmp, "wb") as f:
+    with room_for(path), written(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, tokens=tokens, lengths=lengths, nbytes=nbytes, val=val, position=np.array(position))
     return summary(lengths, nbytes, val)
 
@@ -402,14 +245,34 @@ def assemble(args, folder, parts, train_path, val_path):
                     st["empty"] += int((lengths[sel] == 0).sum())
                 k += 1
                 progress.update((ftrain.tell() + fval.tell()) / 1e6)
+    cut = bool(args.max_tokens) and stats["train"]["tokens"] >= args.max_tokens
     for split, st in stats.items():
         if not st["tokens"]:
-            raise ValueError(f"no {'validation' if split == 'val' else 'training'} text: " + (
-                f"the held-out rule (--val_fraction {args.val_fraction}) kept none of the "
-                f"{stats['train']['stories']} documents; give a larger --val_fraction" if split == "val" and
-                args.val_split is None else f"{args.dataset} has no non-empty document in its {split} split"))
+            raise ValueError(no_text(args, split, stats, cut))
         st["bytes_per_token"] = st["bytes"] / st["tokens"]
     return stats
+
+
+def held_all(args, n):
+    """The line of a held-out rule that left no training document of the `n` read."""
+    return (f"no training text: the held-out rule (--val_fraction {args.val_fraction}) held out all {n} documents "
+            "read; give a smaller --val_fraction")
+
+
+def no_text(args, split, stats, cut):
+    """Why split ('train' or 'val') has no token, assemble's stats {split: counts} in hand (`cut`: --max_tokens
+    stopped the reading) -> one line."""
+    if args.val_split is not None:
+        name = args.val_split if split == "val" else args.split
+        return f"no {'validation' if split == 'val' else 'training'} text: {args.dataset} has no non-empty document " \
+               f"in its {name} split"
+    if split == "train":
+        return held_all(args, stats["val"]["stories"]) if stats["val"]["stories"] else \
+            f"no training text: {args.dataset} has no non-empty document in its {args.split} split"
+    read = stats["train"]["stories"]
+    return (f"no validation text: the held-out rule (--val_fraction {args.val_fraction}) kept none of the {read} "
+            "documents" + (f" read before --max_tokens {args.max_tokens} was reached; give a larger --max_tokens "
+                           "or --val_fraction" if cut else "; give a larger --val_fraction"))
 
 
 def corpus_settings(args):
@@ -441,10 +304,21 @@ def tokenize(args, folder, parts, lock):
         tok_path = os.path.join(folder, "tokenizer.tiktoken")
         if not os.path.exists(tok_path):
             part, split = parts[-1]
-            with contextlib.closing(read_shards(args, split)) as shards, written(tok_path) as tmp:
-                training = ([d for d, held in zip(docs, held_out(args, part, k, len(docs))) if d and not held]
-                            for k, docs, _ in shards)
-                write_tokenizer(args, training, tmp, f"{args.dataset} --split {split}")
+            read = [0, 0]               # documents read (non-empty), of them held out
+
+            def training(shards):
+                for k, docs, _ in shards:
+                    held = held_out(args, part, k, len(docs))
+                    kept = np.array([bool(d) for d in docs], dtype=bool)
+                    read[0], read[1] = read[0] + int(kept.sum()), read[1] + int(held[kept].sum())
+                    yield [d for d, h in zip(docs, held) if d and not h]
+            with contextlib.closing(read_shards(args, split)) as shards, room_for(tok_path), written(tok_path) as tmp:
+                try:
+                    write_tokenizer(args, training(shards), tmp, f"{args.dataset} --split {split}")
+                except ValueError:
+                    if read[0] and read[0] == read[1]:          # text there is, all of it held out
+                        raise ValueError(held_all(args, read[0])) from None
+                    raise
 
         def submit(path, docs, val, position):
             if pool is None:
@@ -456,6 +330,27 @@ def tokenize(args, folder, parts, lock):
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+def other_shards(out, name, settings):
+    """The line refusing out's shards folder `name`, made with other settings than `settings`: when its
+    settings.json differs only in the source's files (their sizes and sha256), the corpus changed under a stopped
+    run of this very command; else it is another command's unfinished run."""
+    try:
+        with open(os.path.join(out, name, "settings.json")) as f:
+            theirs = json.load(f)
+        mine = [{**settings, "source": {**settings["source"], "files": None}}, settings["source"].get("files") or []]
+        theirs = [{**theirs, "source": {**theirs["source"], "files": None}}, theirs["source"].get("files") or []]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):      # none (older shards), or damaged
+        theirs = mine = None
+    if mine is not None and mine[0] == theirs[0]:
+        old, new = ({f.get("path"): f for f in files} for files in (theirs[1], mine[1]))
+        changed = sorted(p for p in old.keys() | new.keys() if old.get(p) != new.get(p))
+        return (f"{out} holds the shards of a stopped run of this command, made before its corpus changed "
+                f"({', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: other contents now); they cannot be "
+                "used: pass --overwrite to drop them and start again")
+    return (f"{out} holds the shards of an unfinished --dataset run of other settings ({name}): run the command that "
+            "made them again to finish it, or pass --overwrite to drop them")
 
 
 def prepare_corpus(args, lock=None):
@@ -473,12 +368,14 @@ def prepare_corpus(args, lock=None):
         return False
     others = sorted(d for d in os.listdir(args.out) if d.startswith("shards-") and d != os.path.basename(folder))
     if others and not args.overwrite:
-        raise ValueError(f"{args.out} holds the shards of an unfinished --dataset run of other settings "
-                         f"({others[0]}): run its command again to finish it, or pass --overwrite to drop them")
+        raise ValueError(other_shards(args.out, others[0], settings))
     for d in others:
         shutil.rmtree(os.path.join(args.out, d))
         print(f"prepare.py: note: removed {d}, the shards of an unfinished run of other settings", file=sys.stderr)
     os.makedirs(folder, exist_ok=True)
+    if not os.path.exists(os.path.join(folder, "settings.json")):      # what the shards were made of (other_shards)
+        with room_for(folder):
+            write_atomic(os.path.join(folder, "settings.json"), json.dumps(settings))
     remove_stale_temps(folder, "prepare.py")            # shards a killed run (or its workers) was writing
     parts = [("val", args.val_split), ("train", args.split)] if args.val_split else [("all", args.split)]
     try:

@@ -1,8 +1,10 @@
 """What both halves of data/prepare.py write, and how: the tokenizer file (this project's BPE trained on a
 sample of the text, or --tokenizer's), the output folder's four files written whole (tokenizer.tiktoken,
 train.bin, val.bin, meta.json), the keep/--overwrite rule over a folder that holds prepared data, and the
-one progress line. data/prepare.py's text files and data/corpus.py's --dataset both use them (each imports
-this module; neither imports the other's back)."""
+one progress line; a write that finds no room (NoRoom: a run that could not finish). data/prepare.py's text
+files and data/corpus.py's --dataset both use them (each imports this module; neither imports the other's back)."""
+import contextlib
+import errno
 import json
 import os
 import sys
@@ -21,6 +23,32 @@ from harness.cli import written  # noqa: E402
 
 OUTPUTS = ("tokenizer.tiktoken", "train.bin", "val.bin", "meta.json")
 VERSION = "prepare 1"       # the output format and the BPE trainer: a change here makes every --out "other"
+
+
+class NoRoom(OSError):
+    """A write that found no room (a full disk or quota, a file size limit): the run could not finish (prepare.py's
+    exit 1, not bad input's 2). str(): one line naming the file or folder. Pickled whole from a pool's worker
+    (OSError's errno and strerror)."""
+
+    def __str__(self):
+        return self.strerror
+
+
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)     # no room: only a write meets these
+
+
+@contextlib.contextmanager
+def room_for(what):
+    """Inside, an OSError of NO_ROOM raised by a write becomes NoRoom 'could not write WHAT (why)' (`what`: the
+    file's path, or 'the outputs in FOLDER'); any other exception goes through as it is."""
+    try:
+        yield
+    except NoRoom:
+        raise
+    except OSError as e:
+        if e.errno not in NO_ROOM:
+            raise
+        raise NoRoom(e.errno, f"could not write {what} ({e.strerror or e})") from None
 
 
 def bpe_sample(chunks, max_bytes):
@@ -121,8 +149,9 @@ def write_outputs(out, fill):
     in OUTPUTS' order at the end): fill(tmp) writes tmp("tokenizer.tiktoken"), tmp("train.bin") and
     tmp("val.bin") (tmp: name -> its temporary path) and returns meta.json's own entries ({"train", "val",
     ..., "settings"}); meta.json adds the tokenizer's (vocab_size, eot_id, sha256) and the token files' dtype
-    ("uint16", or "uint32" past 65,536 tokens) before them -> the meta (dict). Raises what fill raises, OSError."""
-    with written(*(os.path.join(out, name) for name in OUTPUTS)) as tmps:
+    ("uint16", or "uint32" past 65,536 tokens) before them -> the meta (dict). Raises what fill raises, OSError,
+    NoRoom (a disk that is full: room_for, naming `out`)."""
+    with room_for(f"the outputs in {out}"), written(*(os.path.join(out, name) for name in OUTPUTS)) as tmps:
         tmp = dict(zip(OUTPUTS, tmps)).get
         entries = fill(tmp)
         enc = load_tokenizer(tmp("tokenizer.tiktoken"))

@@ -44,7 +44,8 @@ import numpy as np
 from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_seed, remove_stale_temps,  # noqa: E402
                          run_command, written)
 from data.tokenizer import EOT, check_file, file_sha256, load_tokenizer, tokenizer_sha256  # noqa: E402
-from data.outputs import VERSION, Progress, keep_outputs, read_tokenizer, write_outputs, write_tokenizer  # noqa: E402
+from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, read_tokenizer, write_outputs,  # noqa: E402
+                          write_tokenizer)
 from data import corpus  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
@@ -329,7 +330,8 @@ def encode_splits(enc, streams, tmp):
 
 def main(argv=None):
     """Command line entry point (argv: list of str; None: sys.argv) -> the exit status: 0 on success,
-    2 on bad input or a failed write (one-line error), 130 on Ctrl-C (one line: cli.run_command);
+    2 on bad input, 1 on a write that found no room (a full disk: one-line error naming the file), 130 on
+    Ctrl-C (one line: cli.run_command);
     --out's outputs are left as they were unless the run succeeds."""
     return run_command("prepare.py", run, argv, kept="--out is as it was: run the same command again")
 
@@ -357,18 +359,24 @@ def prepare_text(args):
 
 def run(argv):
     """main's work on argv (list of str): check, lock --out, then its text files' (prepare_text) or --dataset's
-    work (data/corpus.py) -> 0, or 2 after a one-line error. Temporary files are removed however it stops
-    (KeyboardInterrupt included), and --out's outputs replaced only whole (write_outputs)."""
+    work (data/corpus.py) -> 0; after a one-line error 2 (bad input), or 1 (a write found no room: NO_ROOM,
+    naming the file or --out). Temporary files are removed however it stops (KeyboardInterrupt included), and
+    --out's outputs replaced only whole (write_outputs)."""
     t0 = time.time()
     lock = None
     try:
         args = parse_args(argv)
         lock = lock_out(args.out)
         remove_stale_temps(args.out, "prepare.py")      # a killed run's temporary files (cli.written's)
-        from data import corpus                         # here: corpus imports this module
         if not (corpus.prepare_corpus(args, lock) if args.dataset is not None else prepare_text(args)):
             return 0
     except (OSError, ValueError) as e:
+        if isinstance(e, OSError) and e.errno in NO_ROOM:     # a run that could not finish, not bad input
+            what = e if isinstance(e, NoRoom) else f"could not write in {args.out} ({e.strerror or e})"
+            print(f"prepare.py: error: {what}; " + ("the shards written are kept: make room and run the same command "
+                  "again to go on" if args.dataset is not None else "--out is as it was: make room and run the same "
+                  "command again"), file=sys.stderr)
+            return 1
         print(f"prepare.py: error: {e}", file=sys.stderr)
         return 2
     finally:

@@ -380,7 +380,8 @@ def bench_loaded(args):
           f'processes that only spin (`while True: pass`)._\n')
     print(md_table(['beside', 'batch', 'step on', 'tries (median ms each)', 'least', 'largest'], []), flush=True)
     for busy in dict.fromkeys((0, args.busy)):
-        spinners = [subprocess.Popen([sys.executable, '-c', SPIN, str(os.getpid())]) for _ in range(busy)]
+        spinners = [subprocess.Popen([sys.executable, '-c', SPIN, str(os.getpid())], start_new_session=True)
+                    for _ in range(busy)]       # a session of their own: Ctrl-C is bench.py's alone (no traceback each)
         try:
             time.sleep(0.5 * bool(busy))                        # the spinners started
             for batch in args.loaded_batches:

@@ -354,7 +354,7 @@ def run_claims(args):
     for note in notes:
         say(note)
     say(f'claims: done in {fmt_s(time.time() - t_start)}; table in {os.path.join(out, "claims.md")}')
-    runner.pool.shutdown()
+    runner.close()
 
 
 def training_left(args, budget_s):

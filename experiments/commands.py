@@ -18,7 +18,7 @@ import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 
-CHILD = []          # the command a pool process runs now (run_command), for runner._stop_worker
+CHILD = []          # the command a pool process runs now (run_command), for pool._stop_worker
 
 
 # Commands run by their main(argv) in the pool process, which has Python and torch started already (a new

@@ -35,6 +35,7 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 if __name__ == '__main__':       # run as a file too (python experiments/eval_tasks.py): the repository root on
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
@@ -49,7 +50,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 import sample
-from data.corpus import hub_unreachable, offline_asked
+from data.source import hub_unreachable, offline_asked
 from experiments.tasks import tinystories
 from harness import checkpoint
 from harness.cli import ArgumentParser, check_writable, device_error, failing, number, run_command, save_results
@@ -67,7 +68,12 @@ def _no_metadata_hint(record):
     return 'Custom kwargs can be passed' not in record.getMessage()
 
 
-class TooLong(ValueError):
+class BadRequest(ValueError):
+    """A request the model cannot score: an empty continuation (log-probability 0 and greedy, above any real
+    answer: lm-eval's own HFLM refuses it too), or one longer than its n_ctx (TooLong)."""
+
+
+class TooLong(BadRequest):
     """A request the model cannot read: a continuation longer than its n_ctx."""
 
 
@@ -131,7 +137,12 @@ class ProjectLM(TemplateLM):
 
     def loglikelihood(self, requests, disable_tqdm=False):
         """lm-eval's (context, continuation) requests -> [(log-probability in nats, is_greedy)] (TemplateLM's
-        encoding: the trailing-space and empty-context rules, then _loglikelihood_tokens)."""
+        encoding: the trailing-space and empty-context rules, then _loglikelihood_tokens). An empty continuation:
+        BadRequest naming its task and document."""
+        for req in requests:
+            if req.args[1] == '':
+                raise BadRequest(f'task {req.task_name!r}, document {req.doc_id}: an empty continuation (its target or '
+                                 'choice is \'\'), which would score 0 nats, above every real answer: give it text')
         with self._timed('loglikelihood', len(requests)):
             return super().loglikelihood(requests, disable_tqdm=True)
 
@@ -139,9 +150,13 @@ class ProjectLM(TemplateLM):
     def _loglikelihood_tokens(self, requests, disable_tqdm=False, label='loglikelihood requests'):
         """[(strings, context ids, continuation ids)] -> [(sum of the continuation's log-probabilities, nats;
         each continuation token the argmax)]: the last n_ctx + 1 tokens of context + continuation, all but the
-        last the input, longest first, batch_size a forward, right-padded (causal: padding changes nothing)."""
+        last the input, longest first, batch_size a forward, right-padded (causal: padding changes nothing).
+        BadRequest: a continuation of no token, or TooLong."""
         n_ctx, rows = self.max_length, []
-        for _, ctx, cont in requests:
+        for strings, ctx, cont in requests:
+            if not cont:
+                raise BadRequest(f'an empty continuation: no token of its own after the context '
+                                 f'...{(strings or [""])[0][-40:]!r}; it would score 0 nats, above every real answer')
             if len(cont) > n_ctx:
                 raise TooLong(f'a continuation of {len(cont)} tokens is longer than the model context n_ctx={n_ctx}')
             rows.append(((ctx + cont)[-(n_ctx + 1):], cont))
@@ -258,9 +273,12 @@ def train_bpb(model, enc, texts, windows, batch_size):
 def task_manager(names, include):
     """lm-eval's TaskManager that knows every name of `names`: the shipped tasks and the --include_path folders
     `include` alone when they have them all (fast), else with lm-eval's own tasks too (seconds to index).
-    Exits 2 (one line) naming a task it does not know."""
+    Exits 2 (one line) naming a task it does not know, or the file of --include_path that names it but cannot
+    be read (unreadable)."""
     from lm_eval.tasks import TaskManager
     tm = TaskManager(include_path=[TASKS_DIR, *include], include_defaults=False)
+    for name, why in unreadable(include, [n for n in names if n not in tm.all_tasks]).items():
+        fail(f'task {name!r}: {why}')
     if not set(names) <= set(tm.all_tasks):
         print('eval_tasks.py: indexing lm-eval\'s own tasks (seconds) ...', flush=True)
         tm = TaskManager(include_path=[TASKS_DIR, *include])
@@ -268,6 +286,43 @@ def task_manager(names, include):
         fail(f'unknown task {name!r}: not one of lm-eval\'s tasks, groups or tags, nor in experiments/tasks/'
              + (' or --include_path' if include else ' (pass --include_path DIR for your own task YAML files)'))
     return tm
+
+
+def unreadable(include, names):
+    """The YAML files under the --include_path folders `include` that lm-eval cannot read (its index skips them
+    without a word, so their tasks were 'unknown') and that name a task of `names` -> {name: 'FILE: why'}."""
+    import re
+    import yaml
+    from lm_eval.tasks._yaml_loader import load_yaml      # lm-eval's own reader (!function tags and all)
+    found = {}
+    for path in sorted(p for folder in include for p in Path(folder).glob('**/*.yaml')) if names else ():
+        try:
+            load_yaml(path, resolve_func=False)
+        except Exception as e:
+            if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+                why = f'not valid YAML ({e.problem} at line {e.problem_mark.line + 1})'
+            else:
+                why = f'unreadable to lm-eval ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""})'
+            text = path.read_text(errors='replace')
+            for name in names:
+                if re.search(rf'^\s*(task|group|tag)\s*:\s*["\']?{re.escape(name)}(["\'\s]|$)', text, re.M):
+                    found.setdefault(name, f'{path}, which names it, is {why}')
+    return found
+
+
+def no_dataset(tm, name):
+    """Why task `name` of TaskManager tm reads no data: its YAML has no dataset_path (nor custom_dataset nor a
+    class of its own) -> one line, or None."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+    entry = tm.task_index.get(name)
+    try:
+        cfg = load_yaml(entry.yaml_path, resolve_func=False) if entry is not None and entry.yaml_path else None
+    except Exception:
+        return None
+    if isinstance(cfg, dict) and 'task' in cfg and not {'dataset_path', 'custom_dataset', 'class'} & set(cfg):
+        return (f'task {name!r} ({entry.yaml_path}) has no dataset_path: name the data it reads (a hub dataset, or '
+                'json, csv or parquet with dataset_kwargs: data_files)')
+    return None
 
 
 @contextlib.contextmanager
@@ -304,16 +359,18 @@ def hub_access(names):
 
 
 def check_tasks(tm, names, offline):
-    """Load each task of `names` once, so that one whose data cannot be read here is named: exits 2 (one line);
-    `offline`: the hub is not reachable (hub_access), which the line says."""
+    """Load each task of `names` once, so that one whose data cannot be read here is named: exits 2 (one line: a
+    task without dataset_path says so, no_dataset); `offline`: the hub is not reachable (hub_access), which the
+    line says where the cause is one the network could remove (an OSError: a file or dataset not found, no
+    connection), not for a template's error."""
     for name in names:
         try:
             tm.load([name])
         except Exception as e:          # datasets and the hub raise many types: a missing file, no network, ...
             why = str(e).splitlines()[0][:200] if str(e) else ''
-            fail(f'task {name!r} could not be loaded ({type(e).__name__}: {why})' + (
+            fail(no_dataset(tm, name) or f'task {name!r} could not be loaded ({type(e).__name__}: {why})' + (
                  '; offline, only datasets in the local cache can be read: run it once with the network'
-                 if offline else ''))
+                 if offline and isinstance(e, OSError) else ''))
 
 
 def json_safe(results):
@@ -390,7 +447,7 @@ def evaluate_tasks(argv):
             results = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=args.limit, log_samples=False,
                                       bootstrap_iters=args.bootstrap_iters, batch_size=args.batch_size,
                                       device=args.device)
-        except TooLong as e:
+        except BadRequest as e:
             fail(str(e))
     seconds = time.perf_counter() - t0
     print(make_table(results))

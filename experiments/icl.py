@@ -359,7 +359,7 @@ def section(args, argv, name):
     except RuntimeError as e:
         fail(str(e), 'icl.py', 1)
     finally:
-        runner.pool.shutdown()
+        runner.close()
     jobs = plan['results']
     failed = sum(x['rc'] != 0 for x in jobs)
     meta = (f'`python -m experiments.icl {" ".join(argv)}`: {jobs_line(jobs, args.workers)}' +
@@ -451,7 +451,7 @@ def run_all(args):
                                     ' '.join(argv if argv is not None else sys.argv[1:]))
     print(report)
     write_report(os.path.join(out, 'icl.md'), report)
-    runner.pool.shutdown()
+    runner.close()
     for note in notes:
         say(note)
     say(f'icl: done in {fmt_s(time.time() - t0)}; report in {os.path.join(out, "icl.md")}'

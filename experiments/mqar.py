@@ -576,7 +576,7 @@ def main(argv=None):
     except RuntimeError as e:           # a step-time job failed: no ETA, no run
         fail(f'measuring the step times failed ({e})', 'mqar.py', 1)
     finally:
-        runner.pool.shutdown()
+        runner.close()
     total = len(jobs) if args.cached_only else sum(len(r) for r in grid.values())
     cached = sum(bool(r.get('cached')) for runs in grid.values() for r in runs.values())
     kinds = [row_name(k, s['fields']) for k in args.kinds]

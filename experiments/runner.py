@@ -8,9 +8,9 @@ icl.py (in-context regression models) and mqar.py (associative recall).
 Every cached job is made by job() (its folder named by a hash of all its settings and its code's
 version) and run again only when Runner.cached finds no whole result of those settings, so a killed
 experiment resumes where it stopped. Pool processes are spawned, each with `threads` torch threads: two
-1-thread runs at a time use 2 cores without the oversubscription that two 2-thread runs cause. Ctrl-C
-stops the pool's processes (and the commands they run) and exits 130 with one line; what finished stays
-cached.
+1-thread runs at a time use 2 cores without the oversubscription that two 2-thread runs cause (their
+life: experiments/pool.py). Ctrl-C stops the pool's processes (and the commands they run) and exits 130
+with one line; what finished stays cached.
 """
 
 import sys
@@ -28,15 +28,14 @@ import math
 import os
 import shutil
 import signal
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import get_context
 from typing import Any, Callable, NamedTuple, Optional
 
 from harness import cli
-from experiments.commands import CHILD, ROOT, run_command
+from experiments.commands import ROOT, run_command
+from experiments.pool import end_pool, held_interrupt, new_pool
 
 
 def say(msg):
@@ -222,34 +221,6 @@ def train_run(argv):
     return run, cfg, step
 
 
-def _stop_worker(signum, frame):
-    """SIGTERM in a pool process (Runner.stop): end the command it runs, then itself, at once."""
-    for child in list(CHILD):
-        child.kill()
-    os._exit(128 + signum)
-
-
-def _watch_parent(parent):
-    """A pool process's daemon thread: when the main process `parent` (a pid) is gone (kill -9, a
-    SIGTERM it had no handler for), end this process and its command, rather than train on unseen."""
-    while os.getppid() == parent:
-        time.sleep(1)
-    _stop_worker(signal.SIGTERM, None)
-
-
-def _pool_init(threads, parent):
-    """A pool process starts: `threads` torch threads; Ctrl-C is the main process's to handle
-    (no traceback from every worker); SIGTERM ends it and its command (_stop_worker), and so does
-    the end of the main process `parent` (its pid, given by the main process: a main process killed
-    while this one still imported would make os.getppid() here the pid that adopted it, and the
-    watcher would wait for that one; _watch_parent)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _stop_worker)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    import torch
-    torch.set_num_threads(threads)
-
-
 # ----------------------------------------------------------------------------- runs and their cache
 
 def read_log(path):
@@ -289,36 +260,38 @@ class Runner:
         self.pool = self.new_pool()
 
     def new_pool(self):
-        """A fresh pool of spawned processes (_pool_init)."""
-        return ProcessPoolExecutor(self.workers, mp_context=get_context('spawn'),
-                                   initializer=_pool_init, initargs=(self.threads, os.getpid()))
+        """A fresh pool of spawned processes (pool.new_pool)."""
+        return new_pool(self.workers, self.threads)
 
     def submit(self, fn, *args):
-        """pool.submit, with Ctrl-C ignored while it may start a pool process: the process
-        inherits that, so a Ctrl-C during its start-up is no traceback of its own."""
-        if threading.current_thread() is not threading.main_thread():    # signals are the main thread's
+        """pool.submit, Ctrl-C held while it may start a pool process (held_interrupt): the process
+        starts with SIGINT blocked, so a Ctrl-C during its start-up is no traceback of its own, and
+        this one's Ctrl-C comes when the submit is done, not lost."""
+        with held_interrupt():
             return self.pool.submit(fn, *args)
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            return self.pool.submit(fn, *args)
-        finally:
-            signal.signal(signal.SIGINT, old)
 
     def stop(self, what):
-        """Ctrl-C: end the pool's processes and the commands they run, say so in one line, exit 130.
-        A second Ctrl-C while it stops (`timeout -s INT` signals the process and its group) is ignored."""
+        """Ctrl-C: end the pool (end_pool: its processes, the commands they run and its thread), say so
+        in one line, exit 130. A second Ctrl-C while it stops (`timeout -s INT` signals the process and
+        its group) is ignored."""
         with contextlib.suppress(ValueError):                  # not the main thread: no handler to set
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        procs = list((getattr(self.pool, '_processes', None) or {}).values())
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(10)
+        end_pool(self.pool)
         print(f'{os.path.basename(sys.argv[0])}: interrupted (Ctrl-C) during {what}; the runs that finished are '
               f'cached in {self.out}: run the same command again to go on', file=sys.stderr, flush=True)
         sys.exit(130)
+
+    def close(self):
+        """The experiment is done with the pool: its processes finish their jobs and end, its thread is
+        joined (pool.shutdown(wait=True)). Ctrl-C while it waits ends the pool at once (end_pool) and goes
+        on as KeyboardInterrupt: nothing is left running for concurrent.futures' exit hook."""
+        try:
+            self.pool.shutdown(wait=True)
+        except KeyboardInterrupt:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            end_pool(self.pool)
+            raise
 
     def cached(self, job, check=True):
         """The cached result of `job` (a Job), marked 'cached': True, or None: no result.json yet, a damaged one, one of other
@@ -345,7 +318,7 @@ class Runner:
             return fut.result()
         except BrokenProcessPool as e:
             if getattr(self.pool, '_broken', False):       # once, not for each job of the broken pool
-                self.pool.shutdown(wait=False, cancel_futures=True)
+                end_pool(self.pool)
                 self.pool = self.new_pool()
             return {'rc': 1, 'line': f'its process died ({e})'}
         except Exception as e:                             # the job's own error, raised in its process

@@ -117,6 +117,19 @@ class TestAdapter(unittest.TestCase):
                 self.assertGreater(abs(got[1][0] - ll), 2e-5)      # Toeplitz and recurrent decay: 1e-4 nats
                 self.assertGreater(abs(got[2][0] - ll), 1e-3)
 
+    def test_an_empty_continuation_is_refused(self):
+        """A continuation with no token would score 0 nats and greedy, above every real answer (lm-eval's own HFLM
+        asserts there is none): BadRequest naming the task and document, after a context or with none (where
+        lm-eval's encoding failed with an IndexError); at the tokens' level too (a continuation the context's
+        tokens swallowed)."""
+        lm = self.lm('flat')
+        for ctx in ('Hello', ''):
+            with self.subTest(ctx=ctx), \
+                    self.assertRaisesRegex(eval_tasks.BadRequest, "task 'mine', document 7: .*empty"):
+                lm.loglikelihood([Instance('loglikelihood', {}, (ctx, ''), 0, metadata=('mine', 7, 1))])
+        with self.assertRaisesRegex(eval_tasks.BadRequest, 'empty'):
+            lm._loglikelihood_tokens([(('Hello', 'x'), ENC.encode('Hello'), [])])
+
     def test_an_empty_context_starts_from_endoftext(self):
         """loglikelihood('', text) is the log-probability of all of text's tokens after <|endoftext|>."""
         lm = self.lm('flat')
@@ -349,6 +362,40 @@ class TestCommand(unittest.TestCase):
                 if env is online:
                     self.assertIn('the Hugging Face Hub does not answer (OSError: staged: no network)', r.stdout)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, 'x.json')))
+
+
+    def test_a_task_file_that_cannot_be_read_is_named(self):
+        """--include_path tasks lm-eval cannot use, each one line naming the cause, exit 2, no offline advice (the
+        hub does not answer here, HF_HUB_OFFLINE: the advice is for data the network could give): a YAML syntax
+        error (lm-eval skips the file: it was 'unknown task'), no dataset_path (a TypeError), a template error,
+        an empty answer (a target of '')."""
+        docs = os.path.join(self.tmp, 'qa.jsonl')
+        with open(docs, 'w') as f:
+            f.write(json.dumps({'q': 'Once upon a', 'a': 'time', 'e': ''}) + '\n')
+        head = f'dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {docs}\ntest_split: test\n'
+        cases = {'broken': (f'task: broken\n{head}output_type: loglikelihood\ndoc_to_text: "q\ndoc_to_target: "a"\n',
+                            ['broken.yaml', 'not valid YAML', 'line 9']),
+                 'no_path': ('task: no_path\noutput_type: loglikelihood\ntest_split: test\ndoc_to_text: "q"\n'
+                             'doc_to_target: "a"\n', ['no dataset_path']),
+                 'template': (f'task: template\n{head}output_type: loglikelihood\ndoc_to_text: "{{{{q"\n'
+                              'doc_to_target: "a"\n', ['TemplateSyntaxError']),
+                 'empty_answer': (f'task: empty_answer\n{head}output_type: loglikelihood\ndoc_to_text: "q"\n'
+                                  'doc_to_target: "e"\n', ["task 'empty_answer'", 'empty'])}
+        for name, (yaml_text, words) in cases.items():
+            folder = os.path.join(self.tmp, 'cases', name)
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f'{name}.yaml'), 'w') as f:
+                f.write(f'{yaml_text}metric_list:\n  - metric: acc\n    aggregation: mean\n'
+                        '    higher_is_better: true\n')
+            with self.subTest(name):
+                r = self.run_eval('--tasks', name, '--include_path', folder, '--output',
+                                  os.path.join(self.tmp, f'{name}.json'))
+                self.assertEqual(r.returncode, 2, r.stderr[-2000:])
+                lines = error_lines(r.stderr, allow=(r'(examples/s|it/s)\]$',))     # datasets' and lm-eval's bars
+                self.assertEqual(len(lines), 1, r.stderr)
+                for w in words:
+                    self.assertIn(w, lines[0])
+                self.assertNotIn('offline', lines[0])
 
 
 if __name__ == '__main__':

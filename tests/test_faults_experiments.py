@@ -129,7 +129,7 @@ class TestCacheKeys(unittest.TestCase):
                 again = runner.map(echo_job, [a, damaged, a2], 'second')
                 cached = runner.map(echo_job, [a, a2], 'third')
         finally:
-            runner.pool.shutdown()
+            runner.close()
         self.assertEqual(runner.ran, 2 + 3)                   # all three ran again: none was taken as done
         self.assertEqual([r.get('cached') for r in again], [None, None, None])
         self.assertEqual([r.get('cached') for r in cached], [True, True])
@@ -161,7 +161,7 @@ class TestCacheKeys(unittest.TestCase):
                 missing.discard(chain[0].dir)                    # a's state is whole, b's is gone
                 (again,) = runner.chains(echo_job, [chain], 'the last job again')
         finally:
-            runner.pool.shutdown()
+            runner.close()
         self.assertEqual(runner.ran, 3 + 2)                      # c, and b whose state c reads
         self.assertEqual([r.get('cached') for r in again], [True, None, None])
         self.assertEqual(sum(l.startswith('warning') for l in err.getvalue().splitlines()), 1, err.getvalue())
@@ -438,7 +438,7 @@ class TestCtrlC(unittest.TestCase):
         self.assertIn('| flat | 0.', r.stdout)
 
     def test_a_killed_main_process_leaves_no_pool_process_training(self):
-        """kill -9 of the main process: its pool process ends within seconds (runner._watch_parent) rather than
+        """kill -9 of the main process: its pool process ends within seconds (pool._watch_parent) rather than
         training on with no one to read its result, whether it was busy with a job (killed 3 s after it loaded
         torch) or still importing (killed the moment it loads torch's library: it then learnt its parent's pid
         after the kill, and waited for the process that adopted it; on a loaded machine the first case was

@@ -3,7 +3,7 @@ tests/test_faults.py, tests/faults.py): python test_mixer.py test_faults_outputs
 
     TestCachesAndOutputs prepare.py's stale temporary files, its lock and Ctrl-C; the runner's
                          damaged caches and torn logs; write_atomic; retrieval's --json failing
-                         at the end and its cache failing; Ctrl-C during claims' pool
+                         at the end and its cache failing (Ctrl-C during claims' pool: test_faults_ctrl_c)
     TestWritten          cli.written (an output whole, or as it was; the umask's modes) and
                          remove_stale_temps (a killed process's temporaries; an old folder put back)
     TestDistributed      slow (about 30 s): two gloo ranks under torchrun, one stopped (SIGSTOP)
@@ -30,7 +30,7 @@ from unittest import mock
 import torch
 
 from tests.common import run, run_in_process
-from tests.faults import (ENV, LINUX, TINY, Base, alive, ckpt_step, error_lines, hashes, interrupt_pool, kill_session,
+from tests.faults import (ENV, LINUX, TINY, Base, alive, ckpt_step, error_lines, hashes, kill_session,
                           popen, write)
 
 
@@ -87,7 +87,7 @@ class TestCachesAndOutputs(Base):
 
     def test_runner_reruns_a_job_whose_cached_result_is_damaged(self):
         """A torn result.json: one warning line, the job runs again and its result is cached whole. (The pool
-        process ignores Ctrl-C: the main process handles it, test_ctrl_c_during_the_claims_pool.)"""
+        process ignores Ctrl-C: the main process handles it, test_faults_ctrl_c.)"""
         from experiments.runner import Runner, job as make_job
         out = os.path.join(self.f.tmp, 'runner')
         j = make_job(out, 'job', ['a'], 1.0, 'v1')
@@ -98,7 +98,7 @@ class TestCachesAndOutputs(Base):
             with contextlib.redirect_stderr(err):
                 res = runner.map(cached_job, [j], 'test')
         finally:
-            runner.pool.shutdown()
+            runner.close()
         self.assertEqual(res[0]['ran'], ['a'])
         self.assertTrue(res[0]['sigint_ignored'])
         warnings = [l for l in err.getvalue().splitlines() if 'warning' in l]
@@ -120,7 +120,7 @@ class TestCachesAndOutputs(Base):
             with contextlib.redirect_stderr(err):
                 (a1, a2), (b1,) = runner.chains(failing_job, jobs, 'test')
         finally:
-            runner.pool.shutdown()
+            runner.close()
         self.assertEqual((a1['rc'], a2['rc'], b1['rc']), (1, 1, 0))
         self.assertIn('OSError', a1['line'])
         self.assertIn('No space left on device', a1['line'])
@@ -239,17 +239,6 @@ class TestCachesAndOutputs(Base):
             retrieval.save_cache(os.path.join(self.f.bad, 'cache', 'x.pt'), {'query': torch.zeros(1)})
         self.assertEqual(len(error_lines(err.getvalue())), 1, err.getvalue())
         self.assertIn('going on without it', err.getvalue())
-
-    @unittest.skipUnless(LINUX, 'reads /proc')
-    def test_ctrl_c_during_the_claims_pool(self):
-        """SIGINT to the group while claims --quick calibrates on its pool: exit 130 and one line after the
-        interrupt (the progress lines before it are claims' own), no traceback from any worker, the
-        runs stopped (not left to finish: a full run's would take minutes) and no process left."""
-        out = os.path.join(self.f.tmp, 'claims_ctrl_c')
-        interrupt_pool(self, ['-m', 'experiments.claims', '--quick', '--models', 'flat', '--data_dir', self.f.data,
-                              '--out', out], 'runs, about', settle=0.2)     # settle: the workers are starting
-        finished = glob.glob(os.path.join(out, 'calibration', '*', 'result.json'))
-        self.assertEqual(finished, [], 'the pool was left to finish its runs after Ctrl-C, not stopped')
 
 
 # ----------------------------------------------------------------------------- two ranks (slow)

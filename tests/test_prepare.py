@@ -4,6 +4,7 @@ Part of the suite run by python test_mixer.py (or alone: python test_mixer.py te
 Real text comes from $TINYSTORIES_DIR or ../shared/data/tinystories (skipped if absent).
 """
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -353,7 +354,7 @@ class TestPrepareCLI(unittest.TestCase):
             calls.append(1)
             if len(calls) == 2:
                 out.write(b"\0" * 6)                 # half-written
-                raise OSError("disk full (simulated)")
+                raise OSError(errno.ENOSPC, "No space left on device (simulated)")
             return real_encode(enc, stream, out, **kw)
 
         err = io.StringIO()
@@ -361,8 +362,9 @@ class TestPrepareCLI(unittest.TestCase):
                 contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             rc = prepare.main(["--train", train, "--valid", valid, "--out", self.out,
                                "--vocab_size", str(self.V + 10), "--overwrite"])
-        self.assertEqual(rc, 2)
-        self.assertIn("disk full", err.getvalue())
+        self.assertEqual(rc, 1)                         # a run that could not finish, naming --out
+        self.assertIn(f"could not write the outputs in {self.out} (No space left on device (simulated)); --out is as "
+                      "it was", err.getvalue())
         after = {n: read_bytes(os.path.join(self.out, n)) for n in os.listdir(self.out)}
         self.assertEqual(after, before)
 

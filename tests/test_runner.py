@@ -1,6 +1,7 @@
 """The suite's runner itself (test_mixer.py): it finds every module, refuses unknown ones, counts every test
 once, CI cannot pass by skipping, --fast skips what starts a Python process or runs past its clock, a
-parallel run counts every module and a dead process fails, and the times it reports add up.
+parallel run counts every module and a dead process fails, --repeat counts each test's failures and keeps
+its first message, and the times it reports add up.
 
     python test_mixer.py test_runner
 """
@@ -9,12 +10,13 @@ import contextlib
 import io
 import os
 import signal
+import threading
 import time
 import unittest
 from unittest import mock
 
-from test_mixer import (EXIT_IN_ENV, FAST_SECONDS, FAST_SLOW, TESTS, TimedResult, by_module, fast_clock, run_parallel,
-                        run_quietly, slowest, summarize, tally, test_modules)
+from test_mixer import (EXIT_IN_ENV, FAST_SECONDS, FAST_SLOW, TESTS, TimedResult, Workers, by_module, fast_clock,
+                        repeated, run_parallel, run_quietly, slowest, summarize, tally, test_modules)
 from tests.common import FAST_SKIP, NO_TEXT, python_processes_forbidden
 
 
@@ -179,22 +181,95 @@ class TestRunner(unittest.TestCase):
         self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
 
     def test_parallel_run_counts_every_module_and_a_dead_process_fails(self):
-        """Modules on worker processes: a module's tests' outcomes come back under their ids; a module that does
-        not import is a failed test; so is one whose worker process dies (here it exits as it is given
-        test_sample: TEST_MIXER_EXIT_IN), not a gap, and the module after it gets a new worker."""
-        with mock.patch.dict(os.environ, {EXIT_IN_ENV: 'test_sample'}), \
+        """Modules on worker processes, each run twice (--repeat 2): a module's tests' outcomes come back under their
+        ids; a module that does not import is a failed test; so is one whose worker process dies (here it exits as
+        it is given test_nope the first time: TEST_MIXER_EXIT_IN), not a gap, and the run after it gets a new
+        worker; each run of a module has a process of its own (its fixtures are cached in the one it ran in, as
+        in the suite, where it runs once). quiet: only a run with a failure prints its output. repeated() counts
+        each test's failures out of its module's runs, with its first message."""
+        with mock.patch.dict(os.environ, {EXIT_IN_ENV: 'test_nope@1'}), \
                 contextlib.redirect_stdout(io.StringIO()) as printed:
-            out, fast, seconds, cpu = run_parallel(['test_docs', 'test_nope', 'test_sample'], 1, fast=False)
-        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0]) for t in c}
+            out, fast, seconds, cpu, runs = run_parallel(['test_docs', 'test_nope'] * 2, 1, fast=False, quiet=True)
+        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0])
+               for t in c}
         self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
         self.assertEqual({out[t] for t in ids}, {'passed'})
-        self.assertEqual((out['test_nope (its import)'], out['test_sample (its process)']), ('failed', 'failed'))
+        self.assertEqual((out['test_nope (its import)'], out['test_nope (its process)']), ('failed', 'failed'))
         self.assertEqual(tally(out, fast)[0], 1)
         self.assertLessEqual(ids, set(seconds))
         self.assertEqual(set(cpu), set(seconds))
-        self.assertIn('== test_docs (', printed.getvalue())
+        docs = [got for name, got in runs if name == 'test_docs']
+        self.assertEqual([set(got['outcomes'].values()) for got in docs], [{'passed'}, {'passed'}])
+        self.assertNotEqual(docs[0]['pid'], docs[1]['pid'])
+        self.assertEqual(printed.getvalue().count('== test_docs ('), 2)
         self.assertIn('no test module test_nope', printed.getvalue())
-        self.assertIn('test_sample: its process ended (exit code 3)', printed.getvalue())
+        self.assertIn('test_nope: its process ended (exit code 3)', printed.getvalue())
+        self.assertNotIn('test_readme_is_short', printed.getvalue())        # test_docs passed: its output not shown
+        code, lines = repeated(runs, 2)
+        self.assertEqual(code, 1)
+        self.assertEqual(lines[0], '  1 of 2  test_nope (its import)')
+        self.assertIn('ValueError: no test module test_nope', lines[1])
+        self.assertEqual(lines[2:], ['  1 of 2  test_nope (its process)',
+                                     '          its process ended (exit code 3) before reporting its tests',
+                                     f'--repeat 2: 2 of {len(ids) + 2} tests failed at least once (2 modules, 4 runs)'])
+
+    def test_repeat_counts_each_test_s_failures_and_keeps_the_first_message(self):
+        """repeated(): each test that failed in any run, 'K of N' and its first failure's message, the most failures
+        first; exit 1; none failed: only the count line, exit 0. The messages come from TimedResult: a failure's,
+        an error's and a failed subtest's first, none for a test that passed or skipped."""
+        class Fake(unittest.TestCase):
+            def test_fails(self):
+                self.assertEqual(1, 2, 'one is not two')
+
+            def test_raises(self):
+                raise OSError('disk full')
+
+            def test_subtests(self):
+                for i in range(3):
+                    with self.subTest(i=i):
+                        self.assertEqual(i, 0, f'subtest {i}')
+
+            def test_passes(self):
+                pass
+
+            def test_skips(self):
+                self.skipTest('needs CUDA')
+        messages = run_quietly(Fake).messages
+        name = f'{__name__}.{Fake.__qualname__}'
+        self.assertEqual(messages, {f'{name}.test_fails': 'AssertionError: 1 != 2 : one is not two',
+                                    f'{name}.test_raises': 'OSError: disk full',
+                                    f'{name}.test_subtests': 'AssertionError: 1 != 0 : subtest 1'})
+        runs = [('m', {'outcomes': {'a': 'passed', 'b': 'failed', 'c': 'skipped'}, 'messages': {'b': 'E: first b'}}),
+                ('m', {'outcomes': {'a': 'failed', 'b': 'failed', 'c': 'skipped'},
+                       'messages': {'a': 'E: a\nits second line', 'b': 'E: second b'}}),
+                ('m', {'outcomes': {'a': 'passed', 'b': 'passed', 'c': 'skipped'}, 'messages': {}})]
+        self.assertEqual(repeated(runs, 3), (1, ['  2 of 3  b', '          E: first b', '  1 of 3  a', '          E: a',
+                                                 '          its second line',
+                                                 '--repeat 3: 2 of 3 tests failed at least once (1 modules, 3 runs)']))
+        self.assertEqual(repeated(runs[2:], 1),
+                         (0, ['--repeat 1: 0 of 3 tests failed at least once (1 modules, 1 runs)']))
+
+    def test_two_runs_of_one_module_never_overlap(self):
+        """--repeat's runs of one module wait for each other (its tests may share a fixture's path), while another
+        module takes the free worker: every run of a module starts after its previous one ended. Workers.run stood in
+        by a stand-in that records when each run starts and ends (no process)."""
+        events, lock = [], threading.Lock()
+
+        def fake_run(self, p, name, run=1):
+            with lock:
+                events.append(('start', name, run))
+            time.sleep(0.1)
+            with lock:
+                events.append(('end', name, run))
+            return None, '', {'outcomes': {f'{name}.t': 'passed'}, 'fast': [], 'seconds': {}, 'cpu': {},
+                              'messages': {}, 'module_cpu': None}
+        with mock.patch.object(Workers, 'run', fake_run), contextlib.redirect_stdout(io.StringIO()):
+            runs = run_parallel(['test_a'] * 3 + ['test_b'] * 2, 2, fast=False, quiet=True)[4]
+        self.assertEqual(len(runs), 5)
+        for name, n in (('test_a', 3), ('test_b', 2)):
+            mine = [(kind, run) for kind, m, run in events if m == name]
+            self.assertEqual(mine, [(kind, r) for r in range(1, n + 1) for kind in ('start', 'end')], events)
+        self.assertIn(('start', 'test_b', 1), events[:events.index(('end', 'test_a', 1))], 'a worker stood idle')
 
     def test_class_setup_time_is_counted(self):
         """A class's setup time is its own entry, not its first test's: timed on a clock that only the setup
