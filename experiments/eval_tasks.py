@@ -52,7 +52,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 import sample
 from data.source import hub_unreachable, offline_asked
 from experiments.tasks import tinystories
-from harness import checkpoint
+from harness import checkpoint, machine
 from harness.cli import ArgumentParser, check_writable, device_error, failing, number, run_command, save_results
 
 fail = failing('eval_tasks.py')
@@ -97,14 +97,15 @@ class ProjectLM(TemplateLM):
     """lm-eval's LM over a mixer.LanguageModel (eval mode, on its device) and its tiktoken.Encoding `enc`:
     loglikelihood, loglikelihood_rolling and generate_until (the module's docstring says how each reads
     its text), batch_size sequences a forward or a decoder. max_length is the model's n_ctx. `stats`: for
-    each request kind, [requests, seconds, CPU seconds] so far. A continuation longer than n_ctx tokens:
-    TooLong (a ValueError)."""
+    each request kind, [requests, seconds, CPU seconds] so far. `threads`: the CPU's threads, chosen as
+    train.py chooses them by the forwards' seconds a token (machine.thread_choice; OMP_NUM_THREADS fixes
+    them). A continuation longer than n_ctx tokens: TooLong (a ValueError)."""
 
     def __init__(self, model, enc, batch_size=16, max_gen_toks=256):
         super().__init__()
         self.model, self.enc, self.batch_size, self.max_gen_toks = model, enc, batch_size, max_gen_toks
         self._device = next(model.parameters()).device       # LM.device reads it
-        self.stats = {}
+        self.stats, self.threads = {}, machine.thread_choice(cuda=self._device.type == 'cuda')
 
     @property
     def eot_token_id(self):
@@ -168,7 +169,9 @@ class ProjectLM(TemplateLM):
             x = torch.zeros(len(batch), width, dtype=torch.long)
             for r, i in enumerate(batch):
                 x[r, :len(rows[i][0]) - 1] = torch.tensor(rows[i][0][:-1])
+            started = time.perf_counter()
             logits = self.model(x.to(self.device))[0]
+            self.threads.stepped(time.perf_counter() - started, x.numel())     # the CPU's threads, as measured
             for r, i in enumerate(batch):
                 whole, cont = rows[i]
                 n = len(whole) - 1                      # the input's length: its last len(cont) logits score cont

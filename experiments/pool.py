@@ -11,7 +11,6 @@ if __name__ == '__main__':       # not a command, run as a file or with -m: said
           'experiments.mqar --help', file=sys.stderr)
     sys.exit(2)
 
-import contextlib
 import os
 import signal
 import threading
@@ -27,30 +26,6 @@ def new_pool(workers, threads):
     threads (spawned: a fresh interpreter, no state forked from this one)."""
     return ProcessPoolExecutor(workers, mp_context=get_context('spawn'), initializer=_pool_init,
                                initargs=(threads, os.getpid()))
-
-
-@contextlib.contextmanager
-def held_interrupt():
-    """Ctrl-C held while the block runs in the main thread (elsewhere no signal handler can be set: the
-    block runs as it is), then given to SIGINT's handler (the command's: KeyboardInterrupt; ignored: nothing).
-    SIGINT is blocked in this thread meanwhile, and a process started inside inherits that (its handler
-    reset by exec, its mask kept): a Ctrl-C to the group during its start-up waits in it until it chooses
-    (_pool_init ignores it). Where ignoring SIGINT for the block instead would drop this process's Ctrl-C
-    without a trace."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got = []
-    old = signal.signal(signal.SIGINT, lambda *a: got.append(1))     # delivered to another thread: run here
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, 'pthread_sigmask') else None
-    try:
-        yield
-    finally:
-        if mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)          # one held meanwhile comes now: got
-        signal.signal(signal.SIGINT, old)
-        if got:
-            signal.raise_signal(signal.SIGINT)
 
 
 def end_pool(pool, timeout=10):
@@ -91,11 +66,11 @@ def _watch_parent(parent):
 def _pool_init(threads, parent):
     """A pool process starts: `threads` torch threads; Ctrl-C is the main process's to handle
     (no traceback from every worker: ignored here, and held until here, as Runner.submit started it
-    with SIGINT blocked); SIGTERM ends it and its command (_stop_worker), and so does
+    with SIGINT blocked: cli.deferred_interrupt); SIGTERM ends it and its command (_stop_worker), and so does
     the end of the main process `parent` (its pid, given by the main process: a main process killed
     while this one still imported would make os.getppid() here the pid that adopted it, and the
     watcher would wait for that one; _watch_parent)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # a Ctrl-C held since its start (held_interrupt) is dropped
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # a Ctrl-C held since its start (deferred_interrupt) is dropped
     if hasattr(signal, 'pthread_sigmask'):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, _stop_worker)

@@ -35,7 +35,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from harness import cli
 from experiments.commands import ROOT, run_command
-from experiments.pool import end_pool, held_interrupt, new_pool
+from experiments.pool import end_pool, new_pool
 
 
 def say(msg):
@@ -264,10 +264,10 @@ class Runner:
         return new_pool(self.workers, self.threads)
 
     def submit(self, fn, *args):
-        """pool.submit, Ctrl-C held while it may start a pool process (held_interrupt): the process
+        """pool.submit, Ctrl-C held while it may start a pool process (cli.deferred_interrupt): the process
         starts with SIGINT blocked, so a Ctrl-C during its start-up is no traceback of its own, and
         this one's Ctrl-C comes when the submit is done, not lost."""
-        with held_interrupt():
+        with cli.deferred_interrupt():
             return self.pool.submit(fn, *args)
 
     def stop(self, what):

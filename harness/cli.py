@@ -135,20 +135,26 @@ def run_command(prog, work, *args, kept=None, exits=False):
 
 @contextlib.contextmanager
 def deferred_interrupt():
-    """Ctrl-C waits for the end of the block, then raises KeyboardInterrupt (train.py's checkpoint and the
-    step it holds are recorded together). Outside the main thread, where no signal handler can be set,
-    the block runs as it is."""
+    """Ctrl-C held while the block runs, then given to SIGINT's handler as it was (the command's:
+    KeyboardInterrupt, after the block; ignored, as in a pool process: nothing): train.py's checkpoint and the
+    step it holds are recorded together, and the experiments' pool starts a process whole. SIGINT is blocked
+    in this thread meanwhile, and a process started inside inherits that (its handler reset by exec, its
+    mask kept): a Ctrl-C to the group during its start-up waits in it until it chooses (a pool process
+    ignores it). Outside the main thread, where no signal handler can be set, the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     got = []
-    old = signal.signal(signal.SIGINT, lambda *a: got.append(1))
+    old = signal.signal(signal.SIGINT, lambda *a: got.append(1))     # delivered to another thread: run here
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, 'pthread_sigmask') else None
     try:
         yield
     finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)          # one held meanwhile comes now: got
         signal.signal(signal.SIGINT, old)
         if got:
-            raise KeyboardInterrupt
+            signal.raise_signal(signal.SIGINT)
 
 
 class ArgumentParser(argparse.ArgumentParser):

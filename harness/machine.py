@@ -210,8 +210,7 @@ def setup_device(cfg):
         except (RuntimeError, ValueError) as e:
             fail(f'device {dev}: {str(e).splitlines()[0]}')
     dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
-    omp = os.environ.get('OMP_NUM_THREADS') if 'LOCAL_WORLD_SIZE' not in os.environ else None   # torchrun sets 1
-    threads = ThreadChoice(fixed=torch.get_num_threads() if cuda else cfg.get('threads') or (omp and int(omp)))
+    threads = thread_choice(cfg.get('threads'), cuda)
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -272,6 +271,13 @@ def idle_cores():
         return None
     idle = ticks[3] + ticks[4] - last[3] - last[4]
     return idle / (sum(ticks) - sum(last)) * (os.cpu_count() or 1)
+
+
+def thread_choice(fixed=None, cuda=False):
+    """This process's ThreadChoice: fixed at `fixed` (a --threads flag), or at OMP_NUM_THREADS where the user set
+    it (not torchrun's default 1), else chosen; with work on CUDA torch's threads as they are."""
+    omp = os.environ.get('OMP_NUM_THREADS', '') if 'LOCAL_WORLD_SIZE' not in os.environ else ''
+    return ThreadChoice(fixed=torch.get_num_threads() if cuda else fixed or (int(omp) if omp.isdigit() else None))
 
 
 class ThreadChoice:

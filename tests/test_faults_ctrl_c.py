@@ -45,14 +45,15 @@ class TestPool(unittest.TestCase):
     loses no Ctrl-C."""
 
     def test_a_ctrl_c_while_a_pool_process_starts_is_held_not_lost(self):
-        """pool.held_interrupt (Runner.submit's): a SIGINT inside the block raises KeyboardInterrupt when it
-        ends, not before, and a process started inside starts with SIGINT blocked (its start-up is no traceback;
-        its pool initializer then ignores it)."""
-        from experiments.pool import held_interrupt
+        """cli.deferred_interrupt (Runner.submit's, train.py's save): a SIGINT inside the block raises
+        KeyboardInterrupt when it ends, not before, and a process started inside starts with SIGINT blocked (its
+        start-up is no traceback; its pool initializer then ignores it); with SIGINT ignored (a pool process
+        saving a checkpoint) it is ignored after the block too."""
+        from harness.cli import deferred_interrupt
         self.addCleanup(signal.signal, signal.SIGINT, signal.signal(signal.SIGINT, signal.default_int_handler))
         steps = []
         with self.assertRaises(KeyboardInterrupt):
-            with held_interrupt():
+            with deferred_interrupt():
                 os.kill(os.getpid(), signal.SIGINT)
                 status = subprocess.run(['cat', '/proc/self/status'], capture_output=True, text=True).stdout
                 steps.append('after the signal')
@@ -60,6 +61,11 @@ class TestPool(unittest.TestCase):
         blocked = int(next(l for l in status.splitlines() if l.startswith('SigBlk:')).split()[1], 16)
         self.assertTrue(blocked >> (signal.SIGINT - 1) & 1, status)
         self.assertFalse(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []), 'SIGINT left blocked')
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with deferred_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append('ignored')
+        self.assertEqual((steps[-1], signal.getsignal(signal.SIGINT)), ('ignored', signal.SIG_IGN))
 
     def test_ctrl_c_at_every_moment_of_the_pool(self):
         """SIGINT (once, or twice 50 ms apart as `timeout -s INT` sends it) at each of POOL_MOMENTS of

@@ -11,7 +11,7 @@ from unittest import mock
 import torch
 
 from harness import machine
-from tests.common import prepared_data, read_log, run_in_process
+from tests.common import prepared_data, read_log, run_in_process, tiny_model
 
 
 class FakeMachine:
@@ -89,6 +89,24 @@ class TestThreadChoice(unittest.TestCase):
     def test_candidates_are_powers_of_two_and_the_cores(self):
         self.assertEqual(machine.ThreadChoice(cores=6).candidates, [1, 2, 4, 6])
         self.assertEqual(machine.ThreadChoice(cores=2).candidates, [1, 2])
+
+
+class TestEvalTasksThreads(unittest.TestCase):
+
+    def test_eval_tasks_chooses_as_train_does(self):
+        """experiments.eval_tasks' model (ProjectLM) holds a ThreadChoice over the process's cores (OMP_NUM_THREADS
+        unset) and feeds it each forward's seconds a token: work = the batch's tokens; OMP_NUM_THREADS fixes it."""
+        from experiments import eval_tasks
+        self.addCleanup(torch.set_num_threads, torch.get_num_threads())
+        env = {k: v for k, v in os.environ.items() if k != 'OMP_NUM_THREADS'}
+        with mock.patch.dict(os.environ, env, clear=True), mock.patch.object(machine, 'cpu_share', return_value=2):
+            lm = eval_tasks.ProjectLM(tiny_model('flat'), None, batch_size=2)
+        self.assertEqual(lm.threads.candidates, [1, 2])
+        works = []
+        with mock.patch.object(lm.threads, 'stepped', lambda seconds, work=1.0: works.append(work)):
+            lm._loglikelihood_tokens([(None, [1, 2, 3], [4, 5]), (None, [1], [2]), (None, [1, 2], [3])])
+        self.assertEqual(works, [2 * 4, 1 * 1])           # two forwards, longest first: [2, 4] (padded) and [1, 1]
+        self.assertEqual(eval_tasks.ProjectLM(tiny_model('flat'), None).threads.candidates, [])   # OMP_NUM_THREADS=1
 
 
 class TestTrainPyThreads(unittest.TestCase):
