@@ -355,8 +355,11 @@ def worker(fast, ci):
                 sys.path[:] = state[2]
                 for sig, handler in state[3].items():
                     signal.signal(sig, handler)
-        replies.write(json.dumps(got) + '\n')
-        replies.flush()
+        try:
+            replies.write(json.dumps(got) + '\n')
+            replies.flush()
+        except BrokenPipeError:                  # the runner is gone (killed): no one to tell, and no traceback
+            os._exit(0)
     return 0
 
 

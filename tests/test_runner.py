@@ -15,6 +15,8 @@ import time
 import unittest
 from unittest import mock
 
+import test_mixer
+
 from test_mixer import (EXIT_IN_ENV, FAST_SECONDS, FAST_SLOW, TESTS, TimedResult, Workers, by_module, fast_clock,
                         repeated, run_parallel, run_quietly, slowest, summarize, tally, test_modules)
 from tests.common import FAST_SKIP, NO_TEXT, python_processes_forbidden
@@ -212,6 +214,21 @@ class TestRunner(unittest.TestCase):
         self.assertEqual(lines[2:], ['  1 of 2  test_nope (its process)',
                                      '          its process ended (exit code 3) before reporting its tests',
                                      f'--repeat 2: 2 of {len(ids) + 2} tests failed at least once (2 modules, 4 runs)'])
+
+    def test_a_worker_whose_runner_is_gone_ends_without_a_traceback(self):
+        """A worker whose runner was killed (SIGTERM, kill -9) finishes its module and finds no one to reply to:
+        it ends with exit 0 and writes nothing to stderr (it wrote BrokenPipeError's traceback into the terminal).
+        The runner's end of the reply pipe is closed before the worker is given its module."""
+        import subprocess
+        import sys
+        import tempfile
+        worker = subprocess.Popen([sys.executable, os.path.abspath(test_mixer.__file__), '--worker'],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        worker.stdout.close()
+        with tempfile.TemporaryDirectory() as tmp:
+            _, err = worker.communicate(f'test_card\t{os.path.join(tmp, "out.txt")}\t1\n', timeout=600)
+            self.assertTrue(os.path.exists(os.path.join(tmp, 'out.txt')), 'the module did not run')
+        self.assertEqual((worker.returncode, err), (0, ''))
 
     def test_repeat_counts_each_test_s_failures_and_keeps_the_first_message(self):
         """repeated(): each test that failed in any run, 'K of N' and its first failure's message, the most failures
