@@ -529,7 +529,8 @@ def main(argv):
     --jobs N (default: 2, or 1 on one core): N modules at a time, on N worker processes (one module, or
     --jobs 1: all in this process); --repeat N: each module N times on the worker processes, then each test
     that failed, how often and its first message (repeated()); --worker: be one of those (worker()) -> exit
-    code. Every process the
+    code. SIGINT ignored (a background start) is made Python's default again: the Ctrl-C tests' commands
+    would inherit it. Every process the
     suite starts runs one torch thread (OMP_NUM_THREADS=1 unless set): its models are tiny, and two
     threads that wait for a core spin (the measurements: tests/common.py)."""
     if '--help' in argv or '-h' in argv:
@@ -557,6 +558,8 @@ def main(argv):
         else:
             names.append(a)
     os.environ.setdefault('OMP_NUM_THREADS', '1')
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:   # started in the background (nohup, a script's `&`):
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # the commands tested inherit it and ignore Ctrl-C
     ci = os.environ.get('CI', '').lower() == 'true'
     if as_worker:
         return worker(fast, ci)

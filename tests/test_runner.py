@@ -10,6 +10,9 @@ import contextlib
 import io
 import os
 import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -95,7 +98,6 @@ class TestRunner(unittest.TestCase):
         self.assertEqual((code, line), (1, '1 passed, 2 failed, 2 skipped (of 5 tests)'))
 
     def test_fast_skips_a_test_that_starts_python_and_only_that(self):
-        import subprocess
         from tests.common import run
 
         class Fake(unittest.TestCase):
@@ -219,9 +221,6 @@ class TestRunner(unittest.TestCase):
         """A worker whose runner was killed (SIGTERM, kill -9) finishes its module and finds no one to reply to:
         it ends with exit 0 and writes nothing to stderr (it wrote BrokenPipeError's traceback into the terminal).
         The runner's end of the reply pipe is closed before the worker is given its module."""
-        import subprocess
-        import sys
-        import tempfile
         worker = subprocess.Popen([sys.executable, os.path.abspath(test_mixer.__file__), '--worker'],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         worker.stdout.close()
@@ -229,6 +228,26 @@ class TestRunner(unittest.TestCase):
             _, err = worker.communicate(f'test_card\t{os.path.join(tmp, "out.txt")}\t1\n', timeout=600)
             self.assertTrue(os.path.exists(os.path.join(tmp, 'out.txt')), 'the module did not run')
         self.assertEqual((worker.returncode, err), (0, ''))
+
+    def test_a_background_start_gives_the_commands_a_ctrl_c(self):
+        """Started with SIGINT ignored (nohup, `python test_mixer.py &` in a script), the suite's processes take
+        SIGINT as Python does by default: the commands they start inherit an ignored SIGINT through exec, ignore
+        the Ctrl-C the tests send them, and those tests fail (test_faults' Ctrl-C during a save ran to its end).
+        Read from the worker's /proc status after its module has run."""
+        worker = subprocess.Popen([sys.executable, os.path.abspath(test_mixer.__file__), '--worker'],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                worker.stdin.write(f'test_card\t{os.path.join(tmp, "out.txt")}\t1\n')
+                worker.stdin.flush()
+                self.assertIn('outcomes', worker.stdout.readline())
+            with open(f'/proc/{worker.pid}/status') as f:
+                ignored = int(next(line for line in f if line.startswith('SigIgn:')).split()[1], 16)
+        finally:
+            worker.stdin.close()
+            worker.wait(timeout=600)
+        self.assertFalse(ignored & 1 << (signal.SIGINT - 1), 'SIGINT still ignored')
 
     def test_repeat_counts_each_test_s_failures_and_keeps_the_first_message(self):
         """repeated(): each test that failed in any run, 'K of N' and its first failure's message, the most failures
