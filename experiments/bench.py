@@ -53,8 +53,11 @@ from experiments.runner import ROOT, md_row, md_table, say, time_calls
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa', 'loaded', 'load')   # the last two: asked for
 MEM_VARIANTS = ('flat', 'multihead', 'kernel', 'expanded', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent',
                 'linear_attention')
+# --quick's memory table: the flat mixer and naive attention, the linear and the quadratic memory (a fresh process a
+# variant, about 4 s of CPU each: the nine of MEM_VARIANTS were most of --quick's time)
 QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1, steps=2, mem_d_model=32,
-             mem_n_layer=1, mem_lengths=[64, 128], prompts=[16, 32], new_tokens=8, recompute_tokens=4,
+             mem_n_layer=1, mem_lengths=[64, 128], mem_variants=['flat', 'transformer_naive'], prompts=[16, 32],
+             new_tokens=8, recompute_tokens=4,
              path_lengths=[32, 64], decode_variants=['flat'], decode_sizes=[(64, 2)], decode_tokens=16,
              serve_batches=[1, 4], serve_contexts=[32, 128], serve_tokens=8, tries=2, load_steps=10, load_busy=[0, 1],
              load_switch=(10, 20, 30), load_overrides=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4',
@@ -83,7 +86,7 @@ def machine_line(args):
 def bench_peak(args):
     """Measured (and nominal, on known GPUs) matmul peak, FLOP/s -> dict."""
     dtype = torch.bfloat16 if args.dtype == 'bf16' else torch.float32
-    n = 512 if args.quick else machine.matmul_size(args.device)
+    n = machine.matmul_size(args.device)
     measured = machine.measure_matmul_flops(args.device, dtype, n=n, seconds=0.1 if args.quick else 0.5)
     peak = dict(measured=measured, nominal=machine.nominal_peak(args.device))
     rows = [[f'measured {args.dtype} matmul', f'{measured / 1e9:.1f}']]

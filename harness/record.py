@@ -100,7 +100,7 @@ class Record:
     def start(self, ckpt):
         """The run's header: the 'config' and 'schedule' events and the console lines naming the model, the
         processes, the peak MFU is measured against and the schedule. Sets the peak (FLOP/s: the device's
-        nominal peak, or a matmul measured for about a second)."""
+        nominal peak, or a matmul measured for about 0.3 s)."""
         cfg, env, run = self.cfg, self.env, self.run
         self.peak, peak_name = machine.peak_flops(env.dev, getattr(torch, env.dtype))
         n_params = run.raw_model.num_params()
