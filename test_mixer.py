@@ -275,15 +275,15 @@ def run_quietly(*cases):
         return unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
 
 
-# CPU seconds each module took in the whole suite on the project's 2-core machine (2026-11-28, worker
+# CPU seconds each module took in the whole suite on the project's 2-core machine (2026-11-28/29, worker
 # processes, a cold inductor cache as on a fresh CI machine: CPU seconds, which a load does not change): the
 # parallel run starts the slowest first, so that no long module starts last and the wall time comes near
 # the total over --jobs (a module not listed counts 60 s).
-MODULE_SECONDS = {'test_compile': 157, 'test_gpu_path': 74, 'test_icl': 63, 'test_faults': 55, 'test_train': 55,
-                  'test_bench': 51, 'test_retrieval': 50, 'test_scale': 47, 'test_mqar': 47, 'test_model': 40,
-                  'test_claims': 38, 'test_faults_outputs': 27, 'test_faults_experiments': 21, 'test_faults_ctrl_c': 19, 'test_watch': 8,
-                  'test_eval_tasks': 7, 'test_represent': 6, 'test_corpus': 6, 'test_corpus_inputs': 6,
-                  'test_faults_edges': 5, 'test_runner': 5, 'test_look': 4,
+MODULE_SECONDS = {'test_compile': 138, 'test_gpu_path': 74, 'test_icl': 65, 'test_faults': 55, 'test_train': 55,
+                  'test_bench': 51, 'test_retrieval': 50, 'test_claims': 35, 'test_model': 33, 'test_scale': 30,
+                  'test_mqar': 28, 'test_faults_outputs': 27, 'test_faults_experiments': 21, 'test_faults_ctrl_c': 19,
+                  'test_watch': 8, 'test_eval_tasks': 7, 'test_represent': 6, 'test_corpus': 6,
+                  'test_corpus_inputs': 6, 'test_faults_edges': 5, 'test_runner': 5, 'test_look': 4,
                   'test_prepare': 3, 'test_sample': 2, 'test_card': 1, 'test_convert': 1, 'test_faults_convert': 1,
                   'test_docs': 1}
 USAGE = 'usage: python test_mixer.py [--fast] [--jobs N] [--repeat N] [test_module ...]'

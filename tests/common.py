@@ -180,7 +180,8 @@ def run_in_process(*args, env=None, timeout=None, stdout=None):
     are put back afterwards. timeout: seconds after which the whole test process is stopped
     with every thread's traceback (a hang must not hang the suite). stdout: where the command's stdout
     goes instead of the capture (its .stdout then ''), unbuffered as under python -u: 'closed', a pipe whose
-    reader has gone (`| head -1` after its line), or a file's path ('/dev/full') -> CompletedProcess (text)."""
+    reader has gone (`| head -1` after its line), or a file's path ('/dev/full') -> CompletedProcess (text).
+    Under --fast, a Python process the command starts (a pool's) stops the test, as run() would (SkipTest)."""
     if args[0] == '-m':
         target, argv, path0 = args[1], list(args[2:]), ROOT
     else:
@@ -188,6 +189,7 @@ def run_in_process(*args, env=None, timeout=None, stdout=None):
         path0 = os.path.dirname(target)
     state = (os.getcwd(), dict(os.environ), sys.argv, list(sys.path), torch.get_num_threads(),
              signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    refused = refused_python_processes()
     if timeout:
         faulthandler.dump_traceback_later(timeout, exit=True)
     try:
@@ -222,7 +224,7 @@ def run_in_process(*args, env=None, timeout=None, stdout=None):
                 code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
                 if not isinstance(e.code, int) and e.code is not None:
                     print(e.code, file=sys.stderr)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, unittest.SkipTest):     # Ctrl-C; --fast stopping the test
                 raise
             except BaseException:
                 traceback.print_exc()
@@ -237,6 +239,8 @@ def run_in_process(*args, env=None, timeout=None, stdout=None):
         torch.set_num_threads(threads)
         signal.signal(signal.SIGINT, sigint)
         signal.signal(signal.SIGTERM, sigterm)
+    if refused_python_processes() > refused:       # --fast refused a pool's process, and the command caught that
+        raise unittest.SkipTest(FAST_SKIP)
     return subprocess.CompletedProcess(['python', *args], code, got.stdout, got.stderr)
 
 

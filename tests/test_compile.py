@@ -15,7 +15,6 @@ GPU-specific breaks here first:
 - train.py --compile=True trains and its checkpoint loads uncompiled.
 """
 
-import concurrent.futures
 import os
 import shutil
 import tempfile
@@ -25,7 +24,7 @@ import torch
 
 import mixer
 import sample
-from tests.common import TINY, assert_samples, prepared_data, run, step_pieces, tiny_model
+from tests.common import TINY, assert_samples, prepared_data, run_in_process, step_pieces, tiny_model
 
 # every model kind with its own code path: TINY's chunk_size 8 and fft_threshold 16 make
 # the recurrent chunks and the Toeplitz FFT run at T = 24 (and the matrix path at T < 16)
@@ -119,22 +118,22 @@ class TestCompile(unittest.TestCase):
         into an uncompiled model in sample.py and --init_from=resume; sample.py
         --compile gives the uncompiled greedy text."""
         out = tempfile.mkdtemp(prefix='mixer_compile_')
+        self.addCleanup(shutil.rmtree, out, True)
         args = [f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4',
                 '--eval_windows=4', f'--out_dir={out}', '--compile=True']
-        env = {**os.environ, 'OMP_NUM_THREADS': '1'}                   # a tiny model: one thread
-        r = run('train.py', *args, '--max_iters=30', '--eval_interval=30', '--learning_rate=1e-2', env=env)
+        env = {**os.environ, 'OMP_NUM_THREADS': '1'}        # a tiny model: one thread; each run in this process
+        r = run_in_process('train.py', *args, '--max_iters=30', '--eval_interval=30', '--learning_rate=1e-2', env=env)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         ckpt = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=True)
         self.assertFalse([k for k in ckpt['model'] if k.startswith('_orig_mod.')])
         self.assertLess(ckpt['best_val_loss'], 5.5)          # from ln(512) = 6.2 at init
-        # the three runs from the checkpoint go side by side, one thread each (the samples read a copy:
-        # the resume replaces ckpt.pt)
-        shutil.copytree(out, out + '_sampled')
-        greedy = ['sample.py', '--ckpt', os.path.join(out + '_sampled', 'ckpt.pt'), '--max_new_tokens', '12',
-                  '--num_samples', '1', '--start', 'Once', '--temperature', '0']
-        with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            resume = ['train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=32', '--compile=False']
-            r, rc, resumed = pool.map(lambda args: run(*args, env=env), (greedy, [*greedy, '--compile'], resume))
+        # the three runs from the checkpoint too, one thread (each as a process cost 3.5 s of CPU more: torch's
+        # import; sample.py and train.py as processes: test_sample, test_train)
+        greedy = ['sample.py', '--ckpt', os.path.join(out, 'ckpt.pt'), '--max_new_tokens', '12', '--num_samples', '1',
+                  '--start', 'Once', '--temperature', '0']
+        r, rc = run_in_process(*greedy, env=env), run_in_process(*greedy, '--compile', env=env)
+        resumed = run_in_process('train.py', f'--out_dir={out}', '--init_from=resume', '--max_iters=32',
+                                 '--compile=False', env=env)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertEqual(rc.returncode, 0, rc.stderr[-2000:])
         assert_samples(self, r.stdout, 'Once', 1, 12)

@@ -457,7 +457,9 @@ class TestRecurrent(unittest.TestCase):
             with torch.autocast('cpu', dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
                 y = layer.scan(z.to(dtype), None, 0)[0]
             self.assertTrue(torch.isfinite(y).all(), dtype)
-        self.assertTrue(torch.isfinite(layer.powers(8192)).all())
+        # the powers the scan multiplies each chunk by (powers(8192), 4 x 8192^2 floats, cost 7 s of CPU: its
+        # lags past a chunk reach the output only through the state, which the scan above checks)
+        self.assertTrue(torch.isfinite(layer.powers(1024)).all())
 
 
 
