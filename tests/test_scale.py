@@ -394,10 +394,11 @@ class TestConfigs(unittest.TestCase):
             settings[name], outs[name] = ns, tempfile.mkdtemp(dir=shared_tmp())
 
         def train(name):
-            return run_in_process('train.py', os.path.join('config', f'{name}.py'), f'--data_dir={d}', f'--out_dir={outs[name]}',
-                       '--max_iters=2', '--batch_size=1', '--grad_accum=1', '--eval_windows=1', '--eval_interval=1000',
-                       '--warmup_iters=1', '--log_interval=1', '--device=cpu', '--save_checkpoint=False',
-                       '--compile=False', env={**os.environ, 'OMP_NUM_THREADS': '1'})
+            return run_in_process('train.py', os.path.join('config', f'{name}.py'), f'--data_dir={d}',
+                                  f'--out_dir={outs[name]}', '--max_iters=2', '--batch_size=1', '--grad_accum=1',
+                                  '--eval_windows=1', '--eval_interval=1000', '--warmup_iters=1', '--log_interval=1',
+                                  '--device=cpu', '--save_checkpoint=False', '--compile=False',
+                                  env={**os.environ, 'OMP_NUM_THREADS': '1'})
         results = {name: train(name) for name in CONFIGS}
         for name, r in results.items():
             ns, out = settings[name], outs[name]
