@@ -244,6 +244,14 @@ def run_in_process(*args, env=None, timeout=None, stdout=None):
     return subprocess.CompletedProcess(['python', *args], code, got.stdout, got.stderr)
 
 
+def run_experiment(name, *args):
+    """python -m experiments.`name` args... --workers 1 in this process (run_in_process) -> CompletedProcess: an
+    experiment's rows, numbers and cache, on one pool process. Each process costs 3.5 s of CPU (torch's and
+    torch._dynamo's imports); the commands as processes with pools of two, and their Ctrl-C, are test_faults_ctrl_c's
+    and test_faults_experiments'."""
+    return run_in_process('-m', f'experiments.{name}', *args, '--workers', '1')
+
+
 # ----------------------------------------------------------------------------- test_mixer.py --fast
 
 FAST_SKIP = '--fast: starts a Python process (python test_mixer.py runs it)'

@@ -14,8 +14,8 @@ import torch
 
 import mixer
 from experiments import claims_report
-from tests.common import (HAVE_TEXT, NO_TEXT, cached_results, prepared_data, run_in_process, step_pieces,
-                          tiny_model)
+from tests.common import (HAVE_TEXT, NO_TEXT, cached_results, prepared_data, run_experiment, run_in_process,
+                          step_pieces, tiny_model)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -96,12 +96,10 @@ class TestClaimsQuick(unittest.TestCase):
         # --budget 0.01: every run takes claims' floor of 12 steps, whatever the machine's speed (--quick's 1 s of
         # training a run, 10 to 100 ms a step here, made the work follow the machine and cost the suite its
         # seconds on any machine); the rows, the numbers and the cache are what the tests check
-        args = ('-m', 'experiments.claims', '--quick', '--budget', '0.01', '--workers', '1', '--data_dir', data,
-                '--out', cls.out)
-        cls.first = run_in_process(*args)
-        # in this process, one pool process (commands as processes, pools of two: test_faults_ctrl_c, _experiments)
+        args = ('--quick', '--budget', '0.01', '--data_dir', data, '--out', cls.out)
+        cls.first = run_experiment('claims', *args)
         cls.mtimes = {p: os.path.getmtime(p) for p in cached_results(cls.out)}
-        cls.second = run_in_process(*args)
+        cls.second = run_experiment('claims', *args)
 
     @classmethod
     def tearDownClass(cls):

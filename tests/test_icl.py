@@ -19,7 +19,7 @@ import torch
 
 from experiments import icl, icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments import regression as reg
-from tests.common import cached_results, run_in_process
+from tests.common import cached_results, run_experiment, run_in_process
 
 D = reg.D_X + 1
 THREADS = []
@@ -490,16 +490,14 @@ class TestMixerLadderCommand(unittest.TestCase):
         with open(cls.page, 'w') as f:
             f.write(cls.PAGE)
         # --mixer_budget 1e-6: the floor of 10 base steps on any machine (--quick's 0.15 s: steps by its speed)
-        args = ('-m', 'experiments.icl', '--mixer_ladder', '--quick', '--mixer_budget', '1e-6', '--workers', '1',
-                '--out', cls.out)
-        cls.first = run_in_process(*args)
-        # in this process, one pool process (commands as processes, pools of two: test_faults_ctrl_c, _experiments)
+        args = ('--mixer_ladder', '--quick', '--mixer_budget', '1e-6', '--out', cls.out)
+        cls.first = run_experiment('icl', *args)
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
         cls.figure = icl_ladder.check_docs(cls.page)
         icl_ladder.write_docs(cls.page, cls.first.stdout.strip(), os.path.join(cls.out, 'mixer_ladder.png'), cls.figure)
         with open(cls.page) as f:
             cls.written = f.read()
-        cls.second = run_in_process(*args)          # every job cached: nothing a process of its own would add
+        cls.second = run_experiment('icl', *args)          # every job cached
 
     @classmethod
     def tearDownClass(cls):
@@ -544,12 +542,11 @@ class TestCommandLine(unittest.TestCase):
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp()
         # --mixer_budget 1e-6: the floor of 3 steps a model on any machine (--quick's 0.3 s: 6 to 34 steps here)
-        args = ('-m', 'experiments.icl', '--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--mixer_budget',
-                '1e-6', '--workers', '1', '--out', cls.out)
-        cls.first = run_in_process(*args)
-        # in this process, one pool process (commands as processes, pools of two: test_faults_ctrl_c, _experiments)
+        args = ('--quick', '--mixers', '--ladder', '--noise', ','.join(NOISE), '--mixer_budget', '1e-6', '--out',
+                cls.out)
+        cls.first = run_experiment('icl', *args)
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
-        cls.second = run_in_process(*args)       # every job cached: no process needed
+        cls.second = run_experiment('icl', *args)       # every job cached
 
     @classmethod
     def tearDownClass(cls):

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from experiments import mqar, mqar_data, mqar_report, runner
-from tests.common import cached_results, run_in_process
+from tests.common import cached_results, run_experiment, run_in_process
 
 T, KV, V = 16, 2, 32            # a tiny cell
 
@@ -442,9 +442,7 @@ class TestQuickRun(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp()
-        cls.first = run_in_process('-m', 'experiments.mqar', '--quick', '--kinds', ','.join(QUICK_KINDS), '--workers',
-                                   '1', '--out', cls.out)
-        # in this process, one pool process (commands as processes, pools of two: test_faults_ctrl_c, _experiments)
+        cls.first = run_experiment('mqar', '--quick', '--kinds', ','.join(QUICK_KINDS), '--out', cls.out)
         cls.warm = run_in_process('-m', 'experiments.mqar', '--quick', '--kinds', 'transformer', '--deep_layers', '0',
                                   '--warmup', '0.25', '--out', cls.out)      # one job more, beside the first's
         cls.stamps = {f: os.path.getmtime(f) for f in cached_results(cls.out)}
