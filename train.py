@@ -1,15 +1,15 @@
-"""Train any model kind of mixer.py on prepared token files: a nanoGPT-style loop, read top to bottom
-(settings, data, model and optimisers, one step, the loop, main).
+"""Train any model of mixer.py on prepared token files: a nanoGPT-style loop, read top to bottom (the settings,
+the data, the model and its optimisers, one step, the loop, main).
 
     python train.py config/tinystories_cpu.py --variant=toeplitz --max_iters=500
     torchrun --standalone --nproc_per_node=2 train.py config/tinystories_cpu.py
     python train.py config/tinystories_cpu.py --init_from=resume     # continue out_dir/ckpt.pt
 
-Settings are the module-level defaults below and mixer.ModelConfig's fields; a config file (plain Python
-assignments) and then --key=value arguments override them (harness/configurator.py). `--variant=NAME`
-applies mixer.VARIANTS[NAME] on top of the defaults, below anything set explicitly. Unknown keys, wrong
-types and values out of range are an error. `python train.py --help` lists every setting. What keeps a
-run safe (its folder's lock, its record and checkpoint, every rank stopping together) is harness/'s.
+The settings are the module-level values below and every other field of mixer.ModelConfig; a config file
+(plain Python assignments) and then --key=value (or --key value) arguments override them
+(harness/configurator.py). --variant=NAME applies mixer.VARIANTS[NAME] below anything set explicitly.
+Unknown keys, wrong types and values out of range are an error. `python train.py --help` lists every setting.
+What keeps a run safe (its folder's lock, Ctrl-C, every rank stopping together, the log) is in harness/.
 """
 
 import contextlib
@@ -18,6 +18,7 @@ import os
 import sys
 import time
 import warnings
+from dataclasses import asdict
 from types import SimpleNamespace
 
 from harness.cli import begin, fail, run_command
@@ -27,18 +28,22 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import mixer
-from data.outputs import read_prepared
 from harness import checkpoint, configurator, machine, optim
-from harness.record import Record, Stop, check_finite
-from harness.trackers import open_trackers
+from data.tokens import read_prepared
+from harness.record import RunLog, Stop, StopRequests, stop_together, stopped_line, tokens_per_step
 
 # ----------------------------------------------------------------------------- settings
+# the model (every other field of mixer.ModelConfig is a setting too: python train.py --help)
+variant = 'flat'                # a name in mixer.VARIANTS: the fields it sets, below anything set here
+n_ctx = 256                     # tokens per window: the token-mixing matrices have n_ctx rows
+d_model = 256                   # width of the residual stream
+n_layer = 4                     # blocks
+n_head = 1                      # heads of the sequence mixing (the papers' flat mixer: 1)
 # I/O
 out_dir = 'out'                 # checkpoint ckpt.pt and log.jsonl go here
 data_dir = 'data/tinystories'   # train.bin, val.bin, meta.json, tokenizer from data/prepare.py
 init_from = 'scratch'           # 'scratch' or 'resume' (from out_dir/ckpt.pt, with its saved settings)
 overwrite = False               # a 'scratch' run may replace an out_dir that holds ckpt.pt / log.jsonl
-variant = 'flat'                # a name in mixer.VARIANTS
 seed = 1337
 # optimisation
 batch_size = 16                 # windows per micro-step per process
@@ -55,34 +60,32 @@ beta2 = 0.95
 grad_clip = 1.0                 # 0: off
 mixing_lr_mult = 1.0            # learning rate multiplier for the token-mixing matrices (W, c)
 mixing_weight_decay = None      # weight decay of the token-mixing matrices alone (None: weight_decay)
-# evaluation and logging
+# evaluation, checkpoints and logging
 eval_interval = 250
 eval_windows = 64               # fixed, evenly spaced validation windows
 eval_train = False              # also the same number of fixed windows of train.bin (the generalisation gap)
+save_checkpoint = True          # at every evaluation, every save_interval steps and when the run is stopped
+save_interval = 250             # also a checkpoint every this many steps (0: only at evaluations and stops)
 log_interval = 10
-save_checkpoint = True
 log_to = ''                     # also to trackers: 'tensorboard,trackio,wandb' (harness/trackers.py)
 run_name = None                 # their run's name (None: out_dir's last folder)
 project = None                  # their project (None: data_dir's last folder)
 # system
 device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
-dtype = 'auto'                  # 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16'
+dtype = 'auto'                  # 'auto' (bf16 on CUDA; on a CPU with native bf16 the faster, measured), 'float32', 'bfloat16'
 compile = False                 # torch.compile the model
 threads = None                  # CPU: torch's threads, None: chosen by measuring as the load moves (machine.ThreadChoice)
 ddp_timeout = 300               # seconds a DDP rank waits for the others in a collective before the run stops
-# model: every field of mixer.ModelConfig (n_ctx, d_model, n_layer, n_head, kind, token_mixing, task, ...) is a
-# setting of its name and default; vocab_size is the data's; fft_threshold and chunk_size (speed only) are the
-# device's unless set (machine.DEVICE_TUNING)
 DEFAULTS = configurator.collect_defaults(globals())
 
 
 # ----------------------------------------------------------------------------- data
 
 def draw_windows(gen, n_tokens, n_ctx, batch_size, grad_accum, world):
-    """Start positions of one optimiser step's windows for every rank and micro-step: long [world,
-    grad_accum, batch_size], uniform over the n_tokens - n_ctx - 1 starts. Every rank holds the same
-    generator and takes its own row, so the windows of a step depend on the global batch alone: 2 ranks x
-    batch 4 draw exactly what one process with batch 8, or batch 4 and grad_accum 2, draws."""
+    """Start positions of one optimiser step's windows for every rank and micro-step: long [world, grad_accum,
+    batch_size], uniform over the n_tokens - n_ctx - 1 starts. Every rank holds the same generator (a resumed
+    run too: checkpoint.restore) and takes its own row, so the windows of a step depend on the global batch
+    alone: 2 ranks x batch 4 draw exactly what one process with batch 8, or batch 4 and grad_accum 2, draws."""
     n = world * grad_accum * batch_size
     return torch.randint(n_tokens - n_ctx - 1, (n,), generator=gen).view(world, grad_accum, batch_size)
 
@@ -98,8 +101,8 @@ def get_batch(data, starts, n_ctx, task, dev):
 
 @torch.no_grad()
 def evaluate(model, data, cfg, dev, autocast, bytes_per_token, split='val'):
-    """Mean loss (nats/token), bits per byte and token accuracy on eval_windows fixed, evenly spaced
-    windows of data -> {split_loss, split_bpb, split_acc}. Bits per byte = nats / ln 2 / UTF-8 bytes."""
+    """Mean loss (nats/token), bits per byte and token accuracy on eval_windows fixed, evenly spaced windows of
+    data -> {split_loss, split_bpb, split_acc}. Bits per byte = nats / ln 2 / the split's UTF-8 bytes per token."""
     model.eval()
     n_ctx, B = cfg['n_ctx'], cfg['batch_size']
     starts = torch.linspace(0, len(data) - n_ctx - 2, cfg['eval_windows']).long()
@@ -117,30 +120,30 @@ def evaluate(model, data, cfg, dev, autocast, bytes_per_token, split='val'):
             f'{split}_acc': correct / count}
 
 
-def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, bytes_per_token):
-    """evaluate() on the validation windows and, with eval_train, on fixed training windows
-    (keys train_windows_loss, _bpb, _acc: the loss on seen text beside the unseen)."""
-    ev = evaluate(model, val_data, cfg, dev, autocast, bytes_per_token)
+def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, meta):
+    """evaluate() on the validation windows and, with eval_train, on fixed training windows (keys
+    train_windows_loss, _bpb, _acc: the loss on seen text beside the unseen), each split's bits per byte by its
+    own bytes per token (meta: the data's meta.json)."""
+    ev = evaluate(model, val_data, cfg, dev, autocast, meta['val']['bytes_per_token'])
     if cfg['eval_train']:
-        ev.update(evaluate(model, train_data, cfg, dev, autocast, bytes_per_token, split='train_windows'))
+        ev.update(evaluate(model, train_data, cfg, dev, autocast, meta['train']['bytes_per_token'],
+                           split='train_windows'))
     return ev
 
 
 # ----------------------------------------------------------------------------- the model and its optimisers
 
 def build_run(cfg, ckpt, env, meta):
-    """The model, its optimisers and the window generator of the settings (a resumed run: with their
-    saved states) -> SimpleNamespace(model_cfg, raw_model: the model, evaluated and saved; model: what the
-    loop steps, raw_model under DDP and torch.compile; optimizers [(checkpoint key, optimizer)];
-    batch_gen; flops: training FLOPs a token; step; best_val: nats/token). A model config the settings
-    make invalid, a model too large for the device's memory (counted on the meta device) or a tokenizer
-    other than the checkpoint's: one line, exit 2; a saved optimiser state that does not fit:
-    checkpoint.CheckpointError."""
-    device_tuning = machine.DEVICE_TUNING[env.dev.split(':')[0]]
+    """The model, its optimisers and the window generator of the settings (a resumed run: with their saved
+    states) -> SimpleNamespace(model_cfg, raw_model: the model, evaluated and saved; model: what the loop steps,
+    raw_model under DDP and torch.compile; optimizers [(checkpoint key, optimizer)]; batch_gen; flops: training
+    FLOPs per token; step; tokens: tokens seen; best_val: nats/token). A model config the settings make
+    invalid, a model too large for the device's memory (counted on the meta device) or a tokenizer other than
+    the checkpoint's: one line, exit 2; a saved optimiser state that does not fit: checkpoint.CheckpointError."""
+    tuned = machine.device_tuning(env.dev.split(':')[0])            # fft_threshold, chunk_size: speed only
     try:
         model_cfg = mixer.ModelConfig(vocab_size=meta['vocab_size'], task=cfg['task'], **{
-            k: device_tuning[k] if cfg[k] is None and k in configurator.TUNING_KEYS else cfg[k]
-            for k in configurator.MODEL_KEYS})
+            k: tuned[k] if cfg[k] is None and k in tuned else cfg[k] for k in configurator.MODEL_KEYS})
     except (ValueError, TypeError) as e:
         fail(str(e))
     machine.check_memory(model_cfg, env)
@@ -149,21 +152,23 @@ def build_run(cfg, ckpt, env, meta):
     raw_model = mixer.build_model(model_cfg).to(env.dev)
     optimizers = optim.build_optimizers(raw_model, cfg, env.cuda)
     batch_gen = torch.Generator().manual_seed(cfg['seed'])      # the same on every rank: see draw_windows
-    step, best_val = 0, float('inf')
+    step, tokens, best_val = 0, 0, float('inf')
     if ckpt is not None:
-        step, best_val = checkpoint.restore(ckpt, raw_model, optimizers, batch_gen, env)
+        step, tokens, best_val = checkpoint.restore(ckpt, raw_model, optimizers, batch_gen, env)
         if env.master:
             print(f'resumed from {os.path.join(cfg["out_dir"], "ckpt.pt")} at step {step}')
     return SimpleNamespace(model_cfg=model_cfg, raw_model=raw_model, model=wrap_model(raw_model, cfg, env),
-                           optimizers=optimizers, batch_gen=batch_gen, step=step, best_val=best_val,
-                           flops=machine.flops_per_token(raw_model, cfg['n_ctx']))
+                           optimizers=optimizers, batch_gen=batch_gen, step=step, tokens=tokens, best_val=best_val,
+                           flops=machine.flops_per_token(raw_model, cfg['n_ctx']), last_eval=None,
+                           saved_step=step if ckpt is not None else None,
+                           ckpt_path=os.path.join(cfg['out_dir'], 'ckpt.pt'))
 
 
 def wrap_model(raw_model, cfg, env):
-    """The model the loop steps: DDP first, then torch.compile, so that the compiled graph is split
-    at DDP's buckets and gradient all-reduces overlap the backward pass (compile before DDP would run
-    them all after it). broadcast_buffers=False: the models' buffers are constants (masks, RoPE
-    tables), identical on every rank, so re-sending them from rank 0 every step is wasted."""
+    """The model the loop steps: DDP first, then torch.compile, so that the compiled graph is split at DDP's
+    buckets and gradient all-reduces overlap the backward pass (compile before DDP would run them all after
+    it). broadcast_buffers=False: the models' buffers are constants (masks, RoPE tables), identical on every
+    rank, so re-sending them from rank 0 every step is wasted."""
     model = raw_model
     if env.ddp:
         with warnings.catch_warnings():          # torch 2.13 deprecates the argument, but it is still the one
@@ -172,15 +177,28 @@ def wrap_model(raw_model, cfg, env):
     return torch.compile(model) if cfg['compile'] else model
 
 
-# ----------------------------------------------------------------------------- one step
+def save(run, cfg, env, meta):
+    """Write the run's checkpoint (rank 0; every rank gives its RNG states) and record its step; a failed
+    write stops every rank together, the previous checkpoint kept (harness/checkpoint.py's format)."""
+    rng, reason = checkpoint.gather_rng(run.batch_gen, env), None
+    if env.master:
+        try:
+            config = {**cfg, 'dtype': env.tuning.dtype_setting(cfg['dtype'])}    # a resume trains as this run
+            checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), config, run.step,
+                                       run.best_val, rng, os.path.join(cfg['data_dir'], meta['tokenizer']),
+                                       meta['tokenizer_sha256'], run.optimizers, run.tokens)
+        except checkpoint.CheckpointError as e:
+            reason = str(e)
+    stop_together(env, reason=reason)
+    run.saved_step = run.step
 
-def train_step(model, optimizers, data, starts, lr, cfg, env):
-    """One optimiser step over the windows at starts long [grad_accum, batch_size] -> mean training loss,
+
+# ----------------------------------------------------------------------------- one step and the loop
+
+def train_step(model, optimizers, data, starts, cfg, env):
+    """One optimiser step over the windows at starts long [grad_accum, batch_size] -> the mean training loss,
     a 0-d tensor (not synchronised: no .item() per step). Under DDP, gradients are all-reduced on the last
     micro-step only (no_sync): the others would send gradients that the last one sends again."""
-    for _, opt in optimizers:
-        for group in opt.param_groups:
-            group['lr'] = lr * group['lr_mult']                # the token mixings' own rate: optim.param_groups
     loss_sum = 0.0
     for micro, s in enumerate(starts):
         x, y = get_batch(data, s, cfg['n_ctx'], cfg['task'], env.dev)
@@ -197,83 +215,140 @@ def train_step(model, optimizers, data, starts, lr, cfg, env):
     return loss_sum / len(starts)
 
 
-# ----------------------------------------------------------------------------- the loop
-
-def train(run, train_data, val_data, record, clock):
-    """The loop: evaluate (and save) every eval_interval steps and at max_iters, log every log_interval
-    steps; run.step advances to max_iters. A resumed run does not evaluate its saved step again."""
-    cfg, env, max_iters = record.cfg, record.env, record.cfg['max_iters']
-    skip_eval = record.saved_step is not None and run.step < max_iters
-    pending, interval_steps = [], 0                                      # losses not yet checked
+def train(run, train_data, val_data, meta, log, requests, cfg, env):
+    """The loop: evaluate and save every eval_interval steps and at max_iters (a resumed run does not evaluate
+    its saved step again), save every save_interval steps, log every log_interval steps, until max_iters. Every
+    rank stops together (stop_together: a non-finite loss, Ctrl-C or SIGTERM, a failed save); a stop asked by a
+    signal saves the step reached first. -> speed {'seconds', 'tokens', 'steady_seconds', 'steady_tokens'}."""
+    max_iters, tokens_per = cfg['max_iters'], tokens_per_step(cfg, env.world)
+    speed = dict.fromkeys(('seconds', 'tokens', 'steady_seconds', 'steady_tokens'), 0)
+    pending, since_log, first_step, t_start = [], 0, run.step, time.perf_counter()    # pending: losses not checked
+    t_log = t_start
     while True:
-        if (run.step % cfg['eval_interval'] == 0 or run.step == max_iters) and not skip_eval:
-            clock.lap()
-            check_finite(env, pending)
-            ev = evaluate_splits(run.raw_model, train_data, val_data, cfg, env.dev, env.autocast,
-                                 record.meta['val']['bytes_per_token']) if env.master else None
-            record.evaluated(ev, clock)                        # printed, logged, saved
-            clock.skip()                                       # evaluation time is not training time
-        skip_eval = False
+        if (run.step % cfg['eval_interval'] == 0 or run.step == max_iters) and run.step != run.saved_step:
+            t_eval = time.perf_counter()
+            stop_together(env, pending)
+            pending = []
+            ev = evaluate_splits(run.raw_model, train_data, val_data, cfg, env.dev, env.autocast, meta) \
+                if env.master else None
+            if ev is not None and math.isfinite(ev['val_loss']):
+                run.best_val, run.last_eval = min(run.best_val, ev['val_loss']), {'step': run.step, **ev}
+                eta = machine.hms((t_eval - t_start) / max(1, run.step - first_step) * (max_iters - run.step))
+                log.write({'event': 'eval', 'step': run.step, 'tokens': run.tokens, **ev},
+                          f'step {run.step:5d}/{max_iters} | val loss {ev["val_loss"]:.4f} nats/token | '
+                          f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
+                          + (f'train windows {ev["train_windows_loss"]:.4f} | ' if cfg['eval_train'] else '')
+                          + f'ETA {eta if run.step > first_step else "?"}')
+            stop_together(env, reason=None if ev is None or math.isfinite(ev['val_loss']) else
+                          f'non-finite val loss {ev["val_loss"]} at step {run.step}')
+            if cfg['save_checkpoint'] and run.step > 0:
+                save(run, cfg, env, meta)
+            t_log += time.perf_counter() - t_eval                 # evaluation time is not training time
         if run.step >= max_iters:
-            return
+            return speed
+        # every rank stops together (a non-finite loss, Ctrl-C or SIGTERM): checked every step on the CPU, on a GPU
+        # before each log line and save (one device sync); a stop asked by a signal first saves the step reached
+        save_due = cfg['save_checkpoint'] and cfg['save_interval'] and run.step % cfg['save_interval'] == 0 \
+            and 0 < run.step != run.saved_step
+        if not env.cuda or run.step % cfg['log_interval'] == 0 or save_due:
+            try:
+                stop_together(env, pending, requests)
+            except Stop as stop:
+                if stop.code != 1 and cfg['save_checkpoint'] and run.step != run.saved_step:
+                    save(run, cfg, env, meta)
+                raise
+            pending = []
+        if save_due:                                               # a checkpoint between evaluations
+            t_save = time.perf_counter()
+            save(run, cfg, env, meta)
+            t_log += time.perf_counter() - t_save
+        # one optimiser step at this step's learning rate (the token mixings' own: optim.param_groups)
         lr = optim.lr_at(run.step, cfg)
+        for _, opt in run.optimizers:
+            for group in opt.param_groups:
+                group['lr'] = lr * group['lr_mult']
         starts = draw_windows(run.batch_gen, len(train_data), cfg['n_ctx'], cfg['batch_size'],
                               cfg['grad_accum'], env.world)[env.rank]
-        started = time.perf_counter()
-        loss = train_step(run.model, run.optimizers, train_data, starts, lr, cfg, env)
-        run.step += 1
-        if change := env.threads.stepped(time.perf_counter() - started):   # the CPU's threads, as measured
-            record.threads(change)
-        interval_steps += 1
+        t_step = time.perf_counter()
+        loss = train_step(run.model, run.optimizers, train_data, starts, cfg, env)
+        run.step, run.tokens, since_log = run.step + 1, run.tokens + tokens_per, since_log + 1
         pending.append((run.step, loss))
-        if not env.cuda:
-            check_finite(env, pending)                         # cheap on the CPU: every step
+        if change := env.tuning.stepped(time.perf_counter() - t_step):   # the CPU's precision and threads
+            log.tuned(change, run.step, tokens_per)
         if run.step % cfg['log_interval'] == 0:
-            clock.lap()
-            check_finite(env, pending)
-            record.train(loss, lr, interval_steps, clock)
-            clock.interval, interval_steps = 0.0, 0
+            loss = loss.reshape(1).float()
+            if env.ddp:                                    # the mean over ranks, not rank 0's alone
+                torch.distributed.all_reduce(loss)
+                loss = loss / env.world
+            now = time.perf_counter()
+            seconds, t_log = now - t_log, now
+            if speed['seconds']:           # the first interval holds the warm-up (compilation, allocator)
+                speed['steady_seconds'] += seconds
+                speed['steady_tokens'] += since_log * tokens_per
+            speed['seconds'] += seconds
+            speed['tokens'] += since_log * tokens_per
+            tok_s = since_log * tokens_per / seconds
+            mfu = run.flops * tok_s / env.world / env.tuning.peak()[0]
+            eta = machine.hms((now - t_start) / (run.step - first_step) * (max_iters - run.step))
+            log.write({'event': 'train', 'step': run.step, 'tokens': run.tokens, 'loss': loss.item(), 'lr': lr,
+                       'ms_per_step': 1000 * seconds / since_log, 'tokens_per_s': tok_s, 'mfu': mfu},
+                      f'step {run.step:5d}/{max_iters} | loss {loss.item():.4f} | lr {lr:.2e} | '
+                      f'{1000 * seconds / since_log:.1f} ms/step | {tok_s:,.0f} tok/s | MFU {machine.fmt_mfu(mfu)} | '
+                      f'ETA {eta}')
+            since_log = 0
 
+
+# ----------------------------------------------------------------------------- main
 
 def main(argv):
     """Train with the settings of `argv` (config files and --key=value). Writes out_dir/ckpt.pt
     (harness/checkpoint.py's format) and log.jsonl (events config, schedule, train, eval, summary), under a
-    lock on out_dir. Exits 2 on bad settings, data, checkpoint or folder (one line); 1 when the run
-    stops early (a non-finite loss on any rank, a failed write, a stalled rank), 130 on Ctrl-C, each
-    with one line saying what the checkpoint holds."""
+    lock on out_dir. Exits 2 on bad settings, data, checkpoint or folder (one line); 1 when the run stops
+    early (a non-finite loss on any rank, a failed write, a stalled rank); 130 on Ctrl-C and 143 on SIGTERM,
+    after saving the step reached (a second Ctrl-C stops at once); each with one line saying what the
+    checkpoint holds."""
     t_wall = time.perf_counter()
     cfg, ckpt = configurator.settings(argv, DEFAULTS, __doc__, sys.modules[__name__])
+    if ckpt is not None and ckpt['step'] >= cfg['max_iters']:          # a finished run: nothing is written
+        print(f'{cfg["out_dir"]} holds step {ckpt["step"]} = max_iters: nothing to train (raise --max_iters)')
+        return
     try:
         lock = checkpoint.claim_run_folder(cfg, ckpt, int(os.environ.get('RANK', 0)))   # rank 0 locks out_dir
         env = machine.setup_device(cfg)
         meta, train_data, val_data = read_prepared(cfg['data_dir'], cfg['n_ctx'])
         run = build_run(cfg, ckpt, env, meta)
-        trackers = open_trackers(cfg, ckpt and ckpt['step'], run.raw_model.num_params(), env.world) \
-            if env.master else None                     # before the folder is prepared: it reads the log's last step
-        record = Record(cfg, env, run, meta, *checkpoint.prepare_run_folder(cfg, ckpt, env.rank), trackers)
+        trackers = None
+        if cfg['log_to'] and env.master:      # before the folder is prepared: they read the log's last step
+            from harness.trackers import open_trackers
+            trackers = open_trackers(cfg, ckpt and ckpt['step'], run.raw_model.num_params(), env.world)
+        log = RunLog(cfg, env, checkpoint.prepare_run_folder(cfg, ckpt, env.rank), trackers)
     except (checkpoint.CheckpointError, ValueError) as e:
         fail(str(e))
-    clock, code = machine.Clock(env.cuda), 0
+    code = 0
     try:
-        record.start(ckpt)
-        train(run, train_data, val_data, record, clock)
+        log.start(run, ckpt, meta)
+        with StopRequests() as requests:
+            speed = train(run, train_data, val_data, meta, log, requests, cfg, env)
         if env.master:
-            record.summary(clock, t_wall, len(train_data))
+            log.summary(run, speed, time.perf_counter() - t_wall, len(train_data))
     except Stop as e:
-        code = record.stopped(f'error: {e}; stopping', 1)
+        code = e.code
+        stopped_line(e, run, cfg)
     except KeyboardInterrupt:
-        code = record.stopped('interrupted (Ctrl-C)', 130)
+        code = 130
+        stopped_line('interrupted (Ctrl-C)', run, cfg)
     except RuntimeError as e:
         what = machine.collective_failure(e, cfg, env) if env.ddp else None
         if what is None:
             raise
-        code = record.stopped(f'error: {what}; stopping', 1)
+        code = 1
+        stopped_line(f'error: {what}; stopping', run, cfg)
     finally:
-        record.close()                 # log.jsonl and the trackers
+        log.close()                    # log.jsonl and the trackers
         if lock:                       # out_dir free for the next run (a pool process trains several)
             lock.close()
     if env.ddp:
-        del run, record                # DDP sits in reference cycles: freed before its process group ends
+        del run, log                   # DDP sits in reference cycles: freed before its process group ends
         machine.end_ddp(clean=code == 0)
     if code:
         sys.exit(code)

@@ -31,7 +31,7 @@ if __name__ == '__main__':       # before the imports that need the repository r
     print("pairs.py: error: retrieval.py's pairs, not a command: python retrieval.py --help", file=sys.stderr)
     sys.exit(2)
 
-from data.outputs import read_prepared  # noqa: E402
+from data.tokens import read_prepared  # noqa: E402
 from data.prepare import check_file, load_tokenizer, split_stories, tokenizer_sha256  # noqa: E402
 
 

@@ -297,8 +297,8 @@ def bench_paths(args):
     fft_threshold and chunk_size. Rows print as they are measured."""
     print(f'## Token-mixing paths\n\n_One forward + backward of the token mixing alone, batch {args.batch_size}, '
           f'd_model {args.d_model}, 4 heads, {args.dtype}; median ms. fft_threshold (machine.DEVICE_TUNING: '
-          f'{machine.DEVICE_TUNING[args.device.type]["fft_threshold"]} on {args.device.type}) switches the Toeplitz '
-          f'mixing to the FFT; chunk_size ({machine.DEVICE_TUNING[args.device.type]["chunk_size"]}) is the '
+          f'{machine.device_tuning(args.device.type)["fft_threshold"]} on {args.device.type}) switches the Toeplitz '
+          f'mixing to the FFT; chunk_size ({machine.device_tuning(args.device.type)["chunk_size"]}) is the '
           f'recurrent chunk._\n')
     print(md_table(['T', 'Toeplitz matrix', 'Toeplitz FFT', 'recurrent, one chunk']
                    + [f'recurrent, chunks of {c}' for c in PATH_CHUNKS], []), flush=True)

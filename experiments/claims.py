@@ -95,9 +95,10 @@ SETTINGS = {   # default run and --quick
 # ----------------------------------------------------------------------------- the comparison
 
 def train_args(base, model, extra):
-    """train.py's argv for a MODELS or REGULARISE name (or neither: base and extra alone)."""
+    """train.py's argv for a MODELS or REGULARISE name (or neither: base and extra alone), in float32 (the
+    precision the calibration's step times and docs/claims.md's runs were measured in)."""
     own = MODELS[model][0] if model in MODELS else REGULARISE.get(model, [])
-    return [CONFIG, *base, *own, *extra]
+    return [CONFIG, '--dtype=float32', *base, *own, *extra]     # float32, as docs/claims.md's runs: no choice
 
 
 def train_step(argv):

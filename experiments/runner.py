@@ -130,7 +130,7 @@ def window_loss_job(argv, run_dir):
     train.bin and of val.bin (train.evaluate; CPU, fp32) -> {'rc', 'train_loss',
     'val_loss' (nats/token), 'line'}: the generalisation gap of a finished run."""
     import train
-    from data.outputs import read_prepared
+    from data.tokens import read_prepared
     from harness.checkpoint import load_checkpoint
     os.chdir(ROOT)
     try:
@@ -202,7 +202,7 @@ def train_run(argv):
     written -> (run: train.build_run's namespace, with .env and .train_data; cfg: the settings; step(): one
     train.train_step on freshly drawn windows at the peak learning rate -> its loss tensor). Bad settings
     or data: train.py's one line, exit 2."""
-    from data.outputs import read_prepared
+    from data.tokens import read_prepared
     from harness import cli, configurator, machine
     import train
     cfg, _ = configurator.settings([*argv, '--init_from=scratch'], train.DEFAULTS, train.__doc__, train)
@@ -213,11 +213,14 @@ def train_run(argv):
         cli.fail(str(e))
     run = train.build_run(cfg, None, env, meta)
     run.env, run.train_data = env, train_data
+    for _, opt in run.optimizers:                     # the peak learning rate, as train.train's loop sets it
+        for group in opt.param_groups:
+            group['lr'] = cfg['learning_rate'] * group['lr_mult']
 
     def step():
         starts = train.draw_windows(run.batch_gen, len(train_data), cfg['n_ctx'], cfg['batch_size'],
                                     cfg['grad_accum'], env.world)[env.rank]
-        return train.train_step(run.model, run.optimizers, train_data, starts, cfg['learning_rate'], cfg, env)
+        return train.train_step(run.model, run.optimizers, train_data, starts, cfg, env)
     return run, cfg, step
 
 

@@ -11,9 +11,10 @@ train.py saves; sample.py, retrieval.py, claims.py and train.py's
     'config'          dict of train.py's settings for the run (resume restores them)
     'optimizer'       AdamW state dict ('optimizer_muon': Muon's, with optimizer='muon')
     'step'            int, optimiser steps done
+    'tokens_seen'     int, tokens trained on so far (all processes; None or absent in older checkpoints)
     'best_val_loss'   float, nats/token
-    'rng'             list, one dict a rank: 'torch' and 'batch' (the window generator)
-                      byte tensors, 'cuda' (or None)
+    'rng'             list, one dict per rank: 'torch' and 'batch' (the window generator, the same
+                      on every rank) byte tensors, 'cuda' (or None)
     'tokenizer'       dict: 'text' (the tiktoken rank file, "base64(token) rank" lines),
                       'sha256' (of that text), 'file' (where it was read from): the
                       checkpoint alone is enough to sample from it
@@ -40,7 +41,6 @@ import torch.distributed as dist
 
 import mixer
 from harness.cli import fail, hold_lock, one_line, remove_stale_temps, write_atomic, written
-from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
 EXPORT_FILES = ('config.json', 'model.safetensors', 'tokenizer.tiktoken')    # a folder convert.py exported
@@ -55,16 +55,17 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng, tokenizer_path,
-                    tokenizer_sha, optimizers=()):
+                    tokenizer_sha, optimizers=(), tokens_seen=None):
     """Write a checkpoint (the format above) to `path`, atomically. model: the unwrapped model;
-    model_config: a dict of its mixer.ModelConfig; config: train.py's settings; rng: a list of per-rank RNG
-    dicts; optimizers: pairs (key, torch.optim.Optimizer), e.g. [('optimizer', adamw)]; tokenizer_path /
-    tokenizer_sha: the rank file the data was encoded with. A failed write: CheckpointError."""
+    model_config: a dict of its mixer.ModelConfig; config: train.py's settings; rng: a list of RNG dicts, one
+    per rank; optimizers: pairs (key, torch.optim.Optimizer), e.g. [('optimizer', adamw)]; tokenizer_path /
+    tokenizer_sha: the rank file the data was encoded with; tokens_seen: the tokens trained on so far (None:
+    not recorded). A failed write: CheckpointError."""
     with open(tokenizer_path, encoding='ascii', newline='') as f:
         text = f.read()
     state = {'model': model.state_dict(), **{k: o.state_dict() for k, o in optimizers},
              'model_config': model_config, 'config': config, 'step': step, 'best_val_loss': best_val_loss,
-             'rng': rng, 'tokenizer': {'file': os.path.abspath(tokenizer_path), 'sha256': tokenizer_sha,
+             'tokens_seen': tokens_seen, 'rng': rng, 'tokenizer': {'file': os.path.abspath(tokenizer_path), 'sha256': tokenizer_sha,
                                        'text': text}}
     try:                                    # a failed write, or Ctrl-C during it: no half-written file
         with written(path) as tmp:
@@ -329,6 +330,7 @@ def checkpoint_tokenizer(ckpt, path='checkpoint'):
     """The tiktoken.Encoding of a checkpoint dict: its embedded rank file text (ckpt['tokenizer']['text'])
     or, for an older checkpoint without one, the file at ckpt['tokenizer']['file']; either must match
     ckpt['tokenizer']['sha256']. `path` names the checkpoint in errors. Raises CheckpointError otherwise."""
+    from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256   # here: train.py needs none
     tok = ckpt.get('tokenizer')
     if not isinstance(tok, dict) or 'sha256' not in tok or not ('text' in tok or 'file' in tok):
         raise CheckpointError(f'checkpoint {path!r} records no tokenizer (not from train.py)')
@@ -359,7 +361,10 @@ def claim_run_folder(cfg, ckpt, rank=0):
     if rank != 0:
         return None
     lock = lock_run(cfg['out_dir'])
-    old = [p for p in (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl')) if os.path.exists(p)]
+    old = [f for f in ('ckpt.pt', 'log.jsonl') if os.path.exists(os.path.join(cfg['out_dir'], f))]
+    if ckpt is None and old == ['log.jsonl'] and not cfg['overwrite']:
+        raise CheckpointError(f'{cfg["out_dir"]} holds the log.jsonl of a run that saved no checkpoint (nothing to '
+                              'resume): pass --overwrite=True to replace it, or choose another --out_dir')
     if ckpt is None and old and not cfg['overwrite']:
         raise CheckpointError(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
                               f'pass --init_from=resume to continue it or --overwrite=True to replace it')
@@ -367,11 +372,11 @@ def claim_run_folder(cfg, ckpt, rank=0):
 
 
 def prepare_run_folder(cfg, ckpt, rank=0):
-    """After every check passed: remove an old run's files (overwrite) or drop the log records after
-    the checkpoint's step (resume) -> (ckpt path, log file open for appending or None on other ranks)."""
-    ckpt_path, log_path = (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl'))
+    """After every check passed: remove an old run's files (overwrite) or drop the log records after the
+    checkpoint's step (resume) -> log.jsonl open for appending (None on other ranks)."""
     if rank != 0:
-        return ckpt_path, None
+        return None
+    ckpt_path, log_path = (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl'))
     try:
         remove_stale_temps(cfg['out_dir'], 'train.py')        # a killed save's temporary file
         if ckpt is None:
@@ -380,7 +385,7 @@ def prepare_run_folder(cfg, ckpt, rank=0):
                     os.remove(p)
         else:
             resume_log(log_path, ckpt['step'])
-        return ckpt_path, open(log_path, 'ab')
+        return open(log_path, 'ab')
     except OSError as e:
         raise CheckpointError(f'cannot prepare {cfg["out_dir"]} ({one_line(e)})') from None
 
@@ -396,9 +401,13 @@ def check_tokenizer(ckpt, meta, data_dir):
 
 
 def restore(ckpt, model, optimizers, batch_gen, env):
-    """Load a checkpoint's model, optimiser and RNG states (this rank's: env.rank) in place -> (step,
-    best val loss). Betas and weight decay stay those of the current settings, not the saved state's.
-    Raises CheckpointError when the optimiser state does not fit (other parameter groups)."""
+    """Load a checkpoint's model, optimiser and RNG states in place -> (step, tokens seen, best val loss).
+    Every rank restores rank 0's window generator (draw_windows' rule: one generator, the same on every rank;
+    a run resumed on more processes than it was saved from too) and its own torch RNG state where the
+    checkpoint holds one (a new rank keeps its fresh seed). Tokens seen: the checkpoint's count, or for an
+    older checkpoint the steps times the saved run's tokens per step. Betas and weight decay stay those of
+    the current settings, not the saved state's. Raises CheckpointError when the optimiser state does not fit
+    (other parameter groups)."""
     model.load_state_dict(ckpt['model'])
     for key, opt in optimizers:
         if key not in ckpt:                   # imported by experiments/convert.py: no optimiser state
@@ -413,13 +422,18 @@ def restore(ckpt, model, optimizers, batch_gen, env):
             raise CheckpointError(f"the checkpoint's optimizer state does not fit these settings: {e}") from None
         for g, f in zip(opt.param_groups, fresh):
             g.update(f)
+    batch_gen.set_state(ckpt['rng'][0]['batch'])
     if env.rank < len(ckpt['rng']):
         rng = ckpt['rng'][env.rank]
         torch.set_rng_state(rng['torch'])
-        batch_gen.set_state(rng['batch'])
         if env.cuda and rng.get('cuda') is not None:
             torch.cuda.set_rng_state(rng['cuda'], env.dev)
-    return ckpt['step'], ckpt['best_val_loss']
+    tokens = ckpt.get('tokens_seen')
+    if not isinstance(tokens, int):
+        saved = ckpt['config']
+        tokens = ckpt['step'] * saved.get('batch_size', 0) * saved.get('n_ctx', 0) * saved.get('grad_accum', 1) \
+            * len(ckpt['rng'])
+    return ckpt['step'], tokens, ckpt['best_val_loss']
 
 
 def gather_rng(batch_gen, env):

@@ -21,32 +21,32 @@ import traceback
 from dataclasses import fields
 
 from harness import checkpoint
-from harness import trackers
 import mixer
 from harness.cli import fail
 
-# Settings with a fixed set of values, and the numeric settings' lower bounds (the model's: mixer.ModelConfig's).
-CHOICES = {'init_from': ('scratch', 'resume'), 'optimizer': ('adamw', 'muon'), 'dtype': ('auto', 'float32', 'bfloat16')}
+# train.py's settings with a fixed set of values, and the numeric settings' lower bounds (the model's are
+# mixer.ModelConfig's own, mixer.CHOICES).
+SETTING_CHOICES = {'init_from': ('scratch', 'resume'), 'optimizer': ('adamw', 'muon'), 'dtype': ('auto', 'float32', 'bfloat16')}
 AT_LEAST = {'batch_size': 1, 'grad_accum': 1, 'max_iters': 0, 'warmup_iters': 0, 'eval_interval': 1,
-            'eval_windows': 1, 'log_interval': 1, 'weight_decay': 0, 'grad_clip': 0, 'mixing_lr_mult': 0,
+            'eval_windows': 1, 'log_interval': 1, 'save_interval': 0, 'weight_decay': 0, 'grad_clip': 0, 'mixing_lr_mult': 0,
             'min_lr': 0, 'ddp_timeout': 1}
 
 
 # The model's settings: mixer.ModelConfig's fields but vocab_size (the data's) and task (which the model's
 # architecture does not hold: an LM and an autoencoder of one config); the two that change speed, never
-# results, default to None: the device's (machine.DEVICE_TUNING), and may change on resume.
+# results, default to None: the device's (machine.device_tuning), and may change on resume.
 MODEL_KEYS = [f.name for f in fields(mixer.ModelConfig) if f.name not in ('vocab_size', 'task')]
 TUNING_KEYS = ('fft_threshold', 'chunk_size')
 
 
 def collect_defaults(namespace):
     """train.py's settings: the public names of its module namespace (globals()) bound to an int, float, bool,
-    str or None, in order, then mixer.ModelConfig's fields (MODEL_KEYS and task; TUNING_KEYS None) ->
-    {name: default}."""
+    str or None, in order (the model's sizes among them: their home), then the other fields of
+    mixer.ModelConfig with their defaults (TUNING_KEYS None: the device's) -> {name: default}."""
     own = {k: v for k, v in namespace.items()
            if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))}
-    model = {f.name: None if f.name in TUNING_KEYS else f.default
-             for f in fields(mixer.ModelConfig) if f.name != 'vocab_size'}
+    model = {f.name: None if f.name in TUNING_KEYS else f.default for f in fields(mixer.ModelConfig)
+             if f.name != 'vocab_size' and f.name not in own}
     return {**own, **model}
 
 
@@ -99,11 +99,12 @@ def settings(argv, defaults, usage, module):
 
 
 def parse_overrides(argv, defaults, usage, module=None):
-    """Config files and --key=value arguments -> dict of the keys they set, each coerced to its default's
-    type. --help prints `usage` and every setting with its default and its comment in `module` (train.py)
+    """Config files and --key=value (or --key value) arguments -> dict of the keys they set, each coerced to its
+    default's type. --help prints `usage` and every setting with its default and its comment in `module` (train.py)
     or mixer.ModelConfig, exit 0."""
-    out = {}
-    for arg in argv:
+    out, args = {}, list(argv)
+    while args:
+        arg = args.pop(0)
         if arg in ('-h', '--help'):
             print(usage)
             helps = comments(*filter(None, (module, mixer.ModelConfig)))
@@ -114,8 +115,10 @@ def parse_overrides(argv, defaults, usage, module=None):
             items = read_config_file(arg)
         else:
             key, eq, text = arg[2:].partition('=')
-            if not eq:
-                fail(f'expected --key=value, got {arg!r}')
+            if not eq:                             # --key value
+                if not args or args[0].startswith('--'):
+                    fail(f'expected --key=value or --key value, got {arg!r}')
+                text = args.pop(0)
             try:
                 value = ast.literal_eval(text)
             except (ValueError, SyntaxError):
@@ -134,7 +137,7 @@ def check_settings(cfg):
     for key, value in cfg.items():
         if isinstance(value, float) and not math.isfinite(value):
             fail(f'{key} must be a finite number, got {value!r}')
-    for key, choices in CHOICES.items():
+    for key, choices in SETTING_CHOICES.items():
         if cfg[key] not in choices:
             fail(f'{key} must be one of {", ".join(map(repr, choices))}, got {cfg[key]!r}')
     for key, low in AT_LEAST.items():
@@ -158,7 +161,9 @@ def check_settings(cfg):
     for key in ('out_dir', 'data_dir'):
         if not cfg[key].strip():
             fail(f'{key} must name a folder, got {cfg[key]!r}')
-    trackers.check_log_to(cfg)          # log_to, run_name, project; the named libraries import
+    if cfg['log_to'] or cfg['run_name'] is not None or cfg['project'] is not None:
+        from harness import trackers    # here: a run without trackers never imports them
+        trackers.check_log_to(cfg)      # log_to, run_name, project; the named libraries import
 
 
 def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS if k not in TUNING_KEYS)):

@@ -1,5 +1,5 @@
 """The machine under train.py and bench.py: the device, the processes and the precision;
-FLOPs per token and the peak they are measured against (MFU); the training clock.
+FLOPs per token and the peak they are measured against (MFU); the CPU's precision, threads and load.
 
     env = setup_device(cfg)                # cfg: train.py's settings; starts DDP under torchrun
     mfu = flops_per_token(model) * tokens_per_s / peak_flops(env.dev, dtype)
@@ -68,13 +68,14 @@ def matmul_size(device):
 
 
 def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=0.25):
-    """Measured dense matmul throughput of this machine, FLOP/s (float): the best batch of 4 n x n x n
+    """Measured dense matmul throughput of this machine, FLOP/s (float): the median of batches of 4 n x n x n
     products of `dtype` on `device` (n: matmul_size(device) by default) over about `seconds`, after 3
-    warm-up products. A GPU is measured as GPUs are: products large enough to fill it, timed by CUDA events
-    around the queued work (1024^3 bf16 products timed by the host clock gave an H200 150 TFLOP/s, where
-    8192^3 products run at about 790). A CPU: one torch thread's rate, timed by its own CPU clock
-    (time.thread_time counts no time other processes take the core: by the wall clock, a second of a
-    shared 2-core machine halved the peak), times the threads; more threads than cores overstate it."""
+    warm-up products (the median, not the best: a run's MFU should not move with one lucky batch). A GPU is
+    measured as GPUs are: products large enough to fill it, timed by CUDA events around the queued work
+    (1024^3 bf16 products timed by the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at
+    about 790). A CPU: one torch thread's rate, timed by its own CPU clock (time.thread_time counts no time
+    other processes take the core: by the wall clock, a second of a shared 2-core machine halved the peak),
+    times the threads, at most the cores this process may use (cpu_share)."""
     cuda, threads = torch.device(device).type == 'cuda', torch.get_num_threads()
     n, clock = n or matmul_size(device), time.perf_counter if cuda else time.thread_time
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
@@ -84,9 +85,9 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=0.25
     if cuda:
         torch.cuda.synchronize(device)
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = 0.0
+    rates = []
     start = clock()
-    while clock() - start < seconds or best == 0.0:
+    while clock() - start < seconds or len(rates) < 3:
         if cuda:
             begin.record()
         t = clock()
@@ -98,9 +99,10 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=0.25
             elapsed = begin.elapsed_time(end) / 1e3          # ms -> s, the GPU's own clock
         else:
             elapsed = clock() - t
-        best = max(best, 4 * 2 * n ** 3 / elapsed)
+        rates.append(4 * 2 * n ** 3 / max(elapsed, 1e-9))
     torch.set_num_threads(threads)
-    return best if cuda else best * threads
+    median = sorted(rates)[len(rates) // 2]
+    return median if cuda else median * min(threads, cpu_share())
 
 
 def fmt_mfu(mfu):
@@ -140,13 +142,21 @@ def peak_flops(device, dtype):
 
 # Settings that change speed, never results, tuned per device type (bench.py's "Token-mixing paths"
 # table measures them; the numbers: docs/performance.md): the Toeplitz mixing's FFT threshold and the
-# recurrent mixing's and linear attention's chunk. CPU: measured on 2 cores. CUDA: on one H200 (batch 32,
+# recurrent mixing's and linear attention's chunk. The CPU's are mixer.ModelConfig's defaults (measured on
+# 2 cores); a GPU's differ. CUDA: on one H200 (batch 32,
 # d_model 1024, 4 heads, bf16, forward + backward), the Toeplitz FFT beat the T x T matrix from T = 128 on
 # (at 64 the two were even); the recurrent mixing in one chunk beat chunks of 256 at every length, and at
 # 4096 chunks of 2048 were as fast as one: chunks of 2048, one chunk for every training length up to 2048.
 # Not longer: linear attention shares chunk_size, and its chunk holds a [B, H, C, C] product, at C = 8192
 # naive attention's memory.
-DEVICE_TUNING = {'cpu': dict(fft_threshold=256, chunk_size=256), 'cuda': dict(fft_threshold=128, chunk_size=2048)}
+DEVICE_TUNING = {'cuda': dict(fft_threshold=128, chunk_size=2048)}
+
+
+def device_tuning(kind):
+    """The speed settings of a device type ('cpu', 'cuda') -> {'fft_threshold', 'chunk_size'}: DEVICE_TUNING's,
+    else mixer.ModelConfig's defaults."""
+    fields = mixer.ModelConfig.__dataclass_fields__
+    return {k: DEVICE_TUNING.get(kind, {}).get(k, fields[k].default) for k in ('fft_threshold', 'chunk_size')}
 
 
 def check_memory(model_cfg, env):
@@ -212,12 +222,13 @@ def setup_device(cfg):
         except (RuntimeError, ValueError) as e:
             fail(f'device {dev}: {str(e).splitlines()[0]}')
     dtype = cfg['dtype'] if cfg['dtype'] != 'auto' else ('bfloat16' if cuda else 'float32')
-    threads = thread_choice(cfg.get('threads'), cuda)
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return SimpleNamespace(dev=dev, cuda=cuda, ddp=ddp, rank=rank, world=world, local=local, master=rank == 0,
-                           dtype=dtype, autocast=autocast(dev, dtype), threads=threads)
+    env = SimpleNamespace(dev=dev, cuda=cuda, ddp=ddp, rank=rank, world=world, local=local, master=rank == 0,
+                          dtype=dtype, autocast=autocast(dev, dtype))
+    env.tuning = Tuning(env, cfg['dtype'], cfg.get('threads'))
+    return env
 
 
 def end_ddp(clean):
@@ -260,19 +271,45 @@ def cpu_share():
     return max(1, cores // int(os.environ.get('LOCAL_WORLD_SIZE', 1)))
 
 
-def idle_cores():
-    """The machine's idle CPU cores since the last call (Linux: /proc/stat's idle and iowait time over its
-    total, times the cores) -> float, or None on the first call or where /proc/stat cannot be read."""
+def cpu_sample():
+    """The machine's CPU time so far (Linux /proc/stat: all cores' ticks, and their idle and iowait ticks) and
+    this process's -> (total ticks, idle ticks, this process's CPU seconds), or None where /proc/stat cannot be
+    read."""
     try:
         with open('/proc/stat') as f:
             ticks = [int(t) for t in f.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
-    last, idle_cores.last = getattr(idle_cores, 'last', None), ticks
-    if last is None or sum(ticks) == sum(last):
+    return sum(ticks), ticks[3] + ticks[4], time.process_time()
+
+
+def idle_cores():
+    """The machine's idle CPU cores since the last call (cpu_sample: idle ticks over all ticks, times the cores)
+    -> float, or None on the first call or where /proc/stat cannot be read."""
+    now, last = cpu_sample(), getattr(idle_cores, 'last', None)
+    idle_cores.last = now
+    if now is None or last is None or now[0] == last[0]:
         return None
-    idle = ticks[3] + ticks[4] - last[3] - last[4]
-    return idle / (sum(ticks) - sum(last)) * (os.cpu_count() or 1)
+    return (now[1] - last[1]) / (now[0] - last[0]) * (os.cpu_count() or 1)
+
+
+class LoadMeter:
+    """How busy the machine is with other processes' work, between two reads: read() -> the cores busy over
+    the time since the last read (cpu_sample) less the cores this process used meanwhile, float >= 0; None at
+    the first read or where /proc/stat cannot be read. A run's log records it (train.py's 'train' events), so
+    that times of a quiet and a loaded run are not compared unawares (experiments/compare.py)."""
+
+    def __init__(self):
+        self.last = (cpu_sample(), time.perf_counter())
+
+    def read(self):
+        (now, t), (last, t0) = (cpu_sample(), time.perf_counter()), self.last
+        self.last = (now, t)
+        if now is None or last is None or now[0] == last[0] or t <= t0:
+            return None
+        cores = os.cpu_count() or 1
+        busy = (1 - (now[1] - last[1]) / (now[0] - last[0])) * cores
+        return round(max(0.0, busy - (now[2] - last[2]) / (t - t0)), 2)
 
 
 def thread_choice(fixed=None, cuda=False):
@@ -354,6 +391,83 @@ class ThreadChoice:
         torch.set_num_threads(n)
 
 
+# ----------------------------------------------------------------------------- the CPU's precision
+
+def native_bf16(cpuinfo='/proc/cpuinfo'):
+    """True where the CPU multiplies bf16 natively: the flags avx512_bf16 (AVX-512 BF16) or amx_bf16 (Intel
+    AMX) in Linux's /proc/cpuinfo (`cpuinfo`: another file, for a test). False where they are absent or the
+    file cannot be read (other systems): there bf16 is emulated and float32 is the faster."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line for line in f if line.startswith('flags')), '').split()
+    except OSError:
+        return False
+    return 'avx512_bf16' in flags or 'amx_bf16' in flags
+
+
+class PrecisionChoice:
+    """dtype='auto' on a CPU with native bf16 (native_bf16): float32 or bf16 autocast, whichever trains faster
+    here, chosen once by measuring. After `warmup` steps in float32 it alternates bf16 and float32 steps,
+    drops the first of each (bf16's kernels are made on their first call), times `tries` of each, and keeps
+    bf16 when float32's median step is at least `margin` times bf16's (a clear gain, not noise); the weights
+    and the optimiser's state stay float32 either way (autocast). dtype: the precision of the next step.
+    stepped(seconds) after each step -> None, or at the choice {'dtype', 'rates': {dtype: steps/s}}."""
+
+    def __init__(self, warmup=3, tries=4, margin=1.1):
+        self.warmup, self.tries, self.margin = warmup, tries, margin
+        self.times, self.seen, self.dtype, self.decided = {'float32': [], 'bfloat16': []}, 0, 'float32', False
+
+    def stepped(self, seconds):
+        self.seen += 1
+        if self.seen > self.warmup + 2:
+            self.times[self.dtype].append(seconds)
+        if self.seen < self.warmup + 2 * (self.tries + 1):
+            if self.seen >= self.warmup:
+                self.dtype = 'bfloat16' if self.dtype == 'float32' else 'float32'
+            return None
+        median = {k: sorted(v)[len(v) // 2] for k, v in self.times.items()}
+        self.dtype = 'bfloat16' if median['float32'] >= self.margin * median['bfloat16'] else 'float32'
+        self.decided = True
+        return {'dtype': self.dtype, 'rates': {k: 1 / v for k, v in median.items()}}
+
+
+class Tuning:
+    """What train.py's step runs on that is chosen by measuring: the precision (env.dtype, env.autocast:
+    PrecisionChoice with dtype='auto' on a CPU with native bf16, else fixed) and then the CPU's threads
+    (ThreadChoice). dtypes: the precisions it may run in. stepped(seconds) after each training step -> None,
+    or the change made: {'event': 'precision', 'dtype', 'rates'} or {'event': 'threads', 'threads', 'from',
+    'rate', 'rate_from'} (rates in steps/s). Under DDP every rank takes rank 0's precision. peak() -> the peak
+    MFU is measured against for the precision in use (peak_flops)."""
+
+    def __init__(self, env, dtype, threads):
+        self.env, self.threads = env, thread_choice(threads, env.cuda)
+        auto = dtype == 'auto' and not env.cuda and native_bf16()
+        self.precision = PrecisionChoice() if auto else None
+        self.dtypes = ('float32', 'bfloat16') if auto else (env.dtype,)
+
+    def peak(self):
+        return peak_flops(self.env.dev, getattr(torch, self.env.dtype))
+
+    def dtype_setting(self, asked):
+        """The dtype setting a checkpoint keeps, so that a resumed run trains as this one did: the precision
+        chosen once it is chosen, else the setting `asked`."""
+        return self.env.dtype if self.precision and self.precision.decided else asked
+
+    def stepped(self, seconds):
+        if self.precision is None or self.precision.decided:
+            change = self.threads.stepped(seconds)
+            return change and {'event': 'threads', **change}
+        change, env = self.precision.stepped(seconds), self.env
+        if change and env.ddp:
+            ranks = [change]
+            dist.broadcast_object_list(ranks, src=0)
+            change = ranks[0]
+            self.precision.dtype = change['dtype']
+        env.dtype = self.precision.dtype
+        env.autocast = autocast(env.dev, env.dtype)
+        return change and {'event': 'precision', **change}
+
+
 # ----------------------------------------------------------------------------- time
 
 def sync(device):
@@ -361,30 +475,6 @@ def sync(device):
     no-op on the CPU. What a clock read after device work needs."""
     if torch.device(device).type == 'cuda':
         torch.cuda.synchronize(device)
-
-
-class Clock:
-    """Training seconds, evaluation excluded: lap() adds the time since the last lap
-    (device synchronised) to `total` and `interval`; skip() drops it (evaluation)."""
-
-    def __init__(self, cuda):
-        self.cuda, self.total, self.interval = cuda, 0.0, 0.0
-        self.start = self.last = time.perf_counter()
-
-    def lap(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        self.total += now - self.last
-        self.interval += now - self.last
-        self.last = now
-
-    def skip(self):
-        self.last = time.perf_counter()
-
-    def eta(self, done, left):
-        """Time left at the mean wall time per step so far, 'H:MM:SS' ('?' before a step)."""
-        return hms((time.perf_counter() - self.start) / done * left) if done else '?'
 
 
 def hms(seconds):

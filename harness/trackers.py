@@ -111,7 +111,7 @@ def metrics_of(rec):
         out = {'train/loss': rec['loss'], 'train/lr': rec['lr'],
                **{f'speed/{k}': rec[k] for k in ('ms_per_step', 'tokens_per_s', 'mfu')}}
     elif kind == 'eval':
-        out = {'/'.join(k.rsplit('_', 1)): v for k, v in rec.items() if k not in ('event', 'step')}
+        out = {'/'.join(k.rsplit('_', 1)): v for k, v in rec.items() if k not in ('event', 'step', 'tokens')}
     elif kind == 'summary':
         out = {f'summary/{k}': v for k, v in rec.items() if k not in ('event', 'step')}
     else:
@@ -292,7 +292,8 @@ class Trackers:
             return
         self.step = step
         old = self.skip_to is not None and step <= self.skip_to
-        self._each(lambda t: t.record(metrics, step, step * self.tps), skip=lambda t: old and t.skips_logged)
+        tokens = rec['tokens'] if isinstance(rec.get('tokens'), int) else step * self.tps     # older logs: none
+        self._each(lambda t: t.record(metrics, step, tokens), skip=lambda t: old and t.skips_logged)
 
     def _each(self, call, skip=lambda t: False):
         for t in list(self.live):

@@ -30,13 +30,13 @@ import torch
 from tests.common import ROOT, prepared_data, run, run_in_process, tiny_checkpoint
 
 
-TINY = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
+TINY = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4', '--dtype=float32']
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
 LINUX = sys.platform.startswith('linux')
 
 # train.main under faults staged by environment variables (run as a script, also under torchrun):
 # NAN_AT=k (NAN_RANK=r): the k-th step's loss is NaN on rank r; KILL_AT=k: SIGKILL at the k-th step;
-# PAUSE_AT=k: after the k-th step, touch PAUSE_FILE and sleep (the test then sends the signal);
+# PAUSE_AT=k: after the k-th step, touch PAUSE_FILE and wait up to 120 s for the signal the test sends;
 # SAVE_FAIL_AT=k: the k-th torch.save writes 1000 bytes and fails with ENOSPC, as on a full disk;
 # SIGINT_IN_SAVE=k: Ctrl-C once the k-th torch.save has written its temporary file;
 # SIGINT_AFTER_SAVE=k: Ctrl-C as soon as the k-th checkpoint is in place (just after its os.replace).
@@ -60,9 +60,11 @@ def step(*a, **k):
         return loss * float('nan')
     if at('KILL_AT', calls[0]):
         os.kill(os.getpid(), signal.SIGKILL)
-    if at('PAUSE_AT', calls[0]):
+    if at('PAUSE_AT', calls[0]):           # until a signal train.py's loop handles (its StopRequests) comes
+        requests, t = getattr(signal.getsignal(signal.SIGINT), '__self__', None), time.time()
         open(os.environ['PAUSE_FILE'], 'w').close()
-        time.sleep(120)
+        while time.time() - t < 120 and not (requests and requests.requested):
+            time.sleep(0.02)
     return loss
 
 

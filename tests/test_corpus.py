@@ -20,7 +20,7 @@ from unittest import mock
 import numpy as np
 
 from data import corpus, prepare
-from data.outputs import read_prepared
+from data.tokens import read_prepared
 from data.tokenizer import EOT, load_tokenizer, save_tokenizer
 from tests.common import ROOT, run
 

@@ -552,14 +552,16 @@ class TestRunFolder(Base):
         records(os.path.join(out, 'log.jsonl'))
         return int(m.group(1)), int(m.group(2))
 
-    def test_ctrl_c_after_the_first_checkpoint(self):
-        """SIGINT to the process group of a run (paused by the wrapper at step 8, its checkpoint of step 5
-        written): exit 130, one line naming the step reached, the step the checkpoint holds and the resume
-        command."""
-        out = self.folder('ctrl_c')
+    def test_ctrl_c_between_checkpoints_keeps_the_step_reached(self):
+        """SIGINT to the process group of a run paused by the wrapper in step 8 (its checkpoint of step 5
+        written, the next due at 10): the run ends the step, saves it, exits 130 with one line naming the step
+        reached, the step the checkpoint holds (8: nothing lost) and the resume command. Resumed, it trains to
+        the losses of a run never stopped."""
+        out, whole = self.folder('ctrl_c'), self.folder('ctrl_c_whole')
         pause = os.path.join(self.f.tmp, 'ctrl_c.paused')
-        p = popen([self.f.wrapper, f'--data_dir={self.f.data}', *TINY, '--max_iters=1000', '--eval_interval=5',
-                   '--log_interval=1', f'--out_dir={out}'], env={**ENV, 'PAUSE_AT': '8', 'PAUSE_FILE': pause})
+        args = ['--eval_interval=5', '--save_interval=0', '--log_interval=1', '--lr_decay_iters=1000']
+        p = popen([self.f.wrapper, f'--data_dir={self.f.data}', *TINY, *args, '--max_iters=1000', f'--out_dir={out}'],
+                  env={**ENV, 'PAUSE_AT': '8', 'PAUSE_FILE': pause})
         try:
             t0 = time.time()
             while not os.path.exists(pause) and p.poll() is None and time.time() - t0 < 600:
@@ -569,7 +571,16 @@ class TestRunFolder(Base):
         finally:
             kill_session(p)
         line = self.assert_fault(SimpleNamespace(returncode=p.returncode, stdout='', stderr=err), 130, [])
-        self.assertEqual(self.interrupted(out, line), (7, 5))
+        self.assertEqual(self.interrupted(out, line), (8, 8))
+        r = train('--init_from=resume', '--max_iters=12', f'--out_dir={out}', data=self.f.data, in_process=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        r = train(*args, '--max_iters=12', f'--out_dir={whole}', data=self.f.data, in_process=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        losses = [{x['step']: x['loss'] for x in records(os.path.join(d, 'log.jsonl')) if x['event'] == 'train'}
+                  for d in (out, whole)]
+        self.assertEqual(sorted(losses[0]), list(range(1, 13)))
+        for step in range(1, 13):
+            self.assertAlmostEqual(losses[0][step], losses[1][step], places=5, msg=f'step {step}')
 
     def test_ctrl_c_during_a_save(self):
         """Ctrl-C while the second checkpoint (step 10) is being written: no temporary file is left, and the

@@ -123,7 +123,8 @@ class TestTrainPyThreads(unittest.TestCase):
             real(choice, seconds, work)
             return {'threads': 1, 'from': 2, 'rate': 2.0, 'rate_from': 1.0} if len(calls) == 12 else None
         args = ['train.py', f'--data_dir={prepared_data()}', f'--out_dir={out}', '--d_model=32', '--n_layer=1',
-                '--n_ctx=32', '--batch_size=4', '--eval_windows=4', '--eval_interval=10', '--log_interval=5']
+                '--n_ctx=32', '--batch_size=4', '--eval_windows=4', '--eval_interval=10', '--log_interval=5',
+                '--dtype=float32']     # the precision fixed: every step goes to the thread choice
         env = {k: v for k, v in os.environ.items() if k != 'OMP_NUM_THREADS'}
         with mock.patch.object(machine, 'cpu_share', return_value=2), \
                 mock.patch.object(machine.ThreadChoice, 'stepped', stepped):

@@ -30,10 +30,11 @@ import mixer
 from harness import configurator, optim
 from tests.common import finished, prepared_data, read_log, run, run_in_process, start
 
-TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4']
+TINY_ARGS = ['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4', '--eval_windows=4',
+             '--dtype=float32']       # float32 fixed: runs compared number for number
 SUMMARY_KEYS = {'event', 'final_val_loss', 'final_val_bpb', 'final_val_acc', 'best_val_loss', 'step', 'tokens_seen',
                 'epochs', 'train_seconds', 'wall_seconds', 'tokens_per_s', 'mfu', 'steady_tokens_per_s', 'steady_mfu',
-                'peak_memory_gib'}
+                'peak_memory_gib', 'other_load'}
 
 
 ONE_THREAD = {**os.environ, 'OMP_NUM_THREADS': '1'}
@@ -127,9 +128,10 @@ class Base(unittest.TestCase):
 class TestSettings(unittest.TestCase):
 
     def test_model_settings_are_model_configs_fields_with_their_help(self):
-        """The model's settings are declared once, in mixer.ModelConfig: train.py --help lists every field but
-        vocab_size (meta.json's) with ModelConfig's default (fft_threshold and chunk_size: None, the
-        device's tuning) and the field's own comment as its help, as it lists train.py's settings with theirs."""
+        """Every model setting has one home: the sizes (n_ctx, d_model, n_layer, n_head: no default in
+        mixer.ModelConfig) are train.py's settings, with their comments; every other field but vocab_size
+        (meta.json's) is listed by train.py --help with ModelConfig's default (fft_threshold and chunk_size:
+        None, the device's tuning) and the field's own comment as its help."""
         import train as train_py
         out = io.StringIO()
         with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):
@@ -140,9 +142,12 @@ class TestSettings(unittest.TestCase):
             if f.name == 'vocab_size':
                 continue
             with self.subTest(field=f.name):
-                want = None if f.name in configurator.TUNING_KEYS else f.default
+                own = f.name in vars(train_py)          # the sizes: train.py's settings block is their one home
+                self.assertEqual(own, f.default is dataclasses.MISSING)
+                want = vars(train_py)[f.name] if own else None if f.name in configurator.TUNING_KEYS else f.default
                 self.assertEqual(train_py.DEFAULTS[f.name], want)
-                help_text = re.search(rf'^    {f.name}: .*?  # (.*)$', source, re.M)
+                help_text = re.search(rf'^{f.name} = .*?  # (.*)$' if own else rf'^    {f.name}: .*?  # (.*)$',
+                                      inspect.getsource(train_py) if own else source, re.M)
                 self.assertTrue(lines[f'--{f.name}'].startswith(f'  --{f.name}={want!r}'))
                 if help_text:
                     self.assertIn(help_text.group(1).strip(), lines[f'--{f.name}'])
@@ -159,7 +164,7 @@ class TestTrainPy(Base):
         tmp = tempfile.mkdtemp(prefix='mixer_train_')
         common = [f'--data_dir={data}', '--d_model=48', '--n_layer=2', '--n_ctx=48', '--batch_size=8',
                   '--eval_interval=10', '--eval_windows=16', '--log_interval=1', '--lr_decay_iters=20',
-                  '--warmup_iters=5', '--learning_rate=3e-3']
+                  '--warmup_iters=5', '--learning_rate=3e-3', '--dtype=float32']
         full, part = os.path.join(tmp, 'full'), os.path.join(tmp, 'part')
         a, b = start('train.py', *common, '--max_iters=20', f'--out_dir={full}'), \
             start('train.py', *common, '--max_iters=10', f'--out_dir={part}')         # side by side, one thread each

@@ -27,7 +27,7 @@ from unittest import mock
 
 import numpy as np
 
-from harness import trackers
+from harness import record, trackers
 from tests.common import prepared_data, run_in_process
 from tests.faults import ENV, TINY, error_lines, records
 
@@ -265,14 +265,13 @@ class TestCompare(unittest.TestCase):
         for path in cls.runs[:2]:
             r = train(path, f'--variant={os.path.basename(path)}')
             assert r.returncode == 0, r.stderr
-        real = trackers.Trackers.log
+        real = record.RunLog.write
 
-        def stop_after_6(self, rec):
-            real(self, rec)
+        def stop_after_6(self, rec, line=None):
+            real(self, rec, line)
             if rec.get('event') == 'train' and rec['step'] == 6:
                 raise KeyboardInterrupt
-        with mock.patch.object(trackers.Trackers, 'log', stop_after_6), \
-                mock.patch.object(trackers.Trackers, '__bool__', lambda self: True):   # log() with no tracker
+        with mock.patch.object(record.RunLog, 'write', stop_after_6):
             r = train(cls.runs[2], '--variant=toeplitz')
         assert r.returncode == 130, r.stderr
         cls.fresh = os.path.join(cls.tmp, 'fresh')               # what a run that just started has written
