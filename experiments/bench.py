@@ -46,11 +46,13 @@ import mixer
 from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, bench_decode, bench_generation,
                                       bench_loaded, bench_sdpa, bench_serving, build, meta_bytes)
 from experiments.bench_load import bench_load
+from experiments.bench_precision import bench_precision
 from harness.cli import ArgumentParser, number
 from experiments.flags import listing
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
-TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa', 'loaded', 'load')   # the last two: asked for
+TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa', 'loaded', 'load', 'precision')
+ASKED = 3            # the last three tables run only when asked for
 MEM_VARIANTS = ('flat', 'multihead', 'kernel', 'expanded', 'transformer', 'transformer_naive', 'toeplitz', 'recurrent',
                 'linear_attention')
 # --quick's memory table: the flat mixer and naive attention, the linear and the quadratic memory (a fresh process a
@@ -61,7 +63,9 @@ QUICK = dict(threads=1, d_model=64, n_layer=2, n_ctx=64, batch_size=2, warmup=1,
              path_lengths=[32, 64], decode_variants=['flat'], decode_sizes=[(64, 2)], decode_tokens=16,
              serve_batches=[1, 4], serve_contexts=[32, 128], serve_tokens=8, tries=2, load_steps=10, load_busy=[0, 1],
              load_switch=(10, 20, 30), load_overrides=['--d_model=32', '--n_layer=1', '--n_ctx=32', '--batch_size=4',
-                                                       '--eval_windows=4', '--log_interval=5'])
+                                                       '--eval_windows=4', '--log_interval=5'],
+             precision_rounds=3, precision_threads=[1], precision_overrides=['--d_model=32', '--n_layer=1',
+                                                                              '--n_ctx=32', '--batch_size=4'])
 
 
 def is_oom(err):
@@ -348,7 +352,7 @@ def parse_args(argv=None):
     p.add_argument('--dtype', choices=('fp32', 'bf16'), help='default: bf16 (autocast) on CUDA, fp32 on CPU')
     p.add_argument('--compile', action='store_true', help='also time the training step under torch.compile')
     p.add_argument('--quick', action='store_true', help='everything tiny (the smoke test): under a minute on 2 cores')
-    p.add_argument('--tables', type=listing(str, TABLES, what='table'), default=list(TABLES[:-2]),
+    p.add_argument('--tables', type=listing(str, TABLES, what='table'), default=list(TABLES[:-ASKED]),
                    help='tables to print, comma separated')
     p.add_argument('--variants', type=listing(str, variants, what='variant'), default=list(variants),
                    help='variants of the training table, comma separated')
@@ -384,6 +388,14 @@ def parse_args(argv=None):
     p.add_argument('--busy', type=number(int, 0), default=2, help='processes that only spin beside the loaded table\'s step')
     p.add_argument('--tries', type=count, default=7, help='tries a row of the loaded table')
     p.add_argument('--loaded_batches', type=counts, default=[1], help='batch sizes of the loaded table')
+    p.add_argument('--precision_config', default='config/tinystories_cpu.py',
+                   help="the precision table's train.py config")
+    p.add_argument('--precision_data_dir', default='data/tinystories', help="the precision table's prepared data")
+    p.add_argument('--precision_rounds', type=count, default=100, help='timed rounds of the precision table')
+    p.add_argument('--precision_threads', type=listing(count), default=[1, machine.cpu_share()],
+                   help="the precision table's thread counts")
+    p.add_argument('--precision_overrides', type=lambda text: text.split(), default=[],
+                   help="train.py settings after the precision table's config, e.g. '--batch_size=16'")
     p.add_argument('--load_config', default='config/tinystories_cpu.py', help='the load table\'s train.py config')
     p.add_argument('--load_data_dir', default='data/tinystories', help='the load table\'s prepared data')
     p.add_argument('--load_steps', type=count, default=150, help='steps of each run of the load table')
@@ -446,9 +458,9 @@ def check_decode(p, args):
     device). Else p.error: one line, exit 2, as the serving table checks its own."""
     kinds = ((args.decode_variants if 'decode' in args.tables else [])
              + (['transformer'] if 'sdpa' in args.tables else []) + (['flat'] if 'loaded' in args.tables else []))
-    for table in ('loaded', 'load'):
+    for table in ('loaded', 'load', 'precision'):
         if table in args.tables and args.device.type != 'cpu':
-            p.error(f'the {table} table measures the CPU\'s threads: run it with --device cpu, not {args.device}')
+            p.error(f'the {table} table measures the CPU: run it with --device cpu, not {args.device}')
     if 'load' in args.tables and not 0 < args.load_switch[0] < args.load_switch[1] < args.load_switch[2] if \
             len(args.load_switch) == 3 else 'load' in args.tables:
         p.error(f'--load_switch must be START,END,STEPS with 0 < START < END < STEPS, got {args.load_switch}')
@@ -520,7 +532,7 @@ def main(argv=None):
                         ('generation', lambda: bench_generation(args)), ('paths', lambda: bench_paths(args)),
                         ('decode', lambda: bench_decode(args)), ('serving', lambda: bench_serving(args)),
                         ('sdpa', lambda: bench_sdpa(args)), ('loaded', lambda: bench_loaded(args)),
-                        ('load', lambda: bench_load(args))):
+                        ('load', lambda: bench_load(args)), ('precision', lambda: bench_precision(args))):
         if name in args.tables:
             t0 = time.perf_counter()
             bench()
