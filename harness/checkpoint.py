@@ -11,6 +11,8 @@ train.py saves; sample.py, retrieval.py, claims.py and train.py's
     'config'          dict of train.py's settings for the run (resume restores them)
     'optimizer'       AdamW state dict ('optimizer_muon': Muon's, with optimizer='muon')
     'step'            int, optimiser steps done
+    'tokens_seen'     int, tokens trained on over every process, across resumes with another batch
+                      (absent before issue 90: tokens_seen() counts step x the saved tokens a step)
     'best_val_loss'   float, nats/token
     'rng'             list, one dict a rank: 'torch' and 'batch' (the window generator)
                       byte tensors, 'cuda' (or None)
@@ -40,7 +42,7 @@ import torch.distributed as dist
 
 import mixer
 from harness.cli import fail, hold_lock, one_line, remove_stale_temps, write_atomic, written
-from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256
+from data.tokenizer import json_type, load_tokenizer, tokenizer_from_text, tokenizer_sha256
 
 PREFIXES = ('_orig_mod.', 'module.')     # torch.compile's and DDP's wrappers
 EXPORT_FILES = ('config.json', 'model.safetensors', 'tokenizer.tiktoken')    # a folder convert.py exported
@@ -55,23 +57,40 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng, tokenizer_path,
-                    tokenizer_sha, optimizers=()):
+                    tokenizer_sha, optimizers=(), tokens_seen=None):
     """Write a checkpoint (the format above) to `path`, atomically. model: the unwrapped model;
     model_config: a dict of its mixer.ModelConfig; config: train.py's settings; rng: a list of per-rank RNG
     dicts; optimizers: pairs (key, torch.optim.Optimizer), e.g. [('optimizer', adamw)]; tokenizer_path /
-    tokenizer_sha: the rank file the data was encoded with. A failed write: CheckpointError."""
+    tokenizer_sha: the rank file the data was encoded with; tokens_seen: tokens trained on so far (None: not
+    stored). A failed write: CheckpointError."""
     with open(tokenizer_path, encoding='ascii', newline='') as f:
         text = f.read()
     state = {'model': model.state_dict(), **{k: o.state_dict() for k, o in optimizers},
              'model_config': model_config, 'config': config, 'step': step, 'best_val_loss': best_val_loss,
              'rng': rng, 'tokenizer': {'file': os.path.abspath(tokenizer_path), 'sha256': tokenizer_sha,
                                        'text': text}}
+    if tokens_seen is not None:
+        state['tokens_seen'] = tokens_seen
     try:                                    # a failed write, or Ctrl-C during it: no half-written file
         with written(path) as tmp:
             torch.save(state, tmp)
     except (OSError, RuntimeError) as e:    # torch reports a full disk as 'unexpected pos ...'
         raise CheckpointError(f'could not write {path} ({write_error(e, path)}); the previous checkpoint, '
                               'if any, is kept') from None
+
+
+def tokens_seen(ckpt, settings=None):
+    """Tokens a checkpoint dict's run has trained on, over every process (int; 0 for None, a fresh run): its
+    'tokens_seen', or, for one saved before it was kept, step x the saved settings' batch_size x n_ctx x
+    grad_accum (`settings`, train.py's, where they lack one) x the ranks that saved it (its 'rng' list; one
+    for an import's empty list)."""
+    if ckpt is None:
+        return 0
+    if isinstance(ckpt.get('tokens_seen'), int):
+        return ckpt['tokens_seen']
+    cfg = {**(settings or {}), **ckpt.get('model_config', {}), **ckpt.get('config', {})}
+    world = max(1, len(ckpt.get('rng') or []))
+    return ckpt['step'] * cfg['batch_size'] * cfg['n_ctx'] * cfg.get('grad_accum', 1) * world
 
 
 def write_error(e, path, need=1 << 20):
@@ -101,9 +120,11 @@ def append_log(f, rec):
         raise
 
 
-def read_log(path):
+def read_log(path, warn=True):
     """The records of a JSON-lines log (list of dicts; [] if there is no file). A last line cut short
-    by a crash is dropped, with a warning on stderr; a damaged line before it raises CheckpointError."""
+    by a crash is dropped, with a warning on stderr (unless not `warn`: a second reader); a damaged line
+    before it, or a line anywhere that is JSON but not a record (a number, a list, a string: no crash writes
+    one), raises CheckpointError naming the file and line."""
     if not os.path.isfile(path):
         return []
     with open(path, 'rb') as f:
@@ -113,11 +134,17 @@ def read_log(path):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except ValueError:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
             if i < len(lines) - 1 and any(l.strip() for l in lines[i + 1:]):
                 raise CheckpointError(f'{path}, line {i + 1}: not a JSON record (a damaged log)') from None
-            print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
+            if warn:
+                print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
+            continue
+        if not isinstance(rec, dict):
+            raise CheckpointError(f'{path}, line {i + 1}: a JSON {json_type(rec)}, not a record (an object): '
+                                  'a damaged log')
+        records.append(rec)
     return records
 
 
@@ -126,11 +153,17 @@ def resume_log(path, step):
     records of steps after `step` (written after the checkpoint by a run that was then killed, they
     would appear twice), rewriting the file atomically, with a warning naming what was dropped."""
     records = read_log(path)
-    keep = [r for r in records if not isinstance(r.get('step'), int) or r['step'] <= step]
+    keep = kept_on_resume(records, step)
     if len(keep) < len(records):
         print(f'warning: {path}: dropped {len(records) - len(keep)} records after step {step}, the checkpoint\'s '
               '(the run that wrote them stopped before its next checkpoint)', file=sys.stderr)
     write_atomic(path, ''.join(json.dumps(r) + '\n' for r in keep))
+
+
+def kept_on_resume(records, step):
+    """The log records (list of dicts) a run resumed from a checkpoint of `step` keeps: all but those of later
+    steps."""
+    return [r for r in records if not isinstance(r.get('step'), int) or r['step'] <= step]
 
 
 def lock_run(out_dir):

@@ -73,6 +73,7 @@ class Record:
         self.start_step = run.step
         self.saved_step = run.step if cfg['init_from'] == 'resume' else None
         self.last_ev, self.peak = None, None
+        self.start_tokens = 0              # tokens seen at start_step (on resume the checkpoint's: start)
         self.intervals_logged, self.steady_steps, self.steady_seconds = 0, 0, 0.0
 
     def write(self, rec):
@@ -102,11 +103,13 @@ class Record:
         processes, the peak MFU is measured against and the schedule. Sets the peak (FLOP/s: the device's
         nominal peak, or a matmul measured for about 0.3 s)."""
         cfg, env, run = self.cfg, self.env, self.run
+        self.start_tokens = checkpoint.tokens_seen(ckpt, cfg)    # a batch changed on resume counts from here
         self.peak, peak_name = machine.peak_flops(env.dev, getattr(torch, env.dtype))
         n_params = run.raw_model.num_params()
         self.write({'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg), 'world_size': env.world,
                     'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': run.flops,
-                    'peak_flops': self.peak, 'peak': peak_name, 'meta': self.meta})
+                    'peak_flops': self.peak, 'peak': peak_name, 'meta': self.meta,
+                    'threads': env.threads.threads})
         self.say(f'{cfg["variant"]} ({run.model_cfg.kind}, token_mixing={run.model_cfg.token_mixing}, task={cfg["task"]}): '
                  f'{n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
                  f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env)} tokens/step')
@@ -136,7 +139,7 @@ class Record:
                   f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
                   + (f'train windows {ev["train_windows_loss"]:.4f} | ' if cfg['eval_train'] else '') +
                   f'ETA {clock.eta(run.step - self.start_step, cfg["max_iters"] - run.step)}', flush=True)
-            self.write({'event': 'eval', 'step': run.step, **ev})
+            self.write({'event': 'eval', 'step': run.step, 'tokens': self.tokens_seen(), **ev})
             if cfg['save_checkpoint'] and run.step > 0:
                 try:
                     self.save(rng)
@@ -155,7 +158,7 @@ class Record:
         with deferred_interrupt():
             checkpoint.save_checkpoint(self.ckpt_path, run.raw_model, asdict(run.model_cfg), self.cfg, run.step,
                                        run.best_val, rng, os.path.join(self.cfg['data_dir'], self.meta['tokenizer']),
-                                       self.meta['tokenizer_sha256'], run.optimizers)
+                                       self.meta['tokenizer_sha256'], run.optimizers, self.tokens_seen())
             self.saved_step = run.step
 
     def train(self, loss, lr, steps, clock):
@@ -168,8 +171,9 @@ class Record:
             loss = loss / env.world
         ms = 1000 * clock.interval / steps
         tok_s = tokens_per_step(cfg, env) / (ms / 1000)
-        rec = {'event': 'train', 'step': step, 'loss': loss.item(), 'lr': lr, 'ms_per_step': ms,
-               'tokens_per_s': tok_s, 'mfu': self.run.flops * tok_s / env.world / self.peak}
+        rec = {'event': 'train', 'step': step, 'tokens': self.tokens_seen(), 'loss': loss.item(), 'lr': lr,
+               'ms_per_step': ms, 'tokens_per_s': tok_s,
+               'mfu': self.run.flops * tok_s / env.world / self.peak}
         if self.intervals_logged:          # the first interval holds the warm-up (compilation, allocator, autotune)
             self.steady_steps, self.steady_seconds = self.steady_steps + steps, self.steady_seconds + clock.interval
         self.intervals_logged += 1
@@ -177,6 +181,12 @@ class Record:
                  f'{tok_s:,.0f} tok/s | MFU {machine.fmt_mfu(rec["mfu"])} | '
                  f'ETA {clock.eta(step - self.start_step, cfg["max_iters"] - step)}', flush=True)
         self.write(rec)
+
+    def tokens_seen(self):
+        """Tokens trained on at the current step, over every process: the checkpoint's count, then this
+        session's steps at its own batch (after a resume with another batch_size, each step counts the batch
+        it ran with)."""
+        return self.start_tokens + (self.run.step - self.start_step) * tokens_per_step(self.cfg, self.env)
 
     def threads(self, change):
         """A change of the CPU's threads (machine.ThreadChoice.stepped's) -> its line and a 'threads' event."""
@@ -195,7 +205,7 @@ class Record:
         as nanoGPT's running MFU does; None before a second interval); on CUDA the peak memory the run's
         tensors took (peak_memory_gib, torch.cuda.max_memory_allocated, GiB)."""
         cfg, env, run = self.cfg, self.env, self.run
-        ev, tokens_seen = self.last_ev, run.step * tokens_per_step(cfg, env)      # the loop evaluated the last step
+        ev, tokens_seen = self.last_ev, self.tokens_seen()      # the loop evaluated the last step
         tok_s = (run.step - self.start_step) * tokens_per_step(cfg, env) / clock.total if clock.total > 0 else 0.0
         steady = self.steady_steps * tokens_per_step(cfg, env) / self.steady_seconds if self.steady_seconds > 0 else None
         mfu_of = lambda t: None if t is None else run.flops * t / env.world / self.peak      # noqa: E731
