@@ -309,8 +309,10 @@ def main(argv):
     checkpoint holds."""
     t_wall = time.perf_counter()
     cfg, ckpt = configurator.settings(argv, DEFAULTS, __doc__, sys.modules[__name__])
-    if ckpt is not None and ckpt['step'] >= cfg['max_iters']:          # a finished run: nothing is written
-        print(f'{cfg["out_dir"]} holds step {ckpt["step"]} = max_iters: nothing to train (raise --max_iters)')
+    if ckpt is not None and ckpt['step'] >= cfg['max_iters']:      # a finished run: no second eval, summary
+        if int(os.environ.get('RANK', 0)) == 0:
+            print(f'train.py: nothing to do: {os.path.join(cfg["out_dir"], "ckpt.pt")} holds step '
+                  f'{ckpt["step"]}, max_iters is {cfg["max_iters"]} (a larger --max_iters trains on)')
         return
     try:
         lock = checkpoint.claim_run_folder(cfg, ckpt, int(os.environ.get('RANK', 0)))   # rank 0 locks out_dir

@@ -10,6 +10,7 @@ import hashlib
 import heapq
 import json
 import os
+import sys
 import time
 from collections import Counter
 
@@ -212,10 +213,10 @@ def check_split(spec):
     """Raise ConvertError (one line) unless the tokenizer.json dict `spec` splits text as this project's
     tokenizer can: a BPE model without dropout, affixes or byte fallback, the ByteLevel pre-tokenizer with
     GPT-2's regex and no prefix space, no normalizer."""
-    model, pre = spec.get('model') or {}, spec.get('pre_tokenizer') or {}
-    for name, part in (('model', model), ('pre_tokenizer', pre)):
+    model, pre, norm = (spec.get(k) or {} for k in ('model', 'pre_tokenizer', 'normalizer'))
+    for name, part in (('model', model), ('pre_tokenizer', pre), ('normalizer', norm)):
         if not isinstance(part, dict):
-            raise ConvertError(f"tokenizer.json's {name} is a JSON {type(part).__name__}, not an object")
+            raise ConvertError(f"tokenizer.json's {name} is a JSON {json_type(part)}, not an object")
     if model.get('type') != 'BPE':
         raise ConvertError(f"tokenizer.json's model is {model.get('type')!r}, not a BPE; only a byte-level "
                            'BPE converts to a rank file')
@@ -227,17 +228,23 @@ def check_split(spec):
         raise ConvertError(f"tokenizer.json's pre-tokenizer is {json.dumps(pre) if pre else None}, not ByteLevel "
                            "(add_prefix_space=false, use_regex=true): not byte-level or not GPT-2's split")
     if spec.get('normalizer') is not None:
-        raise ConvertError(f"tokenizer.json has a normalizer ({spec['normalizer'].get('type')}); this project's "
+        raise ConvertError(f"tokenizer.json has a normalizer ({norm.get('type')}); this project's "
                            'tokenizer encodes the text as it is')
+
+
+def json_type(value):
+    """The JSON name of a parsed JSON value's type: 'string', 'number', 'list', 'object', 'boolean', 'null'."""
+    names = {str: 'string', bool: 'boolean', int: 'number', float: 'number', list: 'list', dict: 'object'}
+    return 'null' if value is None else names.get(type(value), type(value).__name__)
 
 
 def tokenizer_ids(spec):
     """The ids of a tokenizer.json dict: {token: id} of its vocabulary and added tokens. Raises ConvertError
     (one line) for a vocabulary that is not an object of integer ids, added tokens that are not a list of
     objects, an added token other than <|endoftext|> or none, or ids that are not 0..N-1, each once."""
-    vocab, added = spec['model'].get('vocab') or {}, spec.get('added_tokens') or []
+    vocab, added = spec['model'].get('vocab', {}), spec.get('added_tokens') or []
     if not isinstance(vocab, dict):
-        raise ConvertError(f"tokenizer.json's vocab is a JSON {type(vocab).__name__}, not an object of token: id")
+        raise ConvertError(f"tokenizer.json's vocab is a JSON {json_type(vocab)}, not an object of token: id")
     for tok, i in vocab.items():
         if not isinstance(i, int) or isinstance(i, bool):
             raise ConvertError(f"tokenizer.json's vocab gives {tok!r} the id {i!r}, not an integer")
@@ -278,9 +285,15 @@ def convert_tokenizer(spec):
                                'ByteLevel.alphabet()): a text holding it would have no token')
         ranks[bytes([b])] = b
         hf_ids.append(ids[c])
-    for k, merge in enumerate(spec['model'].get('merges') or []):
+    merges = spec['model'].get('merges', [])
+    if not isinstance(merges, list):
+        raise ConvertError(f"tokenizer.json's merges are a JSON {json_type(merges)}, not a list of pairs "
+                           '("a b" or ["a", "b"])')
+    for k, merge in enumerate(merges):
         try:
             a, b = merge.split(' ') if isinstance(merge, str) else merge
+            if not (isinstance(a, str) and isinstance(b, str) and a and b):
+                raise TypeError('not two tokens')
             ta, tb = (bytes(char_byte[c] for c in s) for s in (a, b))
         except (ValueError, TypeError, KeyError):
             raise ConvertError(f'tokenizer.json merge {k} {merge!r} is not a pair of byte-level tokens') from None
@@ -308,13 +321,12 @@ def check_same_tokens(path, enc, hf_ids, texts=PROBES):
     """Raise ConvertError (one line) unless the converted tokenizer `enc` (tiktoken.Encoding) and the
     tokenizer.json at `path` (read by `tokenizers`) split each of `texts` into the same tokens:
     hf_ids[enc's ids] (hf_ids from convert_tokenizer: V ints) == its ids (add_special_tokens=False).
-    Without `tokenizers` installed: a note on stderr, no check."""
+    Without `tokenizers` installed: ConvertError saying so (an unchecked conversion is not made)."""
     try:
         from tokenizers import Tokenizer        # here: only this check needs it
-    except ImportError:
-        print('note: the tokenizers package is not installed: the conversion is not checked '
-              'against it (pip install tokenizers)', file=sys.stderr)
-        return
+    except ImportError as e:
+        raise ConvertError('checking the conversion of a tokenizer.json needs the tokenizers package, which '
+                           f'does not import ({one_line(e)}): pip install tokenizers') from None
     try:
         hf = Tokenizer.from_file(path)
     except Exception as e:                      # tokenizers raises its own exception types
@@ -339,7 +351,7 @@ def read_tokenizer_json(path):
             spec = json.load(f)
         if not isinstance(spec, dict) or not isinstance(spec.get('model'), dict):
             raise ValueError('not a tokenizers JSON (no "model")')
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:       # RecursionError: lists nested thousands deep
         raise ConvertError(f'cannot read the tokenizer {path} ({one_line(e)})') from None
     text, hf_ids = convert_tokenizer(spec)
     enc = tokenizer_from_text(text, f'tokenizer converted from {path}')

@@ -33,7 +33,9 @@ Its merges become tiktoken ranks: this project's ids are the 256 bytes (id = byt
 order, then <|endoftext|> (data/tokenizer.py); its ids, another numbering of the same tokens, renumber the
 model's wte and lm_head rows, so both tokenizers split every text into the same tokens and the model sees
 the same inputs. One that cannot be converted is refused, saying why, and the conversion is checked by
-encoding texts with both (spaces, newlines, digits, unicode). The checkpoint holds no optimiser state:
+encoding texts with both (spaces, newlines, digits, unicode; without the tokenizers package, a one-line
+error: no conversion goes unchecked). A field of the wrong JSON type (merges that are not a list, a
+normalizer that is a string) is refused naming it. The checkpoint holds no optimiser state:
 train.py --init_from=resume continues it with a fresh AdamW from step 0 (on data prepared with its tokenizer),
 at the paper's peak learning rate 5e-4.
 

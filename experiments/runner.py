@@ -39,8 +39,9 @@ from experiments.pool import end_pool, new_pool
 
 
 def say(msg):
-    """Print a progress line to stderr."""
-    print(msg, file=sys.stderr, flush=True)
+    """Print a progress line to stderr, in one write (print's two, the text and its newline, let a Ctrl-C
+    between them glue the interrupt's line to it), on a line of its own (cli.own_line)."""
+    cli.own_line(msg)
 
 
 def load_json(path, what='cached result'):
@@ -280,8 +281,8 @@ class Runner:
         with contextlib.suppress(ValueError):                  # not the main thread: no handler to set
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         end_pool(self.pool)
-        print(f'{os.path.basename(sys.argv[0])}: interrupted (Ctrl-C) during {what}; the runs that finished are '
-              f'cached in {self.out}: run the same command again to go on', file=sys.stderr, flush=True)
+        cli.own_line(f'{os.path.basename(sys.argv[0])}: interrupted (Ctrl-C) during {what}; the runs that '
+                     f'finished are cached in {self.out}: run the same command again to go on')
         sys.exit(130)
 
     def close(self):

@@ -11,7 +11,8 @@ train.py saves; sample.py, retrieval.py, claims.py and train.py's
     'config'          dict of train.py's settings for the run (resume restores them)
     'optimizer'       AdamW state dict ('optimizer_muon': Muon's, with optimizer='muon')
     'step'            int, optimiser steps done
-    'tokens_seen'     int, tokens trained on so far (all processes; None or absent in older checkpoints)
+    'tokens_seen'     int, tokens trained on over every process, across resumes with another batch
+                      (absent before issue 90: tokens_seen() counts step x the saved tokens a step)
     'best_val_loss'   float, nats/token
     'rng'             list, one dict per rank: 'torch' and 'batch' (the window generator, the same
                       on every rank) byte tensors, 'cuda' (or None)
@@ -65,14 +66,30 @@ def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng,
         text = f.read()
     state = {'model': model.state_dict(), **{k: o.state_dict() for k, o in optimizers},
              'model_config': model_config, 'config': config, 'step': step, 'best_val_loss': best_val_loss,
-             'tokens_seen': tokens_seen, 'rng': rng, 'tokenizer': {'file': os.path.abspath(tokenizer_path), 'sha256': tokenizer_sha,
+             'rng': rng, 'tokenizer': {'file': os.path.abspath(tokenizer_path), 'sha256': tokenizer_sha,
                                        'text': text}}
+    if tokens_seen is not None:
+        state['tokens_seen'] = tokens_seen
     try:                                    # a failed write, or Ctrl-C during it: no half-written file
         with written(path) as tmp:
             torch.save(state, tmp)
     except (OSError, RuntimeError) as e:    # torch reports a full disk as 'unexpected pos ...'
         raise CheckpointError(f'could not write {path} ({write_error(e, path)}); the previous checkpoint, '
                               'if any, is kept') from None
+
+
+def tokens_seen(ckpt, settings=None):
+    """Tokens a checkpoint dict's run has trained on, over every process (int; 0 for None, a fresh run): its
+    'tokens_seen', or, for one saved before it was kept, step x the saved settings' batch_size x n_ctx x
+    grad_accum (`settings`, train.py's, where they lack one) x the ranks that saved it (its 'rng' list; one
+    for an import's empty list)."""
+    if ckpt is None:
+        return 0
+    if isinstance(ckpt.get('tokens_seen'), int):
+        return ckpt['tokens_seen']
+    cfg = {**(settings or {}), **ckpt.get('model_config', {}), **ckpt.get('config', {})}
+    world = max(1, len(ckpt.get('rng') or []))
+    return ckpt['step'] * cfg['batch_size'] * cfg['n_ctx'] * cfg.get('grad_accum', 1) * world
 
 
 def write_error(e, path, need=1 << 20):
@@ -102,9 +119,11 @@ def append_log(f, rec):
         raise
 
 
-def read_log(path):
+def read_log(path, warn=True):
     """The records of a JSON-lines log (list of dicts; [] if there is no file). A last line cut short
-    by a crash is dropped, with a warning on stderr; a damaged line before it raises CheckpointError."""
+    by a crash is dropped, with a warning on stderr (unless not `warn`: a second reader); a damaged line
+    before it, or a line anywhere that is JSON but not a record (a number, a list, a string: no crash writes
+    one), raises CheckpointError naming the file and line."""
     if not os.path.isfile(path):
         return []
     with open(path, 'rb') as f:
@@ -114,11 +133,18 @@ def read_log(path):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except ValueError:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
             if i < len(lines) - 1 and any(l.strip() for l in lines[i + 1:]):
                 raise CheckpointError(f'{path}, line {i + 1}: not a JSON record (a damaged log)') from None
-            print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
+            if warn:
+                print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
+            continue
+        if not isinstance(rec, dict):
+            from data.tokenizer import json_type      # here: a run that reads its log whole needs no tokenizer
+            raise CheckpointError(f'{path}, line {i + 1}: a JSON {json_type(rec)}, not a record (an object): '
+                                  'a damaged log')
+        records.append(rec)
     return records
 
 
@@ -127,11 +153,17 @@ def resume_log(path, step):
     records of steps after `step` (written after the checkpoint by a run that was then killed, they
     would appear twice), rewriting the file atomically, with a warning naming what was dropped."""
     records = read_log(path)
-    keep = [r for r in records if not isinstance(r.get('step'), int) or r['step'] <= step]
+    keep = kept_on_resume(records, step)
     if len(keep) < len(records):
         print(f'warning: {path}: dropped {len(records) - len(keep)} records after step {step}, the checkpoint\'s '
               '(the run that wrote them stopped before its next checkpoint)', file=sys.stderr)
     write_atomic(path, ''.join(json.dumps(r) + '\n' for r in keep))
+
+
+def kept_on_resume(records, step):
+    """The log records (list of dicts) a run resumed from a checkpoint of `step` keeps: all but those of later
+    steps."""
+    return [r for r in records if not isinstance(r.get('step'), int) or r['step'] <= step]
 
 
 def lock_run(out_dir):
@@ -428,12 +460,7 @@ def restore(ckpt, model, optimizers, batch_gen, env):
         torch.set_rng_state(rng['torch'])
         if env.cuda and rng.get('cuda') is not None:
             torch.cuda.set_rng_state(rng['cuda'], env.dev)
-    tokens = ckpt.get('tokens_seen')
-    if not isinstance(tokens, int):
-        saved = ckpt['config']
-        tokens = ckpt['step'] * saved.get('batch_size', 0) * saved.get('n_ctx', 0) * saved.get('grad_accum', 1) \
-            * len(ckpt['rng'])
-    return ckpt['step'], tokens, ckpt['best_val_loss']
+    return ckpt['step'], tokens_seen(ckpt), ckpt['best_val_loss']
 
 
 def gather_rng(batch_gen, env):

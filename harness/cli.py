@@ -29,8 +29,21 @@ def fail(msg, prog='train.py', code=2):
     """Print a one-line error 'PROG: error: msg' and exit with status `code`: 2, every command's bad
     input (train.py's settings here; the experiments and tools pass their own name); 1, a run that
     could not finish (a failed job, a full disk)."""
-    print(f'{prog}: error: {msg}', file=sys.stderr, flush=True)
+    own_line(f'{prog}: error: {msg}')
     sys.exit(code)
+
+
+def own_line(text):
+    """Write `text` to stderr as a line of its own, in one write (a Ctrl-C cannot cut it from its newline):
+    after a partial line on stdout or stderr (a progress line without its newline, or one a Ctrl-C cut before
+    its newline: begin()'s streams know), that line is ended first, on its own stream."""
+    if getattr(sys.stdout, 'open', False):
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.stream.write('\n')
+            sys.stdout.stream.flush()
+        sys.stdout.open = False
+    sys.stderr.write(('\n' if getattr(sys.stderr, 'open', False) else '') + text + '\n')
+    sys.stderr.flush()
 
 
 def one_line(e):
@@ -51,12 +64,13 @@ def begin(prog, name='__main__', keep=False):
     (Ctrl-C)' and exit 130 at once (os._exit: nothing is written yet; an import that catches every exception
     cannot swallow it). A reader of stdout that goes away (`| head`) points it at os.devnull: the work goes on
     if `keep` (its result is a file), else exit 1, quietly; any other failed write (`>/dev/full`) is one
-    line 'PROG: error: cannot write to stdout (why)', exit 1."""
+    line 'PROG: error: cannot write to stdout (why)', exit 1. Both streams note a line left partial (own_line
+    ends it before its own)."""
     if name == '__main__' and threading.current_thread() is threading.main_thread():
         _STARTED[:] = [prog]
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupted)
-        sys.stdout = _Stdout(sys.stdout, prog, keep)
+        sys.stdout, sys.stderr = _Stdout(sys.stdout, prog, keep), _Stream(sys.stderr)
 
 
 _STARTED = []           # the command begin() started in this process
@@ -65,21 +79,35 @@ _STARTED = []           # the command begin() started in this process
 def _interrupted(signum, frame):
     """SIGINT handler from begin() until run_command's work and after it: one line, exit 130."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print(f'{_STARTED[0]}: interrupted (Ctrl-C)', file=sys.stderr, flush=True)
+    own_line(f'{_STARTED[0]}: interrupted (Ctrl-C)')
     os._exit(130)
 
 
-class _Stdout:
-    """sys.stdout of a command begin() started: the stream's own, but a failed write or flush is begin()'s."""
+class _Stream:
+    """sys.stderr of a command begin() started: the stream's own; `open` says whether the last text written
+    ended inside a line (set before the write: a Ctrl-C during it leaves it True, at worst one blank line)."""
 
-    def __init__(self, stream, prog, keep):
-        self.stream, self.prog, self.keep = stream, prog, keep
+    def __init__(self, stream):
+        self.stream, self.open = stream, False
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
 
     def write(self, text):
-        return self._do(self.stream.write, text)
+        if text:
+            self.open = not text.endswith('\n')
+        return self.stream.write(text)
+
+
+class _Stdout(_Stream):
+    """sys.stdout of a command begin() started: a _Stream, but a failed write or flush is begin()'s."""
+
+    def __init__(self, stream, prog, keep):
+        super().__init__(stream)
+        self.prog, self.keep = prog, keep
+
+    def write(self, text):
+        return self._do(super().write, text)
 
     def flush(self):
         return self._do(self.stream.flush)
@@ -124,7 +152,7 @@ def run_command(prog, work, *args, kept=None, exits=False):
         sys.stdout.flush()
         return 0 if code is None else code
     except KeyboardInterrupt:
-        print(f'{prog}: interrupted (Ctrl-C)' + (f'; {kept}' if kept else ''), file=sys.stderr, flush=True)
+        own_line(f'{prog}: interrupted (Ctrl-C)' + (f'; {kept}' if kept else ''))
         return 130
     finally:
         if own and not (exits and signal.getsignal(signal.SIGINT) == signal.SIG_IGN):    # SIG_IGN: stopping

@@ -23,6 +23,7 @@ from dataclasses import fields
 from harness import checkpoint
 import mixer
 from harness.cli import fail
+from harness.machine import MAX_THREADS
 
 # train.py's settings with a fixed set of values, and the numeric settings' lower bounds (the model's are
 # mixer.ModelConfig's own, mixer.CHOICES).
@@ -143,20 +144,23 @@ def check_settings(cfg):
     for key, low in AT_LEAST.items():
         if cfg[key] < low:
             fail(f'{key} must be >= {low}, got {cfg[key]!r}')
-    if cfg['mixing_weight_decay'] is not None and not (
-            isinstance(cfg['mixing_weight_decay'], (int, float)) and cfg['mixing_weight_decay'] >= 0):
+    decay = cfg['mixing_weight_decay']
+    if decay is not None and not (isinstance(decay, (int, float)) and not isinstance(decay, bool)
+                                  and decay >= 0):
         fail(f'mixing_weight_decay must be a number >= 0 or None, got {cfg["mixing_weight_decay"]!r}')
     if not cfg['learning_rate'] > 0:
         fail(f'learning_rate must be > 0, got {cfg["learning_rate"]!r}')
-    if cfg['lr_decay_iters'] is not None and (not isinstance(cfg['lr_decay_iters'], int) or cfg['lr_decay_iters'] < 1):
+    decay_iters = cfg['lr_decay_iters']
+    if decay_iters is not None and not (is_count(decay_iters) and decay_iters >= 1):
         fail(f'lr_decay_iters must be None or an int >= 1, got {cfg["lr_decay_iters"]!r}')
     for key in ('beta1', 'beta2'):
         if not 0 <= cfg[key] < 1:
             fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
-    if cfg['threads'] is not None and (not isinstance(cfg['threads'], int) or cfg['threads'] < 1):
-        fail(f'threads must be None (chosen by measuring) or an int >= 1, got {cfg["threads"]!r}')
+    if cfg['threads'] is not None and not (is_count(cfg['threads']) and 1 <= cfg['threads'] <= MAX_THREADS):
+        fail(f'threads must be None (chosen by measuring) or an int from 1 to {MAX_THREADS}, '
+             f'got {cfg["threads"]!r}')
     for key in ('fft_threshold', 'chunk_size'):
-        if cfg[key] is not None and (not isinstance(cfg[key], int) or cfg[key] < 1):
+        if cfg[key] is not None and (not is_count(cfg[key]) or cfg[key] < 1):
             fail(f'{key} must be None (the device\'s own) or an int >= 1, got {cfg[key]!r}')
     for key in ('out_dir', 'data_dir'):
         if not cfg[key].strip():
@@ -164,6 +168,11 @@ def check_settings(cfg):
     if cfg['log_to'] or cfg['run_name'] is not None or cfg['project'] is not None:
         from harness import trackers    # here: a run without trackers never imports them
         trackers.check_log_to(cfg)      # log_to, run_name, project; the named libraries import
+
+
+def is_count(value):
+    """True for an int that is not a bool (True is an int to Python, not a count to a setting)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS if k not in TUNING_KEYS)):

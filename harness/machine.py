@@ -9,6 +9,7 @@ import ctypes
 import datetime
 import gc
 import os
+import sys
 import time
 from contextlib import nullcontext
 from types import SimpleNamespace
@@ -75,7 +76,7 @@ def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=0.25
     (1024^3 bf16 products timed by the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at
     about 790). A CPU: one torch thread's rate, timed by its own CPU clock (time.thread_time counts no time
     other processes take the core: by the wall clock, a second of a shared 2-core machine halved the peak),
-    times the threads, at most the cores this process may use (cpu_share)."""
+    times the threads, at most the cores this process may use (cpu_share: threads beyond them add no FLOPs)."""
     cuda, threads = torch.device(device).type == 'cuda', torch.get_num_threads()
     n, clock = n or matmul_size(device), time.perf_counter if cuda else time.thread_time
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
@@ -312,11 +313,29 @@ class LoadMeter:
         return round(max(0.0, busy - (now[2] - last[2]) / (t - t0)), 2)
 
 
+MAX_THREADS = max(1024, os.cpu_count() or 1)   # here 16,384 torch threads failed to start; 10^6 crashed
+
+
 def thread_choice(fixed=None, cuda=False):
     """This process's ThreadChoice: fixed at `fixed` (a --threads flag), or at OMP_NUM_THREADS where the user set
-    it (not torchrun's default 1), else chosen; with work on CUDA torch's threads as they are."""
+    it to a count (ASCII digits; not torchrun's default 1), else chosen; with work on CUDA torch's threads
+    as they are. A fixed count above the cores this process may use (cpu_share) is used as asked, with one
+    warning line on stderr (rank 0): its threads wait for cores, and the MFU peak counts the cores alone.
+    An OMP_NUM_THREADS count above MAX_THREADS (--threads: configurator's check) is ignored, with a warning."""
     omp = os.environ.get('OMP_NUM_THREADS', '') if 'LOCAL_WORLD_SIZE' not in os.environ else ''
-    return ThreadChoice(fixed=torch.get_num_threads() if cuda else fixed or (int(omp) if omp.isdigit() else None))
+    omp = int(omp) if omp.isascii() and omp.isdigit() else None
+    master = int(os.environ.get('RANK', 0)) == 0
+    if not cuda and not fixed and omp is not None and omp > MAX_THREADS:
+        if master:
+            print(f'warning: OMP_NUM_THREADS={omp} is more threads than torch runs in one process (at most '
+                  f'{MAX_THREADS}): ignored, the threads are chosen by measuring', file=sys.stderr, flush=True)
+        omp = None
+    count, what = (fixed, f'threads={fixed}') if fixed else (omp, f'OMP_NUM_THREADS={omp}')
+    if not cuda and count and count > cpu_share() and master:
+        print(f'warning: {what} is more threads than the {cpu_share()} cores this process may use: they wait '
+              'for one another (a slower step), and the MFU peak counts the cores alone', file=sys.stderr,
+              flush=True)
+    return ThreadChoice(fixed=torch.get_num_threads() if cuda else count or None)
 
 
 class ThreadChoice:

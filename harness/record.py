@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from harness import checkpoint, machine, optim
+from harness.cli import own_line
 
 
 class Stop(Exception):
@@ -146,7 +147,7 @@ class RunLog:
         peak, peak_name = peaks[env.dtype]
         self.write({'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg), 'world_size': env.world,
                     'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': run.flops,
-                    'peak_flops': peak, 'peak': peak_name, 'meta': meta},
+                    'peak_flops': peak, 'peak': peak_name, 'meta': meta, 'threads': env.tuning.threads.threads},
                    f'{cfg["variant"]} ({run.model_cfg.kind}, token_mixing={run.model_cfg.token_mixing}, task='
                    f'{cfg["task"]}): {n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
                    f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env.world)} '
@@ -201,7 +202,7 @@ def stopped_line(what, run, cfg):
     holds and how to go on."""
     held = (f'{run.ckpt_path} holds step {run.saved_step}; resume: python train.py --init_from=resume '
             f'--out_dir={cfg["out_dir"]}' if run.saved_step is not None else 'no checkpoint was written')
-    print(f'train.py: {what} at step {run.step}; {held}', file=sys.stderr, flush=True)
+    own_line(f'train.py: {what} at step {run.step}; {held}')
 
 
 if __name__ == '__main__':

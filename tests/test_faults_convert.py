@@ -130,17 +130,27 @@ class TestBadInput(Fixture):
 
     def test_a_tokenizer_json_of_another_shape_is_one_line(self):
         """A vocab that is not an object, added_tokens that are not a list of objects, an id that is a string,
-        a pre_tokenizer that is not an object (tracebacks once): one line, exit 2."""
+        a pre_tokenizer that is not an object (tracebacks once); merges that are a number, a string or an object,
+        a merge whose half is a list or that is a blank, a normalizer that is a string or a list (tracebacks or a
+        message about merge 0 once): one line, exit 2."""
         with open(self.tok, encoding='utf-8') as f:
             spec = json.load(f)
-        vocab, eot = spec['model']['vocab'], spec['added_tokens'][0]
+        vocab, eot, model = spec['model']['vocab'], spec['added_tokens'][0], spec['model']
         cases = {'vocab list': ({'model': {**spec['model'], 'vocab': sorted(vocab.items())}}, 'vocab is a JSON list'),
                  'added dict': ({'added_tokens': {'0': eot}}, "added_tokens is not a list of objects"),
                  'added str': ({'added_tokens': [eot['content']]}, "added_tokens is not a list of objects"),
                  'id str': ({'model': {**spec['model'], 'vocab': {**vocab, 'a': str(vocab['a'])}}},
                             f"vocab gives 'a' the id '{vocab['a']}', not an integer"),
                  'added id str': ({'added_tokens': [{**eot, 'id': str(eot['id'])}]}, 'not an integer'),
-                 'pre list': ({'pre_tokenizer': [spec['pre_tokenizer']]}, 'pre_tokenizer is a JSON list')}
+                 'pre list': ({'pre_tokenizer': [spec['pre_tokenizer']]}, 'pre_tokenizer is a JSON list'),
+                 'merges number': ({'model': {**model, 'merges': 5}}, 'merges are a JSON number, not a list'),
+                 'merges str': ({'model': {**model, 'merges': 'a b'}}, 'merges are a JSON string, not a list'),
+                 'merges dict': ({'model': {**model, 'merges': {'a': 'b'}}}, 'merges are a JSON object, not a list'),
+                 'merge half list': ({'model': {**model, 'merges': [['a', ['b']]]}},
+                                     "merge 0 ['a', ['b']] is not a pair of byte-level tokens"),
+                 'merge blank': ({'model': {**model, 'merges': [' ']}}, "merge 0 ' ' is not a pair of byte-level"),
+                 'normalizer str': ({'normalizer': 'NFC'}, 'normalizer is a JSON string, not an object'),
+                 'normalizer list': ({'normalizer': ['NFC']}, 'normalizer is a JSON list, not an object')}
         out = tempfile.mkdtemp(dir=self.folder)
         for name, (change, msg) in cases.items():
             with self.subTest(name):
@@ -150,6 +160,17 @@ class TestBadInput(Fixture):
                 r = convert('--reference', self.reference, '--tokenizer', path, '--out', os.path.join(out, 'c.pt'))
                 self.assert_one_line_error(r, 2, msg)
                 self.assertEqual(files_in(out), [])
+
+
+    def test_without_the_tokenizers_package_the_import_is_one_line(self):
+        """The conversion is checked against the tokenizers library (check_same_tokens); without it the import
+        is refused in one line naming the package, exit 2, nothing written (a NameError traceback once)."""
+        out = tempfile.mkdtemp(dir=self.folder)
+        with mock.patch.dict('sys.modules', {'tokenizers': None}):
+            r = convert('--reference', self.reference, '--tokenizer', self.tok, '--out', os.path.join(out, 'c.pt'))
+        self.assert_one_line_error(r, 2, 'needs the tokenizers package')
+        self.assertIn('pip install tokenizers', r.stderr)
+        self.assertEqual(files_in(out), [])
 
 
 class TestWrites(Fixture):

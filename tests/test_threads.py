@@ -3,7 +3,10 @@ two counts is kept when one is made slow, a change of load is followed, measurin
 count turns it off, train.py logs each change and resumes. Step times here are made up (a fake clock per
 thread count), never the wall clock: no verdict depends on the machine."""
 
+import contextlib
+import io
 import os
+import shutil
 import tempfile
 import unittest
 from unittest import mock
@@ -89,6 +92,74 @@ class TestThreadChoice(unittest.TestCase):
     def test_candidates_are_powers_of_two_and_the_cores(self):
         self.assertEqual(machine.ThreadChoice(cores=6).candidates, [1, 2, 4, 6])
         self.assertEqual(machine.ThreadChoice(cores=2).candidates, [1, 2])
+
+
+class TestOddCounts(unittest.TestCase):
+    """Numbers where the thread flags expect a count (issue 90): a bool, a count too large for torch, one far
+    above the cores, OMP_NUM_THREADS that is no ASCII count."""
+
+    def setUp(self):
+        self.addCleanup(torch.set_num_threads, torch.get_num_threads())
+
+    def test_the_mfu_peak_counts_the_cores_not_more_threads(self):
+        """measure_matmul_flops on a clock that says every batch of 4 products took 0.1 s (the best rate then
+        8 n^3 / 0.1 FLOP/s a thread): 8 torch threads on 2 cores give the rate x 2, not x 8 (the peak was
+        multiplied by every thread, once); 1 thread on 2 cores x 1."""
+        ticks = iter(range(10 ** 6))
+        rate = 4 * 2 * 64 ** 3 / 0.1
+        with mock.patch.object(machine.time, 'thread_time', lambda: next(ticks) * 0.1), \
+                mock.patch.object(machine, 'cpu_share', return_value=2):
+            for threads, want in ((8, 2 * rate), (1, rate)):
+                torch.set_num_threads(threads)
+                self.assertAlmostEqual(machine.measure_matmul_flops('cpu', n=64, seconds=0.3), want, delta=1)
+                self.assertEqual(torch.get_num_threads(), threads)
+
+    def test_omp_num_threads_odd_values(self):
+        """OMP_NUM_THREADS above the cores: used, one warning line; a non-ASCII digit ('\u00b2', which
+        str.isdigit takes: a ValueError once) or a list ('4,2'): not a count, the threads chosen; a count
+        torch cannot run (a crash, once): ignored with one warning line."""
+        for omp, fixed, warning in (('64', 64, 'OMP_NUM_THREADS=64 is more threads than the 2 cores'),
+                                    ('\u00b2', None, None), ('4,2', None, None),
+                                    ('99999999999999999999', None, 'ignored, the threads are chosen by')):
+            with self.subTest(omp=omp), mock.patch.dict(os.environ, {'OMP_NUM_THREADS': omp}), \
+                    mock.patch.object(machine, 'cpu_share', return_value=2), \
+                    contextlib.redirect_stderr(io.StringIO()) as err:
+                os.environ.pop('LOCAL_WORLD_SIZE', None)
+                choice = machine.thread_choice()
+                self.assertEqual((choice.candidates == [], torch.get_num_threads()),
+                                 (True, fixed) if fixed else (False, 2))
+                lines = err.getvalue().splitlines()
+                self.assertEqual(len(lines), 1 if warning else 0, lines)
+                if warning:
+                    self.assertIn(warning, lines[0])
+
+    def test_train_threads_flag(self):
+        """train.py --threads=True (bool is an int to Python: a traceback from torch once), a count torch
+        cannot run, and the other None-default counts given a bool: one line, exit 2; --threads=3 on 2 cores:
+        one warning line, the run goes on with 3 threads, and log.jsonl's config record says 3."""
+        out = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        args = ['train.py', f'--data_dir={prepared_data()}', '--d_model=32', '--n_layer=1', '--n_ctx=32',
+                '--batch_size=4', '--eval_windows=4', '--max_iters=2', '--eval_interval=2']
+        for flag, words in (('--threads=True', 'threads must be None (chosen by measuring) or an int from 1'),
+                            (f'--threads={10 ** 13}', 'threads must be None'),
+                            ('--lr_decay_iters=True', 'lr_decay_iters must be None or an int >= 1, got True'),
+                            ('--chunk_size=True', 'chunk_size must be None'),
+                            ('--mixing_weight_decay=False', 'mixing_weight_decay must be a number >= 0')):
+            with self.subTest(flag):
+                r = run_in_process(*args, f'--out_dir={os.path.join(out, "bad")}', flag)
+                lines = r.stderr.splitlines()
+                self.assertEqual((r.returncode, len(lines)), (2, 1), r.stderr)
+                self.assertTrue(lines[0].startswith('train.py: error: ') and words in lines[0], lines[0])
+                self.assertFalse(os.path.exists(os.path.join(out, 'bad', 'log.jsonl')))
+        with mock.patch.object(machine, 'cpu_share', return_value=2):
+            r = run_in_process(*args, f'--out_dir={os.path.join(out, "many")}', '--threads=3')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.splitlines(), ['warning: threads=3 is more threads than the 2 cores this '
+                                                 'process may use: they wait for one another (a slower step), '
+                                                 'and the MFU peak counts the cores alone'])
+        config, = [e for e in read_log(os.path.join(out, 'many')) if e['event'] == 'config']
+        self.assertEqual((config['config']['threads'], config['threads']), (3, 3))
 
 
 class TestEvalTasksThreads(unittest.TestCase):

@@ -19,17 +19,20 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from unittest import mock
 
 import numpy as np
+import torch
 
 from harness import record, trackers
-from tests.common import prepared_data, run_in_process
-from tests.faults import ENV, TINY, error_lines, records
+from tests.common import finished, prepared_data, run_in_process, start
+from tests.faults import ENV, TINY, WRAPPER, error_lines, hashes, read_json, records, write
 
 STEPS = ['--max_iters=8', '--eval_interval=4', '--log_interval=2']
 TPS = 4 * 32            # tokens a step of TINY: batch_size 4 x n_ctx 32
@@ -61,18 +64,20 @@ def train(out, *args, env=None):
                           env={**ENV, 'TRACKIO_DIR': TRACKIO_DIR, **(env or {})}, timeout=300)
 
 
-def expected(log):
-    """What the trackers must hold, from log.jsonl's records -> {(tag, step): value}: the train, eval and
-    summary records' numbers under the names harness/trackers.py documents."""
+def expected(log, axis='step'):
+    """What the trackers must hold, from log.jsonl's records -> {(tag, x): value}: the train, eval and
+    summary records' numbers under the names harness/trackers.py documents, x the record's step, or its tokens
+    seen for axis='tokens' (a train or eval record's 'tokens', the summary's tokens_seen)."""
     out = {}
     for r in log:
+        x = r.get('step') if axis == 'step' else r.get('tokens', r.get('tokens_seen'))
         if r['event'] == 'train':
-            out.update({(f'train/{k}', r['step']): r[k] for k in ('loss', 'lr')})
-            out.update({(f'speed/{k}', r['step']): r[k] for k in ('ms_per_step', 'tokens_per_s', 'mfu')})
+            out.update({(f'train/{k}', x): r[k] for k in ('loss', 'lr')})
+            out.update({(f'speed/{k}', x): r[k] for k in ('ms_per_step', 'tokens_per_s', 'mfu')})
         elif r['event'] == 'eval':
-            out.update({(f'val/{k}', r['step']): r[f'val_{k}'] for k in ('loss', 'bpb', 'acc')})
+            out.update({(f'val/{k}', x): r[f'val_{k}'] for k in ('loss', 'bpb', 'acc')})
         elif r['event'] == 'summary':
-            out.update({(f'summary/{k}', r['step']): v for k, v in r.items()
+            out.update({(f'summary/{k}', x): v for k, v in r.items()
                         if k not in ('event', 'step') and v is not None})
     return out
 
@@ -107,13 +112,57 @@ def trackio_logs(out_dir):
     return out, run['id'], SQLiteStorage.get_run_config(run['project'], run['name'])
 
 
+WANDB_OFFLINE = {'WANDB_MODE': 'offline', 'WANDB_SILENT': 'true'}
+
+
+def wandb_history(out_dir, run_id=None):
+    """W&B's own reader of its offline files (`wandb leet inspect`) on every file of the run `run_id`
+    (None: the only run) under OUT_DIR/wandb, a resumed run's sessions together -> {(tag, step): value} of
+    its history rows; a tag that holds a step twice fails."""
+    files = sorted(glob.glob(os.path.join(out_dir, 'wandb', 'offline-run-*', f'run-{run_id or "*"}.wandb')))
+    assert run_id or len(files) == 1, files
+    got = {}
+    for run_file in files:
+        shown = subprocess.run([sys.executable, '-m', 'wandb', 'leet', 'inspect', '--json', run_file],
+                               capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr
+        for line in shown.stdout.splitlines():
+            rec = json.loads(line)
+            if rec.get('type') == 'history':
+                item = rec['history']['item']
+                for k, v in item.items():
+                    if '/' in k:
+                        assert (k, item['step']) not in got, f'wandb holds {k} at step {item["step"]} twice'
+                        got[k, item['step']] = v
+    return got
+
+
+def trackio_store(project):
+    """Every row of Trackio's store for `project`, each run's (SQLiteStorage.get_logs by run name)."""
+    from trackio.sqlite_storage import SQLiteStorage
+    return {run: SQLiteStorage.get_logs(project, run) for run in SQLiteStorage.get_runs(project)}
+
+
 class TestTrackers(unittest.TestCase):
 
-    def assert_equal_to_log(self, got, log, cast=float, tokens=False):
-        """Every value of `expected(log)` is in `got`, equal (after `cast`: float32 for TensorBoard), and at
-        tokens seen (step x TPS) when `tokens`; `got` holds nothing else but tokens_seen."""
-        want = {(tag, step * TPS if tokens else step): cast(v) for (tag, step), v in expected(log).items()}
+    def assert_equal_to_log(self, got, log, cast=float, axis='step'):
+        """Every value of `expected(log, axis)` is in `got`, equal (after `cast`: float32 for TensorBoard),
+        at its step or (axis='tokens') tokens seen; `got` holds nothing else but tokens_seen, which
+        (Trackio's) is each record's tokens seen."""
+        want = {k: cast(v) for k, v in expected(log, axis).items()}
         self.assertEqual({k: v for k, v in got.items() if k[0] != 'tokens_seen'}, want)
+        seen = {s: v for (k, s), v in got.items() if k == 'tokens_seen'}
+        if seen:
+            self.assertEqual(seen, {r['step']: r.get('tokens', r.get('tokens_seen')) for r in log
+                                    if r['event'] in ('train', 'eval', 'summary')})
+
+    def assert_trackers_equal_the_log(self, out, log):
+        """TensorBoard's step and tokens folders and Trackio's run of trackers.json equal the log."""
+        tensorboard = os.path.join(out, 'tensorboard')
+        self.assert_equal_to_log(tensorboard_scalars(os.path.join(tensorboard, 'step'))[0], log, np.float32)
+        self.assert_equal_to_log(tensorboard_scalars(os.path.join(tensorboard, 'tokens'))[0], log, np.float32,
+                                 axis='tokens')
+        self.assert_equal_to_log(trackio_logs(out)[0], log)
 
     def test_tensorboard_and_trackio_read_back_equal_the_log(self):
         out = folder(self)
@@ -125,7 +174,7 @@ class TestTrackers(unittest.TestCase):
         by_step, acc = tensorboard_scalars(os.path.join(out, 'tensorboard', 'step'))
         self.assert_equal_to_log(by_step, log, np.float32)
         by_tokens, _ = tensorboard_scalars(os.path.join(out, 'tensorboard', 'tokens'))
-        self.assert_equal_to_log(by_tokens, log, np.float32, tokens=True)
+        self.assert_equal_to_log(by_tokens, log, np.float32, axis='tokens')
         settings = acc.Tensors('settings/text_summary')[0].tensor_proto.string_val[0].decode()
         self.assertIn(f'"params": {log[0]["params"]}', settings)
         got, _, config = trackio_logs(out)
@@ -134,46 +183,88 @@ class TestTrackers(unittest.TestCase):
                          {r['step']: r['step'] * TPS for r in log if r['event'] in ('train', 'eval')})
         self.assertEqual((config['params'], config['d_model'], config['world_size']), (log[0]['params'], 32, 1))
 
-    def test_a_resumed_run_continues_the_same_runs_and_logs_no_step_twice(self):
-        """The first session stops (Ctrl-C) after logging step 6, its checkpoint of step 4; the resumed one logs
-        6 and 8 again in log.jsonl. TensorBoard purges the first session's step 6, Trackio keeps it and is not
-        sent it again: one run, each step once, equal to the final log.jsonl."""
-        out, real = folder(self), trackers.Trackers.log
-
-        def stop_after_6(self, rec):
-            real(self, rec)
-            if rec.get('event') == 'train' and rec['step'] == 6:
-                raise KeyboardInterrupt
-        with mock.patch.object(trackers.Trackers, 'log', stop_after_6):
-            r = train(out, '--log_to=tensorboard,trackio', '--project=watch_resume')
-        self.assertEqual(r.returncode, 130, r.stderr)
+    def test_after_kill_9_and_a_resume_every_curve_equals_the_log(self):
+        """A run paused after its 7th step is killed (SIGKILL) once TensorBoard and Trackio hold its step 6,
+        logged after the checkpoint of step 4 (Trackio kept it, and its curve then differed from the log;
+        TensorBoard's purge lost to the order of its event files, once). The resume drops step 6 from
+        log.jsonl and logs it again: TensorBoard's two folders and Trackio's run (the same run) equal the
+        final log, every value (the timed speed of step 6 the resumed session's), each step once. Another run
+        of the same name since (trackio would resume the latest of the name): a new run, sent the whole log,
+        not only the steps after the checkpoint (it held [10] alone, once)."""
+        from trackio.sqlite_storage import SQLiteStorage
+        out, tmp = folder(self), folder(self)
+        pause = os.path.join(tmp, 'paused')
+        p = start(write(os.path.join(tmp, 'wrapper.py'), WRAPPER), f'--data_dir={prepared_data()}', *TINY,
+                  *STEPS, f'--out_dir={out}', '--log_to=tensorboard,trackio', '--project=watch_kill',
+                  env={**ENV, 'TRACKIO_DIR': TRACKIO_DIR, 'PAUSE_AT': '7', 'PAUSE_FILE': pause})
+        self.addCleanup(finished, p)
+        self.addCleanup(p.kill)
+        def trackio_holds_6():
+            return os.path.exists(os.path.join(out, 'trackers.json')) and any(
+                r['step'] == 6 and 'train/loss' in r
+                for r in SQLiteStorage.get_logs('watch_kill', run_id=trackio_logs(out)[1]))
+        for ready in (lambda: os.path.exists(pause), trackio_holds_6):
+            deadline = time.time() + 300
+            while not ready() and p.poll() is None and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertTrue(ready(), finished(p).stderr[-2000:] if p.poll() is not None else 'staging')
+        p.kill()
+        self.assertEqual(finished(p).returncode, -signal.SIGKILL)
+        before = records(os.path.join(out, 'log.jsonl'))
+        self.assertEqual([x['step'] for x in before if x['event'] == 'train'], [2, 4, 6])     # staging
+        self.assertIn(('train/loss', 6), tensorboard_scalars(os.path.join(out, 'tensorboard', 'step'))[0])
         _, first_id, _ = trackio_logs(out)
         r = train(out, '--init_from=resume')
         self.assertEqual(r.returncode, 0, r.stderr)
         log = records(os.path.join(out, 'log.jsonl'))
         self.assertEqual([x['step'] for x in log if x['event'] == 'train'], [2, 4, 6, 8])
-        self.assert_equal_to_log(tensorboard_scalars(os.path.join(out, 'tensorboard', 'step'))[0], log, np.float32)
-        self.assert_equal_to_log(tensorboard_scalars(os.path.join(out, 'tensorboard', 'tokens'))[0], log, np.float32,
-                                 tokens=True)
-        got, run_id, _ = trackio_logs(out)
-        self.assertEqual(run_id, first_id)
-        self.assertEqual(sorted(s for k, s in got if k == 'train/loss'), [2, 4, 6, 8])
-        # step 6 in Trackio is the first session's: its loss and learning rate are the resumed one's (the same
-        # windows from the same state), its speed (a measured time) its own
-        want, timed = expected(log), {('speed/' + k, 6) for k in ('ms_per_step', 'tokens_per_s', 'mfu')}
-        self.assertEqual({k for k in got if k[0] != 'tokens_seen'}, set(want))
-        self.assertEqual({k: v for k, v in got.items() if k in want and k not in timed},
-                         {k: v for k, v in want.items() if k not in timed})
-        # another run of the same name since: trackio would resume that one (the latest of the name); a new run
+        self.assertNotEqual([x for x in log if x.get('step') == 6], [x for x in before if x.get('step') == 6])
+        self.assert_trackers_equal_the_log(out, log)
+        self.assertEqual(trackio_logs(out)[1], first_id)
         other = folder(self)
-        self.assertEqual(train(other, '--log_to=trackio', '--project=watch_resume',
+        self.assertEqual(train(other, '--log_to=trackio', '--project=watch_kill',
                                f'--run_name={os.path.basename(out)}').returncode, 0)
         r = train(out, '--init_from=resume', '--max_iters=10')
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn('is not the latest of its name', r.stdout)
         ids = [trackio_logs(d)[1] for d in (out, other)]
         self.assertNotIn(ids[0], (first_id, ids[1]))
-        self.assertEqual(sorted(s for k, s in trackio_logs(out)[0] if k == 'train/loss'), [10])
+        log = records(os.path.join(out, 'log.jsonl'))
+        self.assert_trackers_equal_the_log(out, log)
+        self.assertEqual(sorted(s for k, s in trackio_logs(out)[0] if k == 'train/loss'), [2, 4, 6, 8, 10])
+
+    def test_a_changed_batch_a_tracker_added_on_resume_and_a_finished_run(self):
+        """A run of 4 steps with TensorBoard alone, resumed to 8 with batch_size 8 (twice the tokens a step)
+        and Trackio added: the log's tokens count each step at its own batch (4 x 128, then 256 a step: 1,536
+        in the summary, not 8 x 256); TensorBoard's tokens folder keeps the first session's points there (it
+        purged them, once) and Trackio, added on resume, holds the whole log (it missed the first session's
+        steps, once); the first checkpoint is read as one saved before it kept the count (step x its own
+        batch). Resumed again at max_iters 8: 'nothing to do' in one line, exit 0, nothing written (a second
+        evaluation and summary, once)."""
+        out = folder(self)
+        r = train(out, '--max_iters=4', '--log_to=tensorboard')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ckpt = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=True)
+        self.assertEqual(ckpt.pop('tokens_seen'), 4 * TPS)
+        torch.save(ckpt, os.path.join(out, 'ckpt.pt'))    # as saved before the count was kept
+        r = train(out, '--init_from=resume', '--max_iters=8', '--batch_size=8',
+                  '--log_to=tensorboard,trackio', '--project=watch_batch')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        log = records(os.path.join(out, 'log.jsonl'))
+        self.assertEqual([(x['step'], x['tokens']) for x in log if x['event'] == 'train'],
+                         [(2, 2 * TPS), (4, 4 * TPS), (6, 4 * TPS + 2 * 2 * TPS), (8, 4 * TPS + 4 * 2 * TPS)])
+        self.assertEqual([x['tokens_seen'] for x in log if x['event'] == 'summary'], [4 * TPS, 12 * TPS])
+        self.assert_trackers_equal_the_log(out, log)
+        self.assertEqual(sorted(s for k, s in trackio_logs(out)[0] if k == 'train/loss'), [2, 4, 6, 8])
+        files = hashes(out)
+        store = trackio_store('watch_batch')
+        r = train(out, '--init_from=resume')
+        self.assertEqual((r.returncode, r.stderr), (0, ''))
+        self.assertEqual(r.stdout.splitlines()[-1],
+                         f'train.py: nothing to do: {os.path.join(out, "ckpt.pt")} holds step 8, '
+                         'max_iters is 8 (a larger --max_iters trains on)')
+        self.assertEqual(hashes(out), files)
+        self.assertEqual(trackio_store('watch_batch'), store)
 
     def test_a_tracker_failing_mid_run_is_a_warning_and_the_run_ends_with_its_checkpoint(self):
         """TensorBoard's disk full from step 4 (its writer thread's write fails), then Trackio's store replaced
@@ -214,7 +305,7 @@ class TestTrackers(unittest.TestCase):
                                            'training goes on without it')
                 log = records(os.path.join(out, 'log.jsonl'))
                 self.assertEqual(log[-1]['event'], 'summary')
-                self.assertEqual(__import__('torch').load(os.path.join(out, 'ckpt.pt'), weights_only=True)['step'], 8)
+                self.assertEqual(torch.load(os.path.join(out, 'ckpt.pt'), weights_only=True)['step'], 8)
                 if other == 'trackio':
                     self.assert_equal_to_log(trackio_logs(out)[0], log)
                 else:
@@ -234,24 +325,78 @@ class TestTrackers(unittest.TestCase):
         self.assertEqual((r.returncode, len(error_lines(r.stderr))), (2, 1))
         self.assertIn("unknown tracker 'mlflow'", r.stderr)
 
+    def test_a_log_line_that_is_json_but_not_a_record_is_one_line(self):
+        """A line of log.jsonl that parses but is no record (a number, a list, a string, null: tracebacks once
+        in the trackers' and the resume's readers), first or last: a resume with a tracker is one line naming
+        the file and the line, exit 2, the log as it was and no tracker folder made."""
+        base = folder(self)
+        r = train(base, '--max_iters=4')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(base, 'log.jsonl')) as f:
+            lines = f.readlines()
+        cases = (('12', 0, 'number'), ('[1, 2]', len(lines), 'list'), ('"text"', 2, 'string'),
+                 ('null', len(lines), 'null'))
+        for k, (bad, at, name) in enumerate(cases):
+            with self.subTest(bad=bad, at=at):
+                out = os.path.join(folder(self), 'run')
+                shutil.copytree(base, out)
+                text = ''.join(lines[:at] + [bad + '\n'] + lines[at:])
+                with open(os.path.join(out, 'log.jsonl'), 'w') as f:
+                    f.write(text)
+                r = train(out, '--init_from=resume', '--max_iters=6', '--log_to=tensorboard,trackio',
+                          f'--project=watch_bad{k}')
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertNotIn('Traceback', r.stderr)
+                self.assertEqual(error_lines(r.stderr),
+                                 [f'train.py: error: {os.path.join(out, "log.jsonl")}, line {at + 1}: a JSON '
+                                  f'{name}, not a record (an object): a damaged log'])
+                with open(os.path.join(out, 'log.jsonl')) as f:
+                    self.assertEqual(f.read(), text)
+                self.assertFalse(os.path.exists(os.path.join(out, 'tensorboard')))
+
     def test_wandb_offline_reads_back_equal_the_log(self):
         if importlib.util.find_spec('wandb') is None:
             self.skipTest('wandb is not installed (optional: pip install wandb): its offline run is not checked')
         out = folder(self)
-        r = train(out, '--log_to=wandb', '--project=watch_wandb', env={'WANDB_MODE': 'offline', 'WANDB_SILENT': 'true'})
+        r = train(out, '--log_to=wandb', '--project=watch_wandb', env=WANDB_OFFLINE)
         self.assertEqual(r.returncode, 0, r.stderr)
-        run_file, = glob.glob(os.path.join(out, 'wandb', 'offline-run-*', 'run-*.wandb'))
-        shown = subprocess.run([sys.executable, '-m', 'wandb', 'leet', 'inspect', '--json', run_file],
-                               capture_output=True, text=True, timeout=120)     # W&B's own reader of its log
-        self.assertEqual(shown.returncode, 0, shown.stderr)
-        got = {}
-        for line in shown.stdout.splitlines():
-            rec = json.loads(line)
-            if rec.get('type') == 'history':
-                item = rec['history']['item']
-                got.update({(k, item['step']): v for k, v in item.items() if '/' in k})
         log = records(os.path.join(out, 'log.jsonl'))
-        self.assertEqual(got, {k: v for k, v in expected(log).items()})
+        self.assertEqual(wandb_history(out), expected(log))
+
+    def test_wandb_after_a_stop_and_a_resume_equals_the_log(self):
+        """W&B cannot delete its rows: a run stopped (Ctrl-C) after logging step 6, past its checkpoint of
+        step 4, is resumed into a new W&B run sent the whole log, with a note (the old run kept step 6's first
+        values, and the resumed ones came twice, once); a run whose session ended at its checkpoint (step 8)
+        is continued, its two sessions' files together equal to the log; after a session without W&B, a new
+        run again, sent the whole log."""
+        if importlib.util.find_spec('wandb') is None:
+            self.skipTest('wandb is not installed (optional: pip install wandb): its resume is not checked')
+        out, real = folder(self), trackers.Trackers.log
+
+        def stop_after_6(self, rec):
+            real(self, rec)
+            if rec.get('event') == 'train' and rec['step'] == 6:
+                raise KeyboardInterrupt
+        with mock.patch.object(trackers.Trackers, 'log', stop_after_6):
+            r = train(out, '--log_to=wandb', '--project=watch_wandb', env=WANDB_OFFLINE)
+        self.assertEqual(r.returncode, 130, r.stderr)
+        first = read_json(os.path.join(out, 'trackers.json'))['wandb']['id']
+        r = train(out, '--init_from=resume', env=WANDB_OFFLINE)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        second = read_json(os.path.join(out, 'trackers.json'))['wandb']['id']
+        self.assertEqual(wandb_history(out, second), expected(records(os.path.join(out, 'log.jsonl'))))
+        self.assertNotEqual(second, first)
+        self.assertIn(f'note: wandb: run {first} holds other steps than the log up to step 4', r.stdout)
+        r = train(out, '--init_from=resume', '--max_iters=10', env=WANDB_OFFLINE)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(read_json(os.path.join(out, 'trackers.json'))['wandb']['id'], second)
+        self.assertEqual(wandb_history(out, second), expected(records(os.path.join(out, 'log.jsonl'))))
+        for args in (['--max_iters=12', '--log_to='], ['--max_iters=14', '--log_to=wandb']):  # W&B misses 1
+            r = train(out, '--init_from=resume', *args, env=WANDB_OFFLINE)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        third = read_json(os.path.join(out, 'trackers.json'))['wandb']['id']
+        self.assertNotEqual(third, second)
+        self.assertEqual(wandb_history(out, third), expected(records(os.path.join(out, 'log.jsonl'))))
 
 
 class TestCompare(unittest.TestCase):
