@@ -1,68 +1,61 @@
-"""Retrieval with frozen language-model embeddings (Badger 2024, "Masked Mixers for
-Language Generation and Retrieval").
+"""Retrieval with frozen language-model embeddings (Badger 2024, "Masked Mixers for Language Generation and
+Retrieval").
 
     python retrieval.py --ckpt out/ckpt.pt
     python retrieval.py --ckpt out/mixer/ckpt.pt --ckpt out/transformer/ckpt.pt
     python retrieval.py --ckpt out/ckpt.pt --pairs summaries.jsonl --n_candidates 2 8 32
 
-Pairs (data/pairs.py: the sentence rule and how the query is drawn). Each item
-is a (query, target) pair of texts: by default, with the inverse cloze task
-(Lee et al. 2019), one sentence taken out of a story of --data_dir's val.bin
-(--split) or of a raw --text file, and the story without it; --pairs FILE.jsonl
-instead reads {"query": ..., "target": ...} objects, one per line. The train /
-test split is by story (--test_frac of the stories).
+Pairs (data/pairs.py: the sentence rule and how the query is drawn). Each item is a (query, target) pair of
+texts: by default, with the inverse cloze task (Lee et al. 2019), one sentence taken out of a story of
+--data_dir's val.bin (--split) or of a raw --text file, and the story without it; --pairs FILE.jsonl instead
+reads {"query": ..., "target": ...} objects, one per line. The train / test split is by story (--test_frac of
+the stories).
 
-Embeddings. Each checkpoint embeds a text with its own tokenizer as
-<|endoftext|> + text (stories follow an <|endoftext|> in training;
---no-prefix_eot turns this off), and takes the hidden vector of the last token
-after block --layer (default the last block, before the final norm); --pool
-mean takes the mean of the hidden vectors of all its tokens instead (--pool last
-mean: both, each with its own retrieval model). --untrained adds, for each
-checkpoint, a freshly initialised model of its config (torch seed: the
-checkpoint's training seed): the paper's control, since untrained mixer
-embeddings retrieve poorly. Texts longer than n_ctx are cut to n_ctx tokens: queries and --pairs targets keep
-their first tokens, inverse-cloze targets keep a window of n_ctx tokens
-centred (as far as the story allows) on the place the sentence was taken from.
-Texts are sorted by length and right-padded in batches; a causal model's
-hidden vector at a position does not depend on later (padding) tokens, so each
-text's vector is read at its own last real token. Embeddings are cached in
---cache_dir/<key>.pt, key = sha256 of the checkpoint file + pairs + options.
+Embeddings. Each checkpoint embeds a text with its own tokenizer as <|endoftext|> + text (stories follow an
+<|endoftext|> in training; --no-prefix_eot turns this off), and takes the hidden vector of the last token
+after block --layer (default the last block, before the final norm); --pool mean takes the mean of the hidden
+vectors of all its tokens instead (--pool last mean: both, each with its own retrieval model). --untrained
+adds, for each checkpoint, a freshly initialised model of its config (torch seed: the checkpoint's training
+seed): the paper's control, since untrained mixer embeddings retrieve poorly. Texts longer than n_ctx are cut
+to n_ctx tokens: queries and --pairs targets keep their first tokens, inverse-cloze targets keep a window of
+n_ctx tokens centred (as far as the story allows) on the place the sentence was taken from. Texts are sorted
+by length and right-padded in batches; a causal model's hidden vector at a position does not depend on later
+(padding) tokens, so each text's vector is read at its own last real token. Embeddings are cached in
+--cache_dir/<key>.pt, key = sha256 of the checkpoint file + pairs + options (data/embeddings.py).
 
-Retrieval model (RetrievalMixer, below): a bidirectional (unmasked) mixer over the N + 1
-rows [query, candidate_1 .. candidate_N], each an embedding projected to width d_r; a
-head d_r -> 1 scores each candidate; softmax cross-entropy over the N candidates (in
-random order; negatives are other stories' targets). Its token mixing is restricted
-to the permutation-equivariant family, so any N works (train at one N, evaluate at
+Retrieval model (RetrievalMixer, below): a bidirectional (unmasked) mixer over the N + 1 rows [query,
+candidate_1 .. candidate_N], each an embedding projected to width d_r; a head d_r -> 1 scores each candidate;
+softmax cross-entropy over the N candidates (in random order; negatives are other stories' targets). Its token
+mixing is restricted to the permutation-equivariant family, so any N works (train at one N, evaluate at
 others) and the scores permute with the candidates.
 
-Baselines without training: cosine similarity of query and candidate
-embeddings, raw and centred (the mean embedding of the training pairs
-subtracted first; LM hidden states share a large common direction).
+Baselines without training: cosine similarity of query and candidate embeddings, raw and centred (the mean
+embedding of the training pairs subtracted first; LM hidden states share a large common direction).
 
-Report: top-1 accuracy for N in {2, 8, 32, 128} (N candidates: the true target
-and N - 1 targets of other test stories; --eval_rounds fixed draws per test
-query and N, the same draws for every method and checkpoint), with chance 1/N.
-An N above the number of test stories is skipped with a note (an error if it
-was asked for with --n_candidates). A second table gives the retrieval model's
-cross-entropy on training and test pairs at each N (chance: ln N). Early
-stopping: --val_frac of the training stories are held out, the validation loss
-(at the training N) is measured every 50 steps, and the retrieval model keeps
-the parameters of its lowest one; the table gives that step and the step of the
-lowest test loss (reported, never used to choose). A kept step well before
---steps says the retrieval model had budget enough, so the embeddings, not the
-retrieval model, limit the comparison.
+Report: top-1 accuracy for N in {2, 8, 32, 128} (N candidates: the true target and N - 1 targets of other test
+stories; --eval_rounds fixed draws per test query and N, the same draws for every method and checkpoint), with
+chance 1/N. An N above the number of test stories is skipped with a note (an error if it was asked for with
+--n_candidates). A second table gives the retrieval model's cross-entropy on training and test pairs at each N
+(chance: ln N). Each top-1 accuracy has its 95% Wilson interval beside it, over the test queries (a query's
+draws share its embedding: the queries are the trials), so an accuracy can be read against chance.
+
+Early stopping: --val_frac of the training stories are held out, the validation loss (at the training N) is
+measured every 50 steps, and the retrieval model keeps the parameters of its lowest one among the checks that
+beat chance (ln N) by more than two standard errors (of the mean over the validation draws): a check at chance
+says nothing learned, and was once kept for being the first. When no check beats chance the table says "no
+better than chance at N" and the model keeps its last step's parameters. Training stops after --patience
+checks in a row without a lower validation loss (default 5: 250 steps), or at --steps. The table gives the
+kept step, the steps trained and the step of the lowest test loss (reported, never used to choose). A kept
+step followed by --patience checks that did not improve on it says the retrieval model had budget enough, so
+the embeddings, not the retrieval model, limit the comparison; one near --steps says it may not have.
 """
 
 import argparse
 import copy
-import hashlib
-import io
-import json
 import math
 import os
 import sys
 import time
-from dataclasses import asdict
 
 from harness import cli
 cli.begin('retrieval.py', __name__)    # the first instruction: Ctrl-C is one line from here, torch's import included
@@ -72,138 +65,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import mixer
-from harness.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
-from data.pairs import (DEFAULT_NS, UsageError, draw_candidates, encode_pairs, load_pairs, pairs_sha256,
-                        plan_splits)
-from harness.cli import (ArgumentParser, check_folder_writable, check_writable, device_error, distinct_files, failing,
-                 number, random_seed, run_command, save_results, write_atomic)
-from data.tokenizer import file_sha256
+from harness.checkpoint import CheckpointError, read_checkpoint
+from data.embeddings import checkpoint_embeddings
+from data.pairs import DEFAULT_NS, UsageError, draw_candidates, load_pairs, pairs_sha256, plan_splits
+from harness.cli import (ArgumentParser, DocHelpFormatter, check_folder_writable, check_writable,
+                         device_error, distinct_files, failing, number, random_seed, run_command,
+                         save_results, write_atomic)
 
 PROG = 'retrieval.py'
-CACHE_VERSION = 1
+CHANCE_SE = 2           # a validation loss beats chance (ln N) below it by more than this many std. errors
 fail = failing(PROG)                # 'retrieval.py: error: msg' on stderr, exit 2
-
-
-# ----------------------------------------------------------------------------- embeddings
-
-@torch.no_grad()
-def embed_tokens(model, seqs, layer=None, batch_size=64, device='cpu', progress=None, pool='last'):
-    """Embeddings float [len(seqs), d] of token id lists (each non-empty, <= n_ctx).
-
-    A language model's embedding is, after block `layer` (default the last), the hidden vector of a text's
-    last token (pool='last', Badger 2024's choice) or the mean of the hidden vectors of all its tokens
-    (pool='mean'). Texts are sorted by length and right-padded per batch; since the model is causal, a
-    text's vectors at its own real tokens are the same as alone. An autoencoder uses its encoder's last
-    token (layer must be None, pool 'last'). progress(done, total) is called after each batch. Raises
-    ValueError for an empty sequence or an unknown pool."""
-    if pool not in ('last', 'mean'):
-        raise ValueError(f"pool must be 'last' or 'mean', got {pool!r}")
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    out = [None] * len(seqs)
-    is_lm = hasattr(model, 'hidden')
-    if not is_lm and pool != 'last':
-        raise ValueError("an autoencoder embeds with its encoder's last token only (pool='last')")
-    for b0 in range(0, len(order), batch_size):
-        idxs = order[b0:b0 + batch_size]
-        lens = [len(seqs[i]) for i in idxs]
-        if min(lens) < 1:
-            raise ValueError('cannot embed an empty token sequence')
-        if is_lm:
-            T = max(lens)
-            pad = seqs[idxs[-1]][-1]                     # any valid id: it is never read
-            x = torch.tensor([seqs[i] + [pad] * (T - len(seqs[i])) for i in idxs], device=device)
-            h = model.hidden(x, layer=layer)             # [B, T, d]
-            n = torch.tensor(lens, device=device)
-            if pool == 'last':
-                e = h[torch.arange(len(idxs), device=device), n - 1]
-            else:
-                real = (torch.arange(T, device=device)[None, :] < n[:, None]).unsqueeze(-1)   # [B, T, 1]
-                e = (h * real).sum(1) / n[:, None]
-        else:                                            # autoencoder: equal lengths only
-            e = torch.empty(len(idxs), model.cfg.d_model, device=device)
-            for L in sorted(set(lens)):
-                rows = [k for k, n in enumerate(lens) if n == L]
-                e[rows] = model.encode(torch.tensor([seqs[idxs[k]] for k in rows], device=device))
-        for k, i in enumerate(idxs):
-            out[i] = e[k].float().cpu()
-        if progress:
-            progress(min(b0 + batch_size, len(order)), len(order))
-    return torch.stack(out)
-
-
-def progress_printer(label):
-    """A progress(done, total) callback printing to stderr (a few lines when not a tty)."""
-    tty = sys.stderr.isatty()
-    state = {'last': -1}
-
-    def progress(done, total):
-        quarter = 4 * done // total
-        if tty:
-            print(f'\r{label}: {done}/{total}', end='\n' if done == total else '', file=sys.stderr, flush=True)
-        elif quarter != state['last'] and (quarter > 0 or done == total):
-            state['last'] = quarter
-            print(f'{label}: {done}/{total}', file=sys.stderr, flush=True)
-    return progress
-
-
-def checkpoint_embeddings(path, pairs, pairs_key, args, pool='last', untrained=False):
-    """(query, target) embeddings float [P, d] of `pairs` by checkpoint `path` (or, with untrained=True,
-    by a freshly initialised model of its config, torch seed = the checkpoint's training seed: the
-    paper's control), pooled by `pool`, from the cache when there, and a short description of the
-    model. Raises CheckpointError for a bad checkpoint, UsageError for a bad --layer or --pool."""
-    model, enc, ckpt = load_checkpoint(path, args.device)
-    cfg = model.cfg
-    seed = ckpt.get('config', {}).get('seed', args.seed)
-    if untrained:
-        torch.manual_seed(seed)
-        model = mixer.build_model(cfg).to(args.device).eval()
-    if args.layer is not None:
-        if not hasattr(model, 'hidden'):
-            raise UsageError('--layer is not supported for autoencoder checkpoints')
-        if not -cfg.n_layer <= args.layer < cfg.n_layer:
-            raise UsageError(f'--layer {args.layer} out of range for a {cfg.n_layer}-layer model')
-    if pool != 'last' and not hasattr(model, 'hidden'):
-        raise UsageError(f'{path} is an autoencoder: it embeds with its last token only (--pool last)')
-    desc = f'{cfg.kind}' + (f'/{cfg.token_mixing}' if cfg.kind in ('mixer', 'hybrid') else '') + \
-        f' d={cfg.d_model} L={cfg.n_layer} n_ctx={cfg.n_ctx}' + (' autoencoder' if cfg.task != 'lm' else '')
-    layer = None if args.layer is None else range(cfg.n_layer)[args.layer]
-    weights = {'untrained': json.dumps(asdict(cfg), sort_keys=True), 'seed': seed} if untrained \
-        else file_sha256(path if os.path.isfile(path) else os.path.join(path, 'model.safetensors'))   # or exported
-    key_src = json.dumps({'v': CACHE_VERSION, 'ckpt': weights, 'pairs': pairs_key,
-                          'layer': layer, 'prefix_eot': args.prefix_eot, 'pool': pool})
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
-    cache = None if args.no_cache else os.path.join(args.cache_dir, f'{key}.pt')
-    if cache and os.path.isfile(cache):
-        try:
-            d = torch.load(cache, map_location='cpu', weights_only=True)
-            if d['query'].shape[0] == len(pairs):
-                print(f'{path}: embeddings from cache {cache}', file=sys.stderr)
-                return d['query'], d['target'], desc
-        except Exception as e:                          # unreadable cache (a torn write): recompute
-            print(f'{PROG}: warning: {cache}: unreadable ({type(e).__name__}); computing the embeddings again',
-                  file=sys.stderr)
-    queries, targets = encode_pairs(pairs, enc, cfg.n_ctx, args.prefix_eot)
-    t0 = time.time()
-    emb = embed_tokens(model, queries + targets, layer, args.embed_batch, args.device,
-                       progress_printer(f'{path}: embedding texts'), pool)
-    print(f'{path}: embedded {len(queries) + len(targets)} texts in {time.time() - t0:.1f}s', file=sys.stderr)
-    q, t = emb[:len(pairs)], emb[len(pairs):]
-    if cache:
-        save_cache(cache, {'query': q, 'target': t, 'key': key_src})
-    return q, t, desc
-
-
-def save_cache(path, obj):
-    """torch.save obj to the cache file `path` whole or not at all (cli.write_atomic). The cache
-    only saves time: a failed write (a full disk) is a one-line warning, and the run goes on without it."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    try:
-        write_atomic(path, buf.getvalue())
-    except OSError as e:
-        print(f'{PROG}: warning: could not write the embedding cache {path} ({type(e).__name__}: '
-              f'{str(e).splitlines()[0] if str(e) else ""}); going on without it', file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- retrieval model
@@ -265,22 +136,27 @@ class RetrievalMixer(nn.Module):
 
 
 def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, weight_decay=0.05,
-                    seed=1337, log=None, val_loss=None, test_loss=None, every=50):
+                    seed=1337, log=None, val_loss=None, test_loss=None, every=50, chance=None, patience=0):
     """Train `model` on pairs (q [P, d_in], t [P, d_in], stories [P]) with n candidates per query
-    (negatives from other stories, fresh each step); AdamW, cosine decay.
+    (negatives from other stories, fresh each step); AdamW, cosine decay over `steps`.
 
-    Every `every` steps (and at the end) the held-out losses (nats) val_loss() and test_loss() are
-    measured, when given, and log(step, train loss, val, test) called. Early stopping: with val_loss, the
-    model ends with its parameters of the lowest validation loss. Returns {'train_loss': mean of the last
-    50 steps' losses (nats), 'curve': [(step, train loss of the last `every` steps, val loss, test loss)],
-    'kept_step': the step whose parameters the model ends with}."""
+    Every `every` steps (and at the end) the held-out losses (nats) val_loss() (a float, or (mean, standard
+    error)) and test_loss() are measured, when given, and log(step, train loss, val, test) called. Early
+    stopping, with val_loss: the model ends with its parameters of the lowest validation loss among the
+    checks that beat `chance` (nats: ln of the validation candidates; None: every check counts), below it by
+    more than CHANCE_SE standard errors; after `patience` checks in a row without a lower one training stops
+    (0: it runs all `steps`). When no check beats chance the model keeps its last parameters. Returns
+    {'train_loss': mean of the last 50 steps' losses (nats), 'curve': [(step, train loss of the last `every`
+    steps, val loss, test loss)], 'val_se': each check's standard error, 'kept_step': the step whose
+    parameters the model ends with (None when no check beat chance), 'last_step': the last step trained,
+    'chance': `chance`}."""
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     model.set_input_stats(torch.cat([q, t]))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
-    order, at, recent, curve = rng.permutation(len(q)), 0, [], []
-    best = (float('inf'), steps, None)                  # (val loss, step, parameters)
+    order, at, recent, curve, ses = rng.permutation(len(q)), 0, [], [], []
+    best = (float('inf'), None, None)                   # (val loss, step, parameters) of a check below chance
     for step in range(steps):
         for g in opt.param_groups:
             g['lr'] = lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
@@ -296,17 +172,24 @@ def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, 
         recent.append(loss.item())
         if (step + 1) % every == 0 or step + 1 == steps:
             model.eval()
-            curve.append((step + 1, float(np.mean(recent[-every:])), val_loss() if val_loss else None,
-                          test_loss() if test_loss else None))
+            got = val_loss() if val_loss else None
+            v, se = got if isinstance(got, tuple) else (got, 0.0)
+            curve.append((step + 1, float(np.mean(recent[-every:])), v, test_loss() if test_loss else None))
+            ses.append(se)
             model.train()
-            if val_loss and curve[-1][2] < best[0]:
-                best = (curve[-1][2], step + 1, copy.deepcopy(model.state_dict()))
+            if val_loss and v < best[0] and (chance is None or v + CHANCE_SE * se < chance):
+                best = (v, step + 1, copy.deepcopy(model.state_dict()))
             if log:
                 log(*curve[-1])
+            since = len(curve) - 1 - [c[0] for c in curve].index(best[1]) if best[1] is not None else 0
+            if patience and since >= patience:     # `patience` checks since the kept one, none lower
+                break
     model.eval()
     if best[2] is not None:
         model.load_state_dict(best[2])
-    return {'train_loss': float(np.mean(recent[-50:])), 'curve': curve, 'kept_step': best[1]}
+    kept = best[1] if val_loss else curve[-1][0]
+    return {'train_loss': float(np.mean(recent[-50:])), 'curve': curve, 'val_se': ses, 'kept_step': kept,
+            'last_step': curve[-1][0], 'chance': chance}
 
 
 def scored_draws(score_fn, q, t, draws, batch=256):
@@ -319,16 +202,20 @@ def scored_draws(score_fn, q, t, draws, batch=256):
 
 
 @torch.no_grad()
-def retrieval_loss(model, q, t, draws):
-    """Mean cross-entropy (nats) of the retrieval model's scores on fixed draws."""
-    nats = sum(F.cross_entropy(s, y, reduction='sum').item() for s, y in scored_draws(model, q, t, draws))
-    return nats / len(draws[0])
+def retrieval_loss(model, q, t, draws, with_se=False):
+    """Mean cross-entropy (nats) of the retrieval model's scores on fixed draws; with_se: (mean, the standard
+    error of that mean over the draws)."""
+    nats = torch.cat([F.cross_entropy(s, y, reduction='none') for s, y in scored_draws(model, q, t, draws)])
+    if not with_se:
+        return nats.mean().item()
+    return nats.mean().item(), (nats.std().item() / math.sqrt(len(nats)) if len(nats) > 1 else 0.0)
 
 
 @torch.no_grad()
 def accuracy(score_fn, q, t, draws):
     """Top-1 accuracy of score_fn(query [B, d], cands [B, n, d]) -> [B, n] on fixed draws."""
-    return sum((s.argmax(-1) == y).sum().item() for s, y in scored_draws(score_fn, q, t, draws)) / len(draws[0])
+    hits = sum((s.argmax(-1) == y).sum().item() for s, y in scored_draws(score_fn, q, t, draws))
+    return hits / len(draws[0])
 
 
 def cosine_scores(center=None):
@@ -341,41 +228,51 @@ def cosine_scores(center=None):
     return score
 
 
+def wilson(p, n, z=1.96):
+    """The Wilson score interval of a proportion p (float in [0, 1]) measured on n trials -> (low, high);
+    z 1.96: 95%. Unlike p +- z sqrt(p (1 - p) / n) it stays in [0, 1] and is not empty at p 0 or 1 (Wilson
+    1927)."""
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+
 # ----------------------------------------------------------------------------- report
 
 def markdown_table(results, ns):
-    """Markdown table: one row per (checkpoint, method), one column per N, chance (1/N) first."""
-    lines = ['| checkpoint | method | ' + ' | '.join(f'N={n}' for n in ns) + ' |',
+    """Markdown table: one row per (checkpoint, method), one column per N, chance (1/N) first; each top-1
+    accuracy with its 95% Wilson interval in brackets (evaluate's 'accuracy_95')."""
+    lines = ['| checkpoint | method | ' + ' | '.join(f'N={n} (95% interval)' for n in ns) + ' |',
              '|---|---|' + '---:|' * len(ns),
              '| (chance) | 1/N | ' + ' | '.join(f'{1 / n:.3f}' for n in ns) + ' |']
     for r in results:
         for method, accs in r['accuracy'].items():
-            lines.append(f'| {r["name"]} | {method} | ' + ' | '.join(f'{accs[str(n)]:.3f}' for n in ns) + ' |')
+            ci = r['accuracy_95'][method]
+            cells = [f'{accs[str(n)]:.3f} ({ci[str(n)][0]:.3f}-{ci[str(n)][1]:.3f})' for n in ns]
+            lines.append(f'| {r["name"]} | {method} | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
 def loss_table(results, ns, steps):
-    """Markdown table of the retrieval model's cross-entropy (nats) on its training pairs
-    and the test pairs at each N (chance: ln N), the step it was kept at (lowest
-    validation loss) and the step of its lowest test loss (reported, never used)."""
+    """Markdown table of the retrieval model's cross-entropy (nats) on its training pairs and the test pairs
+    at each N (chance: ln N), the step it was kept at (the lowest validation loss among the checks below
+    chance; none: no check was, 'no better than chance at N'), the steps it trained (of --steps: fewer when
+    --patience stopped it) and the step of its lowest test loss (reported, never used)."""
     lines = ['| checkpoint | ' + ' | '.join(f'N={n} train / test' for n in ns) +
-             ' | kept step (lowest val loss) | lowest test loss at step |', '|---|' + '---:|' * (len(ns) + 2)]
-    lines.append('| (chance: ln N) | ' + ' | '.join(f'{math.log(n):.3f}' for n in ns) + ' | | |')
+             ' | kept step (lowest val loss below chance) | steps trained | lowest test loss at step |',
+             '|---|' + '---:|' * (len(ns) + 3)]
+    lines.append('| (chance: ln N) | ' + ' | '.join(f'{math.log(n):.3f}' for n in ns) + ' | | | |')
     for r in results:
         cells = [('-' if r['loss'][str(n)]['train'] is None else f'{r["loss"][str(n)]["train"]:.3f}') +
                  f' / {r["loss"][str(n)]["test"]:.3f}' for n in ns]
+        kept = f'none: no better than chance at N={r["val_n"]}' if r['kept_step'] is None else r['kept_step']
         lines.append(f'| {r["name"]} | ' + ' | '.join(cells) +
-                     f' | {r["kept_step"]} of {steps} | {r["best_test_step"]} of {steps} |')
+                     f' | {kept} | {r["last_step"]} of {steps} | {r["best_test_step"]} |')
     return '\n'.join(lines)
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
 
 
 def build_parser():
     """The command line parser (cli.ArgumentParser: a bad flag or value is one line, exit 2)."""
-    p = ArgumentParser(PROG, __doc__, formatter_class=_HelpFormatter)
+    p = ArgumentParser(PROG, __doc__, formatter_class=DocHelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written
     g = p.add_argument_group('models')
     g.add_argument('--ckpt', action='append', required=True, metavar='PATH',
@@ -404,11 +301,17 @@ def build_parser():
     g.add_argument('--d_r', type=int, default=128, help='width of the retrieval mixer')
     g.add_argument('--r_layers', type=int, default=2, help='blocks of the retrieval mixer')
     g.add_argument('--train_n', type=int, default=16, help='candidates per query in training')
-    g.add_argument('--steps', type=int, default=400)
+    g.add_argument('--steps', type=int, default=400, help='training steps of the retrieval mixer, at most '
+                   '(--patience may stop it sooner)')
     g.add_argument('--batch_size', type=int, default=64)
     g.add_argument('--lr', type=number(float, 0, above=True), default=2e-3)
     g.add_argument('--weight_decay', type=number(float, 0), default=0.05)
     g.add_argument('--dropout', type=float, default=0.0)
+    g.add_argument('--patience', type=number(int, 0), default=5,
+                   help='early stopping: stop after this many checks (one every 50 steps) in a row '
+                        'without a validation loss lower than the kept one (0: run all --steps); a kept step '
+                        'followed by this many checks says the retrieval model had budget enough, one nearer '
+                        'the end that it may not have')
     g.add_argument('--val_frac', type=float, default=0.1,
                    help='fraction of the training stories held out for early stopping (0: none, keep the last step)')
     g = p.add_argument_group('evaluation and output')
@@ -475,7 +378,8 @@ def check_args(args):
 
 def fit_retrieval_model(args, name, q, t, sp):
     """(model, train_retrieval's dict): a RetrievalMixer (torch seed --seed) trained on the embeddings q, t
-    float [P, d] of plan_splits' `sp`.fit pairs, early-stopped on its val pairs, logged to stderr as `name`."""
+    float [P, d] of plan_splits' `sp`.fit pairs, early-stopped on its val pairs (only a check below chance, ln
+    sp.val_n, is kept; --patience), logged to stderr as `name`."""
     tr, va, te = torch.tensor(sp.fit), torch.tensor(sp.val, dtype=torch.long), torch.tensor(sp.test)
     torch.manual_seed(args.seed)            # same init whether or not embeddings were cached
     model = RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)
@@ -483,28 +387,52 @@ def fit_retrieval_model(args, name, q, t, sp):
     fit = train_retrieval(
         model, q[tr], t[tr], sp.stories[sp.fit], sp.train_n, args.steps, args.batch_size, args.lr,
         args.weight_decay, args.seed,
-        val_loss=(lambda: retrieval_loss(model, q[va], t[va], sp.val_draws)) if sp.val_draws else None,
+        val_loss=(lambda: retrieval_loss(model, q[va], t[va], sp.val_draws, True)) if sp.val_draws else None,
         test_loss=lambda: retrieval_loss(model, q[te], t[te], sp.test_draws),
         log=lambda s, a, v, b: print(f'{name}: retrieval mixer step {s}/{args.steps} train loss {a:.3f} '
                                      f'val loss {v if v is None else round(v, 3)} test loss {b:.3f}',
-                                     file=sys.stderr))
-    print(f'{name}: trained the retrieval mixer in {time.time() - t0:.1f}s, kept step '
-          f'{fit["kept_step"]}', file=sys.stderr)
+                                     file=sys.stderr),
+        chance=math.log(sp.val_n) if sp.val_draws else None, patience=args.patience)
+    print(f'{name}: trained the retrieval mixer in {time.time() - t0:.1f}s ({fit["last_step"]} steps); '
+          f'{kept_cell(fit, sp.val_n)}', file=sys.stderr)
     return model, fit
 
 
+def kept_cell(fit, val_n):
+    """What train_retrieval's dict `fit` kept, in words: 'kept step 100 (val loss 2.601 +- 0.031, chance ln 16
+    = 2.773)', or 'no better than chance at N=16 (lowest val loss 2.770 +- 0.025, chance ln 16 = 2.773): kept
+    its last step, 400' (+-: one standard error)."""
+    if fit['chance'] is None:
+        return f'kept step {fit["kept_step"]} (its last: no validation stories)'
+    chance = f'chance ln {val_n} = {fit["chance"]:.3f}'
+    at = {c[0]: (c[2], se) for c, se in zip(fit['curve'], fit['val_se'])}
+    if fit['kept_step'] is None:
+        low = min(at.values())
+        return (f'no better than chance at N={val_n} (lowest val loss {low[0]:.3f} +- {low[1]:.3f}, '
+                f'{chance}): kept its last step, {fit["last_step"]}')
+    v, se = at[fit['kept_step']]
+    return f'kept step {fit["kept_step"]} (val loss {v:.3f} +- {se:.3f}, {chance})'
+
+
 def evaluate(model, fit, q, t, sp):
-    """Scores of embeddings q, t float [P, d] on plan `sp`: {'accuracy': {method: {str(N):
-    top-1}}, 'loss': {str(N): {'train': nats or None, 'test': nats}}, and from `fit`
-    (train_retrieval's dict) 'final_train_loss', 'curve', 'kept_step', 'best_test_step'}."""
+    """Scores of embeddings q, t float [P, d] on plan `sp`: {'accuracy': {method: {str(N): top-1}},
+    'accuracy_95': {method: {str(N): [low, high]}} (its 95% Wilson interval over the test queries: each
+    query's rounds share its embedding, so the queries, not the draws, are the trials), 'loss': {str(N):
+    {'train': nats or None, 'test': nats}}, and from `fit` (train_retrieval's dict) 'final_train_loss',
+    'curve', 'val_se' (each check's standard error), 'kept_step' (None: no check beat chance), 'last_step',
+    'val_chance' (nats, ln 'val_n'; None without validation stories), 'kept' (kept_cell's words),
+    'best_test_step'}."""
     tr, te = torch.tensor(sp.fit), torch.tensor(sp.test)
     center = torch.cat([q[tr], t[tr]]).mean(0)
     methods = {'mixer (trained)': model, 'cosine': cosine_scores(), 'cosine (centred)': cosine_scores(center)}
     acc = {m: {str(n): accuracy(fn, q[te], t[te], sp.draws[n]) for n in sp.ns} for m, fn in methods.items()}
     loss = {str(n): {'train': retrieval_loss(model, q[tr], t[tr], sp.train_draws[n]) if n in sp.train_draws
                      else None, 'test': retrieval_loss(model, q[te], t[te], sp.draws[n])} for n in sp.ns}
-    return {'accuracy': acc, 'loss': loss, 'final_train_loss': fit['train_loss'], 'curve': fit['curve'],
-            'kept_step': fit['kept_step'], 'best_test_step': min(fit['curve'], key=lambda c: c[3])[0]}
+    ci = {m: {k: list(wilson(a, len(sp.test))) for k, a in by_n.items()} for m, by_n in acc.items()}
+    return {'accuracy': acc, 'accuracy_95': ci, 'loss': loss, 'final_train_loss': fit['train_loss'],
+            **{k: fit[k] for k in ('curve', 'val_se', 'kept_step', 'last_step')}, 'val_chance': fit['chance'],
+            'val_n': sp.val_n, 'kept': kept_cell(fit, sp.val_n),
+            'best_test_step': min(fit['curve'], key=lambda c: c[3])[0]}
 
 
 def run(args):
@@ -557,17 +485,20 @@ def run_and_report(args):
 
 def report(out, args):
     """Print the tables and notes of run()'s results `out` to stdout."""
-    print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["val_pairs"]} validation '
-          f'(early stopping) / {out["test_pairs"]} test pairs; retrieval mixer trained at N={out["train_n"]}; '
-          f'{out["eval_trials"]} fixed candidate draws per test query and N.\n')
+    print(f'Top-1 retrieval accuracy, {out["source"]}: {out["train_pairs"]} train / {out["val_pairs"]} '
+          f'validation (early stopping) / {out["test_pairs"]} test pairs; retrieval mixer trained at '
+          f'N={out["train_n"]}; {out["eval_trials"]} fixed candidate draws per test query and N; in brackets '
+          f'the 95% Wilson interval over the {out["test_pairs"]} test queries; chance 1/N first.\n')
     print(markdown_table(out['results'], out['ns']))
     print(f'\nThe retrieval mixer\'s loss (nats) on its training pairs (1 draw each) and the test pairs. Its '
-          f'validation and test losses at N={out["train_n"]} were measured every 50 steps; it keeps the parameters '
-          f'of the lowest validation loss (early stopping):\n')
+          f'validation and test losses were measured every 50 steps; it keeps the parameters of the lowest '
+          f'validation loss below chance (ln N of the validation candidates, by more than {CHANCE_SE} '
+          f'standard errors; none below: its last step\'s) and stops after {args.patience or "no"} checks '
+          'in a row without a lower one (--patience):\n')
     print(loss_table(out['results'], out['ns'], args.steps))
     print()
     for r in out['results']:
-        print(f'- {r["name"]}: {r["model"]}')
+        print(f'- {r["name"]}: {r["model"]}; {r["kept"]}')
     for note in out['notes']:
         print(f'- note: {note}')
 

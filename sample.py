@@ -3,6 +3,7 @@ that drives each token mixing's step (gpt-fast's generate.py, for every model ki
 
     python sample.py --ckpt out/ckpt.pt --start "Once upon a time" --num_samples 2
     python sample.py --ckpt out/ckpt.pt --start FILE:prompt.txt --temperature 0.8 --top_k 40 --compile
+    python sample.py --ckpt out/ckpt.pt --stop_at_eot --max_new_tokens 1000     # each sample one story
 
     out = generate(model, idx, 100, temperature=0.8, top_k=40)       # idx long [B, T] -> long [B, T + 100]
     dec = Decoder(model, batch_size=B, compile=True)    # every layer's state, allocated once
@@ -12,13 +13,14 @@ that drives each token mixing's step (gpt-fast's generate.py, for every model ki
 Generation is incremental: the prompt is read once, then each new token is one step of every layer's
 token mixing on the state its init_state allocated (mixer.py): eager, a step at position p reads
 positions 0..p; --compile runs it through torch.compile with the position a 0-dim tensor, one graph
-over n_ctx for every position (compiled on the first new token: seconds to a minute). Every
-LanguageModel kind; the Autoencoder has no decoding.
+over n_ctx for every position (compiled before the first new token, a line on stderr saying so: seconds
+to a minute). Every LanguageModel kind; the Autoencoder has no decoding. The samples go to stdout; the
+new tokens a second (the prompt's prefill included, the compilation not) to stderr at the end.
 """
 
-import argparse
 import contextlib
 import sys
+import time
 
 from harness import cli
 cli.begin('sample.py', __name__)       # the first instruction: Ctrl-C is one line from here, torch's import included
@@ -29,7 +31,8 @@ import torch.nn.functional as F
 
 from harness.checkpoint import CheckpointError, load_checkpoint
 from harness.machine import memory_error
-from harness.cli import ArgumentParser, device_error, failing, number, random_seed, run_command
+from harness.cli import (ArgumentParser, DocHelpFormatter, device_error, failing, number, random_seed,
+                         run_command)
 
 fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 
@@ -211,20 +214,27 @@ def main(argv=None):
 
 
 def sample(argv):
-    """Parse `argv`, load the checkpoint, check the sizes against the device's memory (sampling_bytes) and
-    print --num_samples samples."""
-    p = ArgumentParser('sample.py', __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # errors: one line
+    """Parse `argv`, load the checkpoint, check the sizes against the device's memory (sampling_bytes), print
+    --num_samples samples on stdout and, on stderr, a line while --compile compiles and the new tokens a
+    second at the end."""
+    p = ArgumentParser('sample.py', __doc__, formatter_class=DocHelpFormatter)  # errors: one line
     p.description = __doc__                                 # --help: the whole docstring, as written
-    p.add_argument('--ckpt', default='out/ckpt.pt', help='checkpoint from train.py')
+    p.add_argument('--ckpt', default='out/ckpt.pt', help='checkpoint from train.py (or a folder convert.py '
+                                                         'exported)')
     p.add_argument('--start', default='<|endoftext|>', help='prompt text, or FILE:path to read it from a file')
-    p.add_argument('--num_samples', type=number(int, 1), default=2)
-    p.add_argument('--max_new_tokens', type=number(int, 0), default=200)
+    p.add_argument('--num_samples', type=number(int, 1), default=2, help='samples, drawn as one batch')
+    p.add_argument('--max_new_tokens', type=number(int, 0), default=200, help='new tokens a sample, at most')
+    p.add_argument('--stop_at_eot', action='store_true', help='end each sample at the end of its story: its '
+                   'first <|endoftext|> after the prompt')
     p.add_argument('--temperature', type=number(float, 0), default=0.8, help='0 means greedy')
     p.add_argument('--top_k', type=number(int, 0), default=40, help='0 means no top-k filter')
-    p.add_argument('--seed', type=random_seed, default=1337)
-    p.add_argument('--device', default='cpu')
+    p.add_argument('--seed', type=random_seed, default=1337, help="torch's seed for the draws")
+    p.add_argument('--device', default='auto', help="'auto' (cuda when there is one, else cpu), 'cpu', "
+                                                    "'cuda', 'cuda:N'")
     p.add_argument('--compile', action='store_true', help='torch.compile the decoding step (Decoder)')
     args = p.parse_args(argv)
+    if args.device == 'auto':
+        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if device_error(args.device):
         fail(device_error(args.device))
 
@@ -255,11 +265,44 @@ def sample(argv):
 
     torch.manual_seed(args.seed)
     idx = torch.tensor([ids] * args.num_samples, device=args.device)
-    out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None, compile=args.compile)
-    for i, row in enumerate(out.tolist()):
+    dec = Decoder(model, args.num_samples, compile=args.compile)
+    if args.compile:
+        compile_now(dec, idx)
+    ends = [None] * args.num_samples                    # each sample's new tokens up to its <|endoftext|>
+
+    def story_ended(new):
+        for r in (r for r, end in enumerate(ends) if end is None and new[r, -1] == enc.eot_token):
+            ends[r] = new.shape[1]
+        return None not in ends
+    started = time.perf_counter()
+    out = generate(model, idx, args.max_new_tokens, args.temperature, args.top_k or None, decoder=dec,
+                   stop=story_ended if args.stop_at_eot else None).tolist()     # on the host: work done
+    seconds = time.perf_counter() - started
+    new_tokens = 0
+    for i, row in enumerate(out):
+        new = row[len(ids):len(ids) + (ends[i] or len(row))]
+        new_tokens += len(new)
         print(f'--- sample {i + 1} ({ckpt["config"].get("variant", model.cfg.kind)}, step {ckpt["step"]}, '
-              f'{len(row) - len(ids)} new tokens)')
-        print(enc.decode(row).replace('<|endoftext|>', '\n<|endoftext|>\n').strip())
+              f'{len(new)} new tokens' + (', to <|endoftext|>)' if ends[i] else ')'))
+        print(enc.decode(ids + new).replace('<|endoftext|>', '\n<|endoftext|>\n').strip())
+    sys.stdout.flush()
+    print(f'sample.py: {new_tokens:,} new tokens in {seconds:.2f} s, {new_tokens / max(seconds, 1e-9):,.1f} '
+          f'tokens/s ({args.num_samples} sample(s) as one batch, the prompt\'s {len(ids)} tokens read first, '
+          f'on {args.device}' + (', compiled' if args.compile else '') + ')', file=sys.stderr)
+
+
+def compile_now(dec, idx):
+    """Compile a Decoder's one-token step (compile=True) before sampling, with a line on stderr while it
+    compiles and its seconds after, so that the tokens a second count decoding alone: one prefill and one step
+    of the prompt's first token (the state they leave is reset by the next prefill)."""
+    print('sample.py: compiling the decoding step (torch.compile, once: seconds to a minute) ...',
+          file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    with intra_op_threads(dec.threads):
+        dec.prefill(idx[:, :1])
+        if dec.max_len is None or dec.max_len >= 2:
+            dec.step(idx[:, :1])
+    print(f'sample.py: compiled in {time.perf_counter() - started:.1f} s', file=sys.stderr, flush=True)
 
 
 def sampling_bytes(model, batch, prompt, new_tokens):

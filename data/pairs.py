@@ -301,7 +301,8 @@ def plan_splits(args, pairs):
     fit, val = train less / only the stories held out for early stopping), stories (int
     [P]), n_train_stories, n_test_stories, candidate_counts' ns, train_n (at most the fit
     stories) and notes, and fixed candidate_draws: draws {N: test}, train_draws {N: fit},
-    val_draws (None without 2 val stories), test_draws (at train_n). Raises UsageError."""
+    val_draws (None without 2 val stories) at val_n candidates (train_n, or fewer: the val stories),
+    test_draws (at train_n). Raises UsageError."""
     train_idx, test_idx = split_by_story(pairs, args.test_frac, args.seed)
     stories = np.array([p['story'] for p in pairs])
     tr_st, te_st = stories[train_idx], stories[test_idx]
@@ -314,10 +315,11 @@ def plan_splits(args, pairs):
     fit_st, val_st = stories[fit_idx], stories[val_idx]
     n_fit, n_val = len(set(fit_st.tolist())), len(set(val_st.tolist()))
     train_n = min(train_n, n_fit)
+    val_n = min(train_n, n_val)
     return SimpleNamespace(
         train=train_idx, test=test_idx, fit=fit_idx, val=val_idx, stories=stories, ns=ns, train_n=train_n,
-        notes=notes, n_train_stories=n_train_stories, n_test_stories=n_test_stories,
+        notes=notes, n_train_stories=n_train_stories, n_test_stories=n_test_stories, val_n=val_n,
         draws={n: candidate_draws(te_st, n, args.eval_rounds, args.seed) for n in ns},
         train_draws={n: candidate_draws(fit_st, n, 1, args.seed) for n in ns if n <= n_fit},
-        val_draws=candidate_draws(val_st, min(train_n, n_val), 1, args.seed) if n_val >= 2 else None,
+        val_draws=candidate_draws(val_st, val_n, 1, args.seed) if n_val >= 2 else None,
         test_draws=candidate_draws(te_st, min(train_n, n_test_stories), 1, args.seed))

@@ -233,8 +233,8 @@ def check_split(spec):
 
 
 def json_type(value):
-    """The JSON name of a parsed JSON value's type: 'string', 'number', 'list', 'object', 'boolean', 'null'."""
-    names = {str: 'string', bool: 'boolean', int: 'number', float: 'number', list: 'list', dict: 'object'}
+    """The JSON name of a parsed JSON value's type: 'string', 'number', 'array', 'object', 'boolean', 'null'."""
+    names = {str: 'string', bool: 'boolean', int: 'number', float: 'number', list: 'array', dict: 'object'}
     return 'null' if value is None else names.get(type(value), type(value).__name__)
 
 

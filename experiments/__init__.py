@@ -7,6 +7,7 @@
     python -m experiments.bench      throughput, memory, generation and decode-speed tables
     python -m experiments.convert    the paper's trained models in, any checkpoint out as safetensors
     python -m experiments.compare    any training runs side by side: their curves and a table, from their log.jsonl
+                                     (run_log: a run's log read, seeds as groups)
 
 runner.py is the job pool under claims, icl and mqar. Nothing in the core (mixer.py, train.py,
 sample.py, retrieval.py) imports from here.

@@ -1,194 +1,75 @@
 """Put training runs side by side: their loss curves in one figure and one table, from their log.jsonl alone.
 
     python -m experiments.compare out/tinystories_cpu out/transformer_cpu       # compare.png, compare.md here
-    python -m experiments.compare out/flat out/toeplitz out/transformer --x tokens --out figs/three.png
+    python -m experiments.compare out/flat_s1 out/flat_s2 out/tf_s1 out/tf_s2 --x seconds --logy --out a.svg
+    python -m experiments.compare --to tensorboard out/tinystories_cpu     # its log.jsonl to TensorBoard
 
 Each RUN_DIR is a folder train.py wrote (its log.jsonl: a finished run, one still training, or one that
 stopped). The figure: the validation loss (nats/token, points at each evaluation) and, lighter, the training
-loss of every run against --x, one colour a run, labelled by variant and folder; beside it the validation bits
-per byte. The table, printed and written beside the figure (its name with .md): variant, parameters, tokens
-seen, final and best validation loss, bits per byte, tokens/s and MFU (the logged intervals after each
-session's first, whose warm-up they leave out), wall time (the finished session's), and the validation loss each
-run had reached at the smallest common budget on --x: the least of the runs' last evaluated x, each run's last
-evaluation at or before it (its own x in brackets when earlier). That column is the fair comparison: equal
-steps, tokens, seconds or FLOPs.
+loss (a trailing mean over --smooth logged points) against --x, one colour a setting; beside it the validation
+bits per byte. Its format is --out's extension: png, svg or pdf.
+
+The common budget: --budget, else the smallest one every evaluated run reached (the least of their last
+evaluations' x). Each run's validation loss there, and at 25, 50 and 75% of it, is read off its evaluations,
+linear in --x between the two around it (the column's header says so); a run never evaluated at or past a
+point is marked 'not reached'. Those columns are the fair comparison: equal steps, tokens, seconds or FLOPs.
+
+The table, printed and written beside the figure (its name with .md), a row a run: variant, seed, parameters,
+tokens seen, final and best validation loss, bits per byte, tokens/s (the logged intervals after each
+session's first, whose warm-up they leave out), the peak each run's MFU was stated against and the MFU of
+every run against one peak (--peak, else the first run's), the CPU cores other processes kept busy while it
+trained ('other load', logged by train.py; 'unknown' in an older log), wall time, and the budget's columns. On
+the seconds axis, runs whose loads differ by more than LOAD_GAP cores are named in one warning: their seconds
+are not comparable.
+
+Seeds: runs whose settings differ only by seed (and by the settings that do not change what a run learns:
+run_log.NOT_RESULT, where it writes and logs, its device and threads, how often it evaluates and saves) are
+one group: the figure draws the group's mean with a band from its lowest to its highest run, and a second
+table gives each group's mean +- half the range and its n.
 
 --x: step (optimiser steps); tokens (tokens seen, batch_size x n_ctx x grad_accum x world size a step, each
-session's own); seconds (training seconds: the logged intervals' ms_per_step, evaluation left out; an
-evaluation between two logged steps interpolated); flops (tokens x the model's training FLOPs a token, forward
-and backward, flops_per_token).
+session's own); seconds (training seconds: the logged intervals' ms_per_step, evaluation left out); flops
+(tokens x the model's training FLOPs a token, forward and backward, flops_per_token).
 
-Runs of different data (another tokenizer or another validation split: the tokenizer's SHA-256 and the
-validation tokens and bytes of the meta.json each run's log records, or, for an older log, of its data_dir) or of
-different tasks are refused, since their losses are not comparable. A run without an evaluation yet is shown as
-such. Bad input (a folder that is not a run, a damaged log line, mixed data, an unknown --x, a figure that exists
-without --overwrite): one line, exit 2; no file is written half.
+--to tensorboard: no figure; each run's log.jsonl is written as the TensorBoard events train.py's
+--log_to=tensorboard would have written (RUN_DIR/tensorboard/step and .../tokens), for a run trained without
+it.
+
+Runs of different data (another tokenizer or validation split) or tasks are refused: their losses are not
+comparable. Bad input (a folder that is not a run, a damaged log line or one that is not a record, mixed data,
+an existing output without --overwrite): one line naming it (the file and line for a log), exit 2; nothing
+written half.
 """
 
 import os
 import sys
 
 if __name__ == '__main__':       # run as a file too (python experiments/compare.py): the repository root on
-    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the path, as -m puts it
+    sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # on the path, as -m
     from harness import cli                   # and from here Ctrl-C is one line
     cli.begin('compare.py', keep=True)
 
-import json
-from dataclasses import dataclass, field
+import argparse
+import math
+from types import SimpleNamespace
 
-from experiments.runner import NO_PLOT, md_table, pyplot, save_figure
-from harness.cli import ArgumentParser, check_writable, distinct_files, failing, run_command, write_atomic
+from experiments.run_log import AXES, LogError, check_same_data, differences, group_runs, read_run, value_at
+from experiments.runner import NO_PLOT, md_table, mean_range, pyplot, save_figure
+from harness.cli import (ArgumentParser, DocHelpFormatter, check_folder_writable, check_writable,
+                         distinct_files, failing, number, run_command, write_atomic, written)
 from harness.cli import fail as cli_fail
 
 fail = failing('compare.py')            # 'compare.py: error: msg' on stderr, exit 2
-AXES = {'step': 'optimiser steps', 'tokens': 'tokens seen', 'seconds': 'training seconds',
-        'flops': 'training FLOPs (forward + backward)'}
+FORMATS = ('png', 'svg', 'pdf')
+POINTS = (0.25, 0.5, 0.75, 1.0)         # the fractions of the budget the table reads each run's loss at
+LOAD_GAP = 0.5                          # cores: runs whose other load differs more: their seconds differ
 
 
-@dataclass
-class Run:
-    """One run folder's log, read: its settings (the first 'config' record's), what identifies its data, its
-    sessions [(start step, tokens a step)], the curves train [(step, loss)] and evals [(step, val_loss,
-    val_bpb)], the logged intervals [(first step, last step, seconds, first of its session)], its summary."""
-    path: str
-    config: dict
-    data: tuple = None
-    sessions: list = field(default_factory=list)
-    train: list = field(default_factory=list)
-    evals: list = field(default_factory=list)
-    intervals: list = field(default_factory=list)
-    summary: dict = None
-
-    @property
-    def label(self):
-        """The figure's name of the run: 'variant (folder)'."""
-        return f'{self.config["config"].get("variant", "?")} ({self.path})'
-
-    def tokens(self, step):
-        """Tokens seen at `step` (each session's tokens a step from its start)."""
-        ends = [s for s, _ in self.sessions[1:]] + [float('inf')]
-        return sum(t * max(0, min(step, end) - start) for (start, t), end in zip(self.sessions, ends))
-
-    def seconds(self, step):
-        """Training seconds at `step`: the logged intervals' time, interpolated within one, and past the last at
-        its rate."""
-        done = 0.0
-        for a, b, sec, _ in self.intervals:
-            if step <= a:
-                break
-            done += sec * min(1.0, (step - a) / (b - a))
-        if self.intervals and step > self.intervals[-1][1]:
-            a, b, sec, _ = self.intervals[-1]
-            done += sec * (step - b) / (b - a)
-        return done
-
-    def x(self, step, axis):
-        """The x of `step` on axis 'step', 'tokens', 'seconds' or 'flops'."""
-        if axis == 'step':
-            return step
-        if axis == 'seconds':
-            return self.seconds(step)
-        return self.tokens(step) * (self.config['flops_per_token'] if axis == 'flops' else 1)
-
-    def last_step(self):
-        """The last step the log records."""
-        return max([s for s, *_ in self.train + self.evals] + [self.sessions[-1][0]])
-
-    @property
-    def finished(self):
-        """True when the log ends with train.py's summary (a run resumed after it and stopped has not)."""
-        return self.summary is not None and self.summary.get('step', -1) >= self.last_step()
-
-
-def read_run(path):
-    """The run folder `path` -> Run. Not a folder, no log.jsonl, a damaged line (a torn last one is dropped with
-    a warning: checkpoint.read_log), or no 'config' record: one line, exit 2."""
-    from harness.checkpoint import CheckpointError, read_log     # imports torch: after the flags are checked
-    if not os.path.isdir(path):
-        fail(f'{path} is not a folder: give the run folders train.py wrote (its --out_dir)')
-    log = os.path.join(path, 'log.jsonl')
-    if not os.path.isfile(log):
-        fail(f'{path} holds no log.jsonl: not a run folder of train.py')
-    try:
-        records = read_log(log)
-    except CheckpointError as e:
-        fail(str(e))
-    configs = [r for r in records if r.get('event') == 'config']
-    if not configs or not isinstance(configs[0].get('config'), dict):
-        fail(f'{log} has no config record: not the log of train.py')
-    run = Run(path, configs[0])
-    try:
-        read_records(run, records)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
-        fail(f'{log}: a record train.py would not write ({type(e).__name__}: {e})')
-    return run
-
-
-def read_records(run, records):
-    """Fill run's sessions, curves, intervals and summary from the log's records, in their order (a session
-    starts at each 'config' and 'schedule'). Raises KeyError / TypeError / ValueError on a malformed record."""
-    prev = None
-    for r in records:
-        kind = r.get('event')
-        if kind == 'config':
-            c, prev = r['config'], None
-            tps = int(c['batch_size']) * int(c['n_ctx']) * int(c['grad_accum']) * int(r.get('world_size', 1))
-            run.data = data_identity(r, run.path)
-        elif kind == 'schedule':
-            prev = int(r['from_step'])
-            run.sessions.append((prev, tps))
-        elif kind == 'train' and prev is not None:
-            step = int(r['step'])
-            if step <= prev:
-                raise ValueError(f'train step {step} after step {prev}')
-            run.train.append((step, float(r['loss'])))
-            run.intervals.append((prev, step, float(r['ms_per_step']) * (step - prev) / 1000,
-                                  prev == run.sessions[-1][0]))
-            prev = step
-        elif kind == 'eval':
-            run.evals.append((int(r['step']), float(r['val_loss']), float(r['val_bpb'])))
-        elif kind == 'summary':
-            run.summary = r
-    if not run.sessions:
-        raise ValueError('no schedule record')
-
-
-def data_identity(config_record, path):
-    """What a run's losses were measured on -> (task, tokenizer SHA-256, validation tokens, validation bytes), from
-    the data's meta.json the config record holds, else from its data_dir's meta.json as it is now (an older log);
-    None where neither is there (a note on stderr: the data is not checked)."""
-    meta = config_record.get('meta')
-    if not isinstance(meta, dict):
-        data_dir = config_record['config'].get('data_dir', '')
-        try:
-            with open(os.path.join(data_dir, 'meta.json')) as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
-            print(f'compare.py: note: {path}: its log records no data and {data_dir}/meta.json cannot be read: '
-                  'its data is not checked', file=sys.stderr)
-            return None
-    val = meta.get('val', {})
-    return (config_record['config'].get('task', 'lm'), meta.get('tokenizer_sha256'), val.get('tokens'),
-            val.get('bytes'))
-
-
-def check_same_data(runs):
-    """Refuse (one line, exit 2) runs whose data or task differ: their losses are not comparable."""
-    known = [r for r in runs if r.data is not None]
-    for r in known[1:]:
-        a, b = known[0], r
-        if a.data[0] != b.data[0]:
-            fail(f'{a.path} is a {a.data[0]} run and {b.path} a {b.data[0]} run: their losses are not comparable')
-        if a.data != b.data:
-            said = lambda d: f'tokenizer {str(d[1])[:12]}..., validation {d[2]} tokens, {d[3]} bytes'  # noqa: E731
-            fail(f'runs of different data: {a.path} ({said(a.data)}) and {b.path} ({said(b.data)}): their losses '
-                 'are not comparable; compare runs of one data folder')
-
-
-# ----------------------------------------------------------------------------- the table
+# ----------------------------------------------------------------------------- numbers as text
 
 def fmt_x(x, axis):
-    """An x on `axis` as a short string with its unit: '3,400 steps', '6.96M tokens', '9.5 min', '4.90e+13 FLOPs'."""
+    """An x on `axis` as a short string with its unit: '3,400 steps', '6.96M tokens', '9.5 min', '4.90e+13
+    FLOPs'."""
     if axis == 'step':
         return f'{x:,.0f} steps'
     if axis == 'seconds':
@@ -198,124 +79,342 @@ def fmt_x(x, axis):
     return f'{x:.2e} FLOPs'
 
 
-def speed(run):
-    """-> (tokens/s, MFU) over the logged intervals but each session's first (all of them if that leaves none;
-    None, None without any). MFU against the peak the run's config record names (peak_flops, FLOP/s a process)."""
-    steady = [i for i in run.intervals if not i[3]] or run.intervals
-    secs = sum(sec for _, _, sec, _ in steady)
-    if not secs:
-        return None, None
-    tok_s = sum(run.tokens(b) - run.tokens(a) for a, b, _, _ in steady) / secs
-    c = run.config
-    peak = c.get('peak_flops')
-    return tok_s, tok_s * c['flops_per_token'] / c.get('world_size', 1) / peak if peak else None
+def fmt_flops(f):
+    """FLOP/s as '300 GFLOP/s' or '989.0 TFLOP/s'."""
+    return f'{f / 1e9:,.0f} GFLOP/s' if f < 1e12 else f'{f / 1e12:,.1f} TFLOP/s'
 
+
+def fmt_peaks(run):
+    """The peaks a run's MFU was stated against: '300 GFLOP/s measured', '2 x 79 GFLOP/s measured', ..."""
+    world = run.config.get('world_size', 1)
+    kind = lambda name: next((f' {w}' for w in ('measured', 'nominal') if w in (name or '')), '')  # noqa
+    said = [(f'{world} x {fmt_flops(p / world)}' if world > 1 else fmt_flops(p)) + kind(name)
+            for p, name in run.peaks()]
+    return ', '.join(said) or 'none stated'
+
+
+def loss_cell(run, x, axis):
+    """The cell of a run's validation loss at x: '2.8784', 'no eval yet', or 'not reached (last eval at X)'.
+    """
+    if not run.evals:
+        return 'no eval yet'
+    v = run.loss_at(x, axis)
+    if v is not None:
+        return f'{v:.4f}'
+    first, last = run.x(run.evals[0][0], axis), run.x(run.evals[-1][0], axis)
+    if x > last:
+        return f'not reached (last eval at {fmt_x(last, axis)})'
+    return f'before its first eval ({fmt_x(first, axis)})'
+
+
+# ----------------------------------------------------------------------------- the tables
 
 def budget(runs, axis):
-    """The smallest common budget: the least, over the runs evaluated, of their last evaluation's x (None when no
-    run has one)."""
+    """The smallest common budget: the least, over the runs evaluated, of their last evaluation's x (None when
+    no run has one)."""
     ends = [r.x(r.evals[-1][0], axis) for r in runs if r.evals]
     return min(ends) if ends else None
 
 
-def table(runs, axis):
-    """The markdown table of the runs (the module's docstring names the columns)."""
+def common_peak(runs, peak):
+    """The one peak every MFU is computed against -> (FLOP/s over all a run's processes, what it is): --peak
+    when given, else the first run's that states one (the latest peak before its measured intervals); (None,
+    why) when none does."""
+    if peak:
+        return peak, f'--peak {fmt_flops(peak)}'
+    for r in runs:
+        if r.peaks():
+            p, name = r.peaks()[-1]
+            world = r.config.get('world_size', 1)
+            said = f"{r.path}'s: {name or fmt_flops(p / world)}"
+            return p, said + (f' x {world} processes' if world > 1 else '')
+    return None, 'no run states its peak'
+
+
+def point_headers(B, axis):
+    """The headers of the budget's columns (25, 50, 75 and 100% of B)."""
+    if B is None:
+        return [f'val loss at {int(100 * f)}% of the budget' for f in POINTS]
+    return [f'val loss at {fmt_x(f * B, axis)} ({int(100 * f)}%)' for f in POINTS[:-1]] + \
+        [f'val loss at {fmt_x(B, axis)} (linear in {AXES[axis]})']
+
+
+def run_table(runs, axis, B, peak):
+    """The markdown table, a row a run (the module's docstring names the columns)."""
     from harness.machine import fmt_mfu, hms
-    B = budget(runs, axis)
     rows = []
     for r in runs:
-        tok_s, mfu = speed(r)
-        c = r.config
+        tok_s, flops = r.speed()
+        c, load = r.config, r.other_load()
         if r.evals:
             final, state = r.evals[-1], '' if r.finished else f' (step {r.evals[-1][0]}, unfinished)'
-            best = min(e[1] for e in r.evals)
-            reached = [e for e in r.evals if r.x(e[0], axis) <= B * (1 + 1e-9)]
-            at = reached[-1] if reached else None
-            at_b = 'none' if at is None else f'{at[1]:.4f}' + (
-                f' (at {fmt_x(r.x(at[0], axis), axis)})' if r.x(at[0], axis) < B * (1 - 1e-9) else '')
-            cells = [f'{final[1]:.4f}{state}', f'{best:.4f}', f'{final[2]:.4f}']
+            cells = [f'{final[1]:.4f}{state}', f'{min(e[1] for e in r.evals):.4f}', f'{final[2]:.4f}']
         else:
-            cells, at_b = [f'no eval yet (step {r.last_step()})', '-', '-'], 'no eval yet'
-        rows.append([r.path, c['config'].get('variant', '?'), f'{c.get("params", 0) / 1e6:.2f}M',
+            cells = [f'no eval yet (step {r.last_step()})', '-', '-']
+        points = [loss_cell(r, f * B, axis) if B is not None else 'no eval yet' for f in POINTS]
+        rows.append([r.path, r.variant, r.seed, f'{c.get("params", 0) / 1e6:.2f}M',
                      f'{r.tokens(r.last_step()):,}', *cells, '-' if tok_s is None else f'{tok_s:,.0f}',
-                     '-' if mfu is None else fmt_mfu(mfu),
-                     hms(r.summary['wall_seconds']) if r.finished else 'unfinished', at_b])
-    header = ['run', 'variant', 'parameters', 'tokens seen', 'final val loss', 'best val loss', 'bits per byte',
-              'tokens/s', 'MFU', 'wall time', 'val loss at ' + ('-' if B is None else fmt_x(B, axis))]
+                     fmt_peaks(r), fmt_mfu(flops / peak) if flops and peak else 'n/a',
+                     'unknown' if load is None else f'{load:.1f}',
+                     hms(r.summary['wall_seconds']) if r.finished else 'unfinished', *points])
+    header = ['run', 'variant', 'seed', 'parameters', 'tokens seen', 'final val loss', 'best val loss',
+              'bits per byte', 'tokens/s', 'peak stated', f'MFU of {fmt_flops(peak) if peak else "-"}',
+              'other load (cores)', 'wall time', *point_headers(B, axis)]
     return md_table(header, rows)
+
+
+def group_table(groups, axis, B, peak):
+    """The markdown table of the groups of more than one run (seeds): a row a group, each number the mean +-
+    half the range over its runs (of those that have it: '(k of n)' when not all do)."""
+    percent = lambda v: f'{100 * v:.1f}%'          # noqa: E731
+
+    def cell(values, digits, n):
+        got = [v for v in values if v is not None]
+        text = mean_range(got, digits, digits, bad='-')
+        return text + (f' ({len(got)} of {n})' if got and len(got) < n else '')
+    rows = []
+    for g, differ in zip(groups, differences(groups)):
+        n, speed = len(g), [r.speed() for r in g]
+        final = [r.evals[-1][1] if r.evals else None for r in g]
+        best = [min(e[1] for e in r.evals) if r.evals else None for r in g]
+        points = [cell([None if B is None else r.loss_at(f * B, axis) for r in g], '.4f', n) for f in POINTS]
+        rows.append([g[0].path + (f' +{n - 1}' if n > 1 else ''), g[0].variant, differ, n,
+                     ', '.join(str(r.seed) for r in g), cell(final, '.4f', n), cell(best, '.4f', n),
+                     cell([s[0] for s in speed], ',.0f', n),
+                     cell([s[1] / peak if s[1] and peak else None for s in speed], percent, n),
+                     cell([r.other_load() for r in g], '.1f', n), *points])
+    header = ['group', 'variant', 'settings that differ', 'n', 'seeds', 'final val loss', 'best val loss',
+              'tokens/s', f'MFU of {fmt_flops(peak) if peak else "-"}', 'other load (cores)',
+              *point_headers(B, axis)]
+    return md_table(header, rows)
+
+
+def report(runs, groups, axis, B, peak, peak_source):
+    """The printed and written text: the runs' table, the groups' (when a group holds more than one run) and
+    what their columns mean."""
+    text = [run_table(runs, axis, B, peak)]
+    if any(len(g) > 1 for g in groups):
+        text += ['', f'Runs that differ only by seed, as {len(groups)} groups (mean +- half the range over '
+                     'the n runs of each):', '', group_table(groups, axis, B, peak)]
+    text += ['', f'- val loss at X: each run\'s validation loss at X {AXES[axis]}, linear in {AXES[axis]} '
+                 'between the two evaluations around X; not reached: never evaluated at or past X.',
+             f'- MFU: each run\'s training FLOP/s (tokens/s x FLOPs a token) over one peak, {peak_source}; '
+             'peak stated: the peak its own log measured against.',
+             '- other load: the CPU cores other processes kept busy while the run trained (the mean over its '
+             'measured intervals); unknown: its log does not record it.']
+    return '\n'.join(text)
+
+
+def load_warning(runs, axis):
+    """One line naming the runs measured under loads more than LOAD_GAP cores apart on the seconds axis, or
+    None."""
+    known = [(r, r.other_load()) for r in runs if r.other_load() is not None]
+    if axis != 'seconds' or len(known) < 2 or max(l for _, l in known) - min(l for _, l in known) <= LOAD_GAP:
+        return None
+    said = ', '.join(f'{r.path} {l:.1f}' for r, l in known)
+    return (f'compare.py: warning: on the seconds axis these runs trained under loads more than {LOAD_GAP} '
+            f'cores apart (other processes\' busy cores: {said}): their seconds are not comparable')
 
 
 # ----------------------------------------------------------------------------- the figure
 
-def draw(runs, axis, path):
-    """The figure: validation loss (points and line) and training loss (lighter) against `axis`, and validation
-    bits per byte, one colour a run, the smallest common budget dotted -> save_figure's line, or NO_PLOT."""
+def smoothed(points, k):
+    """Points [(x, y)] with each y the mean of its own and the k - 1 before it (k 1: as they are)."""
+    ys = [y for _, y in points]
+    window = lambda i: ys[max(0, i - k + 1):i + 1]          # noqa: E731
+    return [(x, sum(window(i)) / len(window(i))) for i, (x, _) in enumerate(points)]
+
+
+def band(curves):
+    """Curves [[(x, y)]] of one group -> (xs, mean, lowest, highest) on the union of their x's that every
+    curve covers, each curve read there by value_at (linear between its points)."""
+    lo, hi = max(c[0][0] for c in curves), min(c[-1][0] for c in curves)
+    xs = sorted({x for c in curves for x, _ in c if lo <= x <= hi})
+    ys = [[value_at(c, x) for c in curves] for x in xs]
+    return xs, [sum(y) / len(y) for y in ys], [min(y) for y in ys], [max(y) for y in ys]
+
+
+def draw(groups, axis, B, path, args):
+    """The figure (the module's docstring says what it shows), by the flags logy, ylim (the loss axis; the
+    bits per byte axis at the same place), smooth, dpi and --out's format -> save_figure's line, or NO_PLOT.
+    """
     plt = pyplot()
     if plt is None:
         return NO_PLOT
     fig, (ax, ax_bpb) = plt.subplots(1, 2, figsize=(14, 5.5))
-    colour = (lambda i: f'C{i}') if len(runs) <= 10 else (lambda i: plt.cm.tab20(i % 20))
-    for i, r in enumerate(runs):
-        label = r.label + ('' if r.evals else ' (no eval yet)')
-        if r.train:
-            ax.plot([r.x(s, axis) for s, _ in r.train], [l for _, l in r.train], color=colour(i), alpha=0.3, lw=1,
-                    label=None if r.evals else label)
-        if r.evals:
-            xs = [r.x(s, axis) for s, *_ in r.evals]
-            ax.plot(xs, [e[1] for e in r.evals], '-o', color=colour(i), ms=4, label=label)
-            ax_bpb.plot(xs, [e[2] for e in r.evals], '-o', color=colour(i), ms=4, label=label)
-    B = budget(runs, axis)
+    colour = (lambda i: f'C{i}') if len(groups) <= 10 else (lambda i: plt.cm.tab20(i % 20))
+    for i, g in enumerate(groups):
+        col, n = colour(i), len(g)
+        label = f'{g[0].variant} ({g[0].path}' + (f' +{n - 1}): mean of {n} runs, band lowest-highest'
+                                                  if n > 1 else ')')
+        evaluated = [r for r in g if r.evals]
+        trains = [smoothed([(r.x(s, axis), l) for s, l in r.train], args.smooth) for r in g if r.train]
+        if trains:                              # one curve: its own points
+            ax.plot(*band(trains)[:2], color=col, alpha=0.3, lw=1,
+                    label=None if evaluated else label + ' (no eval yet)')
+        for a, which in ((ax, 1), (ax_bpb, 2)):
+            if evaluated:
+                xs, mean, low, high = band([r.curve(axis, which) for r in evaluated])
+                a.plot(xs, mean, '-o', color=col, ms=4, label=label)
+                if len(evaluated) > 1:
+                    a.fill_between(xs, low, high, color=col, alpha=0.2, lw=0)
     for a in (ax, ax_bpb):
         if B is not None:
-            a.axvline(B, color='grey', ls=':', lw=1, label=f'smallest common budget ({fmt_x(B, axis)})')
+            a.axvline(B, color='grey', ls=':', lw=1, label=f'common budget ({fmt_x(B, axis)})')
+        if args.logy:
+            a.set_yscale('log')
         a.set_xlabel(AXES[axis])
-        a.grid(alpha=0.3)
+        a.grid(alpha=0.3, which='both' if args.logy else 'major')
         a.legend(fontsize=8)
+    if args.ylim:
+        ax.set_ylim(*args.ylim)
+        ratios = [e[2] / e[1] for g in groups for r in g for e in r.evals if e[1] > 0]
+        if ratios:                              # one data: bits per byte is the loss times one constant
+            ax_bpb.set_ylim(*(v * sum(ratios) / len(ratios) for v in args.ylim))
     ax.set_ylabel('loss (nats/token)')
-    ax.set_title('validation loss (points), training loss (light)')
+    ax.set_title('validation loss (points), training loss (light' +
+                 (f', mean of {args.smooth} logged points)' if args.smooth > 1 else ')'))
     ax_bpb.set_ylabel('validation bits per byte')
     ax_bpb.set_title('validation bits per byte')
-    return save_figure(fig, path, dpi=100)
+    return save_figure(fig, path, dpi=args.dpi, format=os.path.splitext(path)[1][1:].lower())
+
+
+# ----------------------------------------------------------------------------- to TensorBoard
+
+def to_tensorboard(run):
+    """Write a run's log.jsonl as the events train.py's --log_to=tensorboard writes (harness/trackers.py's
+    TensorBoard: RUN/tensorboard/step and RUN/tensorboard/tokens, the settings as a text, each record's
+    metrics_of at its step and at the tokens seen then), whole or not at all (cli.written: an existing folder
+    is replaced only when the block ends) -> the folder written. OSError from the write."""
+    from harness.checkpoint import read_log
+    from harness.trackers import TensorBoard, metrics_of, quiet
+    target = os.path.join(run.path, 'tensorboard')
+    with written(target) as tmp:
+        with quiet():                           # its line names the temporary folder: ours names the folder
+            tb = TensorBoard({'out_dir': tmp}, None, {}, SimpleNamespace(history=[]))
+        try:
+            for start, rec in run.settings:
+                extra = {k: v for k, v in rec.items() if k not in ('event', 'config')}
+                tb.settings({**rec['config'], **extra}, start or 0)   # as Trackers.log sends a 'config' record
+            for rec in read_log(os.path.join(run.path, 'log.jsonl')):
+                metrics, step = metrics_of(rec), rec.get('step')
+                if metrics and isinstance(step, int):
+                    tokens = rec.get('tokens', rec.get('tokens_seen'))      # a log before train.py kept them: none
+                    tb.record(metrics, step, tokens if isinstance(tokens, int) else run.tokens(step))
+        finally:
+            tb.close()
+        for axis in ('step', 'tokens'):         # TensorBoard writes under OUT_DIR/tensorboard: up one folder
+            os.rename(os.path.join(tmp, 'tensorboard', axis), os.path.join(tmp, axis))
+        os.rmdir(os.path.join(tmp, 'tensorboard'))
+    return target
 
 
 # ----------------------------------------------------------------------------- the command
 
 def main(argv=None):
-    """Command line entry point (argv: list of str; None: sys.argv): exits (SystemExit) with 0, the table printed
-    and written, the figure written; 2, bad input (one line); 1, the figure could not be written (matplotlib
-    missing, a failed write: one line, the table printed); 130, Ctrl-C (one line: cli.run_command)."""
+    """Command line entry point (argv: list of str; None: sys.argv): exits (SystemExit) with 0, the table
+    printed and written, the figure written (--to: the events written); 2, bad input (one line); 1, the figure
+    or the events could not be written (matplotlib missing, a failed write: one line, the table printed); 130,
+    Ctrl-C (one line: cli.run_command)."""
     sys.exit(run_command('compare.py', compare, argv))
 
 
-def compare(argv):
-    """main's work: check the flags and the outputs, read every run, refuse mixed data, print and write the
-    table, draw the figure."""
-    import argparse
-    p = ArgumentParser('compare.py', __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def limits(text):
+    """An argparse type: 'LO,HI', two finite numbers, LO < HI -> (LO, HI)."""
+    try:
+        lo, hi = (float(v) for v in text.split(','))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected LO,HI (two numbers, e.g. 3.5,5), got {text!r}') from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise argparse.ArgumentTypeError(f'expected LO,HI with LO < HI, both finite, got {text!r}')
+    return lo, hi
+
+
+def parse(argv):
+    """compare's flags -> argparse namespace; bad ones, and outputs that cannot be written: one line, exit 2.
+    """
+    p = ArgumentParser('compare.py', __doc__, formatter_class=DocHelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument('runs', nargs='+', metavar='RUN_DIR', help="train.py's out_dir of each run")
-    p.add_argument('--x', default='step', choices=list(AXES), help='the x-axis and the budget of the last column')
-    p.add_argument('--out', default='compare.png', help='the figure (PNG); the table beside it, its name with .md')
-    p.add_argument('--overwrite', action='store_true', help='replace an existing figure and table')
+    p.add_argument('--x', default='step', choices=list(AXES), help='the x-axis and the budget of the table')
+    p.add_argument('--budget', type=number(float, 0, above=True), default=None,
+                   help="the common budget in --x's unit (steps, tokens, seconds, FLOPs); None: the "
+                        'smallest that every evaluated run reached')
+    p.add_argument('--out', default='compare.png', help='the figure: .png, .svg or .pdf; the table beside it, '
+                                                        'its name with .md')
+    p.add_argument('--overwrite', action='store_true', help='replace an existing figure and table (--to: the '
+                                                             'events)')
+    p.add_argument('--logy', action='store_true', help='a logarithmic loss axis')
+    p.add_argument('--ylim', type=limits, metavar='LO,HI', help='the loss axis from LO to HI (nats/token)')
+    p.add_argument('--smooth', type=number(int, 1), default=1,
+                   help='the training curve as the trailing mean of this many logged points')
+    p.add_argument('--dpi', type=number(int, 10, high=1200), default=100, help="the figure's dots per inch")
+    p.add_argument('--peak', type=number(float, 0, above=True), default=None,
+                   help="the peak FLOP/s (over all of a run's processes) every MFU is computed against; "
+                        "None: the first run's")
+    p.add_argument('--to', choices=['tensorboard'], help="no figure: write each run's log.jsonl as "
+                                                         'TensorBoard events in RUN_DIR/tensorboard')
     args = p.parse_args(argv)
     p.check(distinct_files, args.runs, 'RUN_DIR')
-    if not args.out.lower().endswith('.png'):
-        fail(f'the figure is a PNG: give --out a path ending in .png, got {args.out!r}')
-    md = args.out[:-4] + '.md'
-    for path, what in ((args.out, 'figure'), (md, 'table')):
+    if args.to:
+        if 'out' in p.given:
+            fail('--to tensorboard writes events in each RUN_DIR, no figure: drop --out')
+        for path in args.runs:
+            target = os.path.join(path, 'tensorboard')
+            if os.path.lexists(target) and not args.overwrite:
+                fail(f'{target} exists (a run trained with --log_to=tensorboard, or sent before); remove it, '
+                     'or pass --overwrite to replace it')
+            if os.path.isdir(path):
+                p.check(check_folder_writable, path, 'run folder')
+        return args
+    ext = os.path.splitext(args.out)[1][1:].lower()
+    if ext not in FORMATS:
+        fail(f'the figure is a {", ".join(FORMATS[:-1])} or {FORMATS[-1]} file: give --out a path ending in '
+             f'one, got {args.out!r}')
+    if args.logy and args.ylim and args.ylim[0] <= 0:
+        fail(f'--ylim {args.ylim[0]:g},{args.ylim[1]:g} with --logy: a logarithmic axis starts above 0')
+    args.md = os.path.splitext(args.out)[0] + '.md'
+    for path, what in ((args.out, 'figure'), (args.md, 'table')):
         p.check(check_writable, path, args.overwrite, what)
-    runs = [read_run(path) for path in args.runs]
-    check_same_data(runs)
-    text = table(runs, args.x)
-    print(text, flush=True)
+    return args
+
+
+def compare(argv):
+    """main's work: check the flags and the outputs, read every run, refuse mixed data, then print and write
+    the tables and draw the figure (or, --to, write the events)."""
+    args = parse(argv)
     try:
-        write_atomic(md, text + '\n')
+        runs = [read_run(path) for path in args.runs]
+        check_same_data(runs)
+    except LogError as e:
+        fail(str(e))
+    if args.to:
+        for r in runs:
+            try:
+                target = to_tensorboard(r)
+            except OSError as e:
+                where = os.path.join(r.path, 'tensorboard')
+                cli_fail(f'could not write {where} ({e.strerror or e}); nothing of it was written',
+                         'compare.py', 1)
+            print(f'tensorboard: {target} (tensorboard --logdir {r.path})', flush=True)
+        return
+    groups = group_runs(runs)
+    B = args.budget or budget(runs, args.x)
+    peak, source = common_peak(runs, args.peak)
+    text = report(runs, groups, args.x, B, peak, source)
+    print(text, flush=True)
+    warning = load_warning(runs, args.x)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    try:
+        write_atomic(args.md, text + '\n')
     except OSError as e:
-        cli_fail(f'could not write {md} ({e.strerror or e}); the table above is the result', 'compare.py', 1)
-    written = draw(runs, args.x, args.out)
-    print(written)
-    if not written.startswith('plot: '):            # NO_PLOT, or save_figure's 'plot not written: PATH (why)'
-        print(f'compare.py: error: {written}; the table above is the result', file=sys.stderr)
+        cli_fail(f'could not write {args.md} ({e.strerror or e}); the table above is the result',
+                 'compare.py', 1)
+    written_line = draw(groups, args.x, B, args.out, args)
+    print(written_line)
+    if not written_line.startswith('plot: '):       # NO_PLOT, or save_figure's 'plot not written: PATH (why)'
+        print(f'compare.py: error: {written_line}; the table above is the result', file=sys.stderr)
         return 1
 
 

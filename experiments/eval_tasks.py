@@ -1,7 +1,7 @@
 """Score any checkpoint with lm-evaluation-harness (EleutherAI's lm-eval): its tasks, or tasks of your own as YAML.
 
-    python -m experiments.eval_tasks --ckpt out/tinystories_cpu/ckpt.pt --output out/eval.json \\
-        --tasks tinystories_lastword,tinystories_ending,tinystories_bpb
+    python -m experiments.eval_tasks --ckpt out/tinystories_cpu/ckpt.pt \\
+        --tasks tinystories_lastword,tinystories_ending,tinystories_bpb      # out/tinystories_cpu/eval.json
     python -m experiments.eval_tasks --ckpt exported/ --tasks lambada_openai --device cuda --output lambada.json
 
 The checkpoint is a train.py ckpt.pt or a folder experiments/convert.py exported, of any LanguageModel kind
@@ -21,10 +21,13 @@ held-out TinyStories: tinystories_lastword (LAMBADA's protocol: acc, perplexity)
 (HellaSwag's: acc, acc_norm over 4 endings) and tinystories_bpb (bits per byte through loglikelihood_rolling,
 printed beside train.py's own figure on the same stories: train.evaluate's windows). --include_path adds
 folders of task YAML files; any other name is one of lm-eval's tasks, whose data comes from the Hugging Face
-hub (or its local cache). --output is what lm_eval.simple_evaluate returns (results per task and metric,
-configs, versions, n-shot), JSON, with one more key, "eval_tasks" (the checkpoint, requests per second, and the
-bits-per-byte comparison); lm-eval's table is printed. Bad flags, an unknown task or one whose data cannot be
-read here (not cached, no network): one line, exit 2; a failed write: one line, exit 1; Ctrl-C: one line, 130.
+hub (or its local cache). --output (default: eval.json in the checkpoint's folder, the run's) is what
+lm_eval.simple_evaluate returns (results per task and metric, configs, versions, n-shot), JSON, with one more
+key, "eval_tasks" (the checkpoint, requests per second, the bits-per-byte comparison and each multiple-choice
+task's chance). lm-eval's table is printed with one more column, chance: for a multiple-choice task's acc and
+acc_norm, the mean over its documents of 1 / its choices. Bad flags, an unknown task or one whose data cannot
+be read here (not cached, no network): one line, exit 2; a failed write: one line, exit 1; Ctrl-C: one line,
+130.
 """
 
 import argparse
@@ -97,15 +100,17 @@ class ProjectLM(TemplateLM):
     """lm-eval's LM over a mixer.LanguageModel (eval mode, on its device) and its tiktoken.Encoding `enc`:
     loglikelihood, loglikelihood_rolling and generate_until (the module's docstring says how each reads
     its text), batch_size sequences a forward or a decoder. max_length is the model's n_ctx. `stats`: for
-    each request kind, [requests, seconds, CPU seconds] so far. `threads`: the CPU's threads, chosen as
-    train.py chooses them by the forwards' seconds a token (machine.thread_choice; OMP_NUM_THREADS fixes
-    them). A continuation longer than n_ctx tokens: TooLong (a ValueError)."""
+    each request kind, [requests, seconds, CPU seconds] so far; `choices`: {task: {document: the indices of
+    its loglikelihood requests}}, the choices of a multiple-choice task's documents. `threads`: the CPU's
+    threads, chosen as train.py chooses them by the forwards' seconds a token (machine.thread_choice;
+    OMP_NUM_THREADS fixes them). A continuation longer than n_ctx tokens: TooLong (a ValueError)."""
 
     def __init__(self, model, enc, batch_size=16, max_gen_toks=256):
         super().__init__()
         self.model, self.enc, self.batch_size, self.max_gen_toks = model, enc, batch_size, max_gen_toks
         self._device = next(model.parameters()).device       # LM.device reads it
         self.stats, self.threads = {}, machine.thread_choice(cuda=self._device.type == 'cuda')
+        self.choices = {}
 
     @property
     def eot_token_id(self):
@@ -144,6 +149,7 @@ class ProjectLM(TemplateLM):
             if req.args[1] == '':
                 raise BadRequest(f'task {req.task_name!r}, document {req.doc_id}: an empty continuation (its target or '
                                  'choice is \'\'), which would score 0 nats, above every real answer: give it text')
+            self.choices.setdefault(req.task_name, {}).setdefault(req.doc_id, set()).add(req.idx)
         with self._timed('loglikelihood', len(requests)):
             return super().loglikelihood(requests, disable_tqdm=True)
 
@@ -397,7 +403,8 @@ def parse(argv):
     p.add_argument('--ckpt', required=True, help='a checkpoint written by train.py, or a folder convert.py exported')
     p.add_argument('--tasks', required=True, help='comma-separated task names (lm-eval tasks, groups, tags)')
     p.add_argument('--include_path', action='append', default=[], help='a folder of task YAML files (repeatable)')
-    p.add_argument('--output', required=True, help="the results (JSON): lm_eval.simple_evaluate's dict")
+    p.add_argument('--output', help="the results (JSON): lm_eval.simple_evaluate's dict; None: eval.json in "
+                                    "the checkpoint's folder (the run's)")
     p.add_argument('--limit', type=number(int, 1), default=None, help='score only the first N documents of each task')
     p.add_argument('--batch_size', type=number(int, 1), default=16, help='sequences a forward or a decoder')
     p.add_argument('--device', default='cpu')
@@ -418,6 +425,9 @@ def parse(argv):
                  + ': give a folder of task YAML files')
     if device_error(args.device):
         fail(device_error(args.device))
+    if args.output is None:
+        run = args.ckpt if os.path.isdir(args.ckpt) else os.path.dirname(args.ckpt) or '.'
+        args.output = os.path.join(run, 'eval.json')
     p.check(check_writable, args.output, args.overwrite, 'results file')
     return args, names, args.include_path
 
@@ -453,7 +463,8 @@ def evaluate_tasks(argv):
         except BadRequest as e:
             fail(str(e))
     seconds = time.perf_counter() - t0
-    print(make_table(results))
+    chance = chance_levels(results, lm)
+    print(with_chance(make_table(results), results, chance))
     if results.get('groups'):
         print(make_table(results, 'groups'))
     extra = {'checkpoint': os.path.abspath(args.ckpt), 'variant': variant, 'kind': cfg.kind, 'n_ctx': cfg.n_ctx,
@@ -464,11 +475,41 @@ def evaluate_tasks(argv):
     for kind, r in extra['requests'].items():
         print(f'{kind}: {r["requests"]} requests in {r["seconds"]:.1f} s ({r["cpu_seconds"]:.1f} s of CPU, '
               f'{torch.get_num_threads()} threads), {r["per_second"]:.1f} requests/s')
+    extra['chance'] = chance
     if BPB_TASK in names:
         extra['train_py_bpb'] = compare_bpb(results, model, enc, config, args)
     results['eval_tasks'] = extra
     save_results(args.output, json_safe(results), 'eval_tasks.py')
     print(f'eval_tasks.py: {len(names)} task(s) in {seconds:.0f} s; wrote {args.output}')
+
+
+def chance_levels(results, lm):
+    """The accuracy a guess gets on each multiple-choice task of simple_evaluate's `results` -> {task: the
+    mean over its documents scored of 1 / the document's choices (its loglikelihood requests,
+    ProjectLM.choices)}."""
+    configs = results.get('configs', {})
+    return {task: sum(1 / len(c) for c in lm.choices[task].values()) / len(lm.choices[task])
+            for task in results.get('results', {}) if task in lm.choices and lm.choices[task]
+            and configs.get(task, {}).get('output_type') == 'multiple_choice'}
+
+
+def with_chance(table, results, chance):
+    """lm-eval's markdown table (make_table) with a column 'chance' after its last: `chance` of the task
+    beside its acc and acc_norm rows, blank beside the rest."""
+    by_name = {str(results['results'][t].get('alias', t)).strip(): v for t, v in chance.items()}
+    lines, task = table.split('\n'), None
+    for i, line in enumerate(lines):
+        cells = line.split('|')
+        if i == 0:
+            lines[i] = line + 'chance|'
+        elif i == 1:
+            lines[i] = line + '-----:|'
+        elif len(cells) > 5:
+            task = cells[1].strip().lstrip('- ') or task
+            metric = cells[5].strip()
+            value = by_name.get(task) if metric in ('acc', 'acc_norm') else None
+            lines[i] = line + ('' if value is None else f'{value:.4f}').rjust(6) + '|'
+    return '\n'.join(lines)
 
 
 def compare_bpb(results, model, enc, config, args):

@@ -494,18 +494,18 @@ def fmt_bytes(nbytes):
     return f'{nbytes / 2 ** 10:.1f} KiB'
 
 
-def save_figure(fig, path, dpi=90):
-    """Lay out a matplotlib figure, write it to `path` (PNG) whole (cli.written: its folders made, as
-    cli.check_folder_writable promises; a temporary file beside it, then a rename: a stopped run leaves no
-    half-written image) and close it -> 'plot: path', or 'plot not written: path (why)' when the write
-    fails (a full disk: no temporary file left, the old figure as it was; the experiment's tables stand
-    without it)."""
+def save_figure(fig, path, dpi=90, format='png'):
+    """Lay out a matplotlib figure, write it to `path` (PNG, or `format`: 'svg', 'pdf') whole (cli.written:
+    its folders made, as cli.check_folder_writable promises; a temporary file beside it, then a rename: a
+    stopped run leaves no half-written image) and close it -> 'plot: path', or 'plot not written: path (why)'
+    when the write fails (a full disk: no temporary file left, the old figure as it was; the experiment's
+    tables stand without it)."""
     import matplotlib.pyplot as plt
     from harness.cli import written
     try:
         fig.tight_layout()
         with written(path) as tmp:
-            fig.savefig(tmp, dpi=dpi, format='png')
+            fig.savefig(tmp, dpi=dpi, format=format)
     except OSError as e:
         return f'plot not written: {path} ({e.strerror or e})'
     finally:

@@ -454,7 +454,8 @@ def restore(ckpt, model, optimizers, batch_gen, env):
             raise CheckpointError(f"the checkpoint's optimizer state does not fit these settings: {e}") from None
         for g, f in zip(opt.param_groups, fresh):
             g.update(f)
-    batch_gen.set_state(ckpt['rng'][0]['batch'])
+    if ckpt['rng']:                           # (an imported checkpoint has none: a fresh generator)
+        batch_gen.set_state(ckpt['rng'][0]['batch'])
     if env.rank < len(ckpt['rng']):
         rng = ckpt['rng'][env.rank]
         torch.set_rng_state(rng['torch'])

@@ -212,6 +212,10 @@ class ArgumentParser(argparse.ArgumentParser):
             self.error(f'{prefix}{e}')
 
 
+class DocHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help as a command's docstring, written (its line breaks kept), then each flag with its default."""
+
+
 class _StoreOnce(argparse._StoreAction):
     """argparse's 'store' action, which refuses its flag a second time (ArgumentParser)."""
 

@@ -276,6 +276,16 @@ class TestCommand(unittest.TestCase):
             lls.append(own_logprob(model, ids[-(model.cfg.n_ctx + 1):], len(ids) - len(enc.encode(doc['context'])))[0])
         self.assertAlmostEqual(math.log(res['tinystories_lastword']['perplexity,none']), -sum(lls) / 3, places=4)
         self.assertIn(f"|{res['tinystories_ending']['acc,none']:.4f}|", r.stdout.replace(' ', ''))
+        # chance beside the multiple-choice task's acc and acc_norm (4 endings: 1/4), blank beside the others
+        table = [line.replace(' ', '') for line in r.stdout.splitlines() if line.startswith('|')]
+        self.assertTrue(table[0].endswith('|Stderr|chance|'), table[0])
+        task = None
+        for line in table[2:]:
+            cells = line.split('|')
+            task = cells[1] or task                     # a task's later rows leave its cell empty
+            multiple_choice = task == 'tinystories_ending' and cells[5] in ('acc', 'acc_norm')
+            self.assertTrue(line.endswith('|0.2500|' if multiple_choice else '||'), line)
+        self.assertEqual(got['eval_tasks']['chance'], {'tinystories_ending': 0.25})
         cmp = got['eval_tasks']['train_py_bpb']
         self.assertIn(f"train.py on the same 3 stories: {cmp['windows']:.4f} (4 windows", r.stdout)
         self.assertEqual(cmp['n_windows'], 4)                   # the checkpoint's eval_windows
@@ -307,6 +317,52 @@ class TestCommand(unittest.TestCase):
             got = json.load(f)
         self.assertEqual(got['results']['my_next_words']['exact_match,none'], 0.5, want)
         self.assertEqual(got['eval_tasks']['requests']['generate_until']['requests'], 2)
+
+    def test_chance_is_the_mean_of_one_over_each_documents_choices(self):
+        """A multiple-choice task of one's own whose documents have 2, 4 and 5 choices: its chance is (1/2 +
+        1/4 + 1/5) / 3, printed beside its acc and in the JSON."""
+        folder = os.path.join(self.tmp, 'choices')
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, 'docs.jsonl'), 'w') as f:
+            for choices in (['time', 'day'], ['time', 'day', 'cat', 'dog'], ['a', 'b', 'c', 'd', 'e']):
+                doc = {'q': 'Once upon a', 'choices': [' ' + c for c in choices], 'label': 0}
+                f.write(json.dumps(doc) + '\n')
+        with open(os.path.join(folder, 'pick.yaml'), 'w') as f:
+            f.write('task: my_pick\ndataset_path: json\ndataset_kwargs:\n  data_files:\n'
+                    f'    test: {folder}/docs.jsonl\n'
+                    'output_type: multiple_choice\ntest_split: test\ndoc_to_text: "{{q}}"\n'
+                    'doc_to_choice: "{{choices}}"\ndoc_to_target: label\n'
+                    'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n')
+        out = os.path.join(self.tmp, 'pick.json')
+        r = self.run_eval('--tasks', 'my_pick', '--include_path', folder, '--output', out)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        want = (1 / 2 + 1 / 4 + 1 / 5) / 3
+        with open(out) as f:
+            self.assertAlmostEqual(json.load(f)['eval_tasks']['chance']['my_pick'], want, places=12)
+        row, = [line for line in r.stdout.splitlines() if line.startswith('|my_pick')]
+        self.assertTrue(row.replace(' ', '').endswith(f'|{want:.4f}|'), row)
+
+    def test_the_default_output_is_in_the_runs_folder(self):
+        """Without --output the results go to eval.json beside the checkpoint (in an exported folder: in it),
+        not the working directory; a second run is refused without --overwrite, the first file kept."""
+        run = os.path.join(self.tmp, 'run')
+        os.makedirs(run, exist_ok=True)
+        shutil.copy(self.ckpt, os.path.join(run, 'ckpt.pt'))
+        args = ['-m', 'experiments.eval_tasks', '--ckpt', os.path.join(run, 'ckpt.pt'), '--tasks',
+                'tinystories_lastword', '--limit', '1']
+        env = {**ENV, 'HF_HUB_OFFLINE': '1'}
+        r = run_in_process(*args, env=env, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn(f'wrote {run}/eval.json', r.stdout)
+        with open(os.path.join(run, 'eval.json')) as f:
+            first = f.read()
+        self.assertIn('tinystories_lastword', json.loads(first)['results'])
+        r = run_in_process(*args, env=env, timeout=300)
+        self.assertEqual((r.returncode, error_lines(r.stderr)),
+                         (2, [f'eval_tasks.py: error: {run}/eval.json exists; remove it, choose another '
+                              'path, or pass --overwrite']))
+        with open(os.path.join(run, 'eval.json')) as f:
+            self.assertEqual(f.read(), first)
 
     def test_an_exported_folder_scores_as_its_checkpoint(self):
         """experiments/convert.py's export of the checkpoint (a folder, nothing unpickled) gets the same numbers."""

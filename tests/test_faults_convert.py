@@ -136,13 +136,13 @@ class TestBadInput(Fixture):
         with open(self.tok, encoding='utf-8') as f:
             spec = json.load(f)
         vocab, eot, model = spec['model']['vocab'], spec['added_tokens'][0], spec['model']
-        cases = {'vocab list': ({'model': {**spec['model'], 'vocab': sorted(vocab.items())}}, 'vocab is a JSON list'),
+        cases = {'vocab list': ({'model': {**spec['model'], 'vocab': sorted(vocab.items())}}, 'vocab is a JSON array'),
                  'added dict': ({'added_tokens': {'0': eot}}, "added_tokens is not a list of objects"),
                  'added str': ({'added_tokens': [eot['content']]}, "added_tokens is not a list of objects"),
                  'id str': ({'model': {**spec['model'], 'vocab': {**vocab, 'a': str(vocab['a'])}}},
                             f"vocab gives 'a' the id '{vocab['a']}', not an integer"),
                  'added id str': ({'added_tokens': [{**eot, 'id': str(eot['id'])}]}, 'not an integer'),
-                 'pre list': ({'pre_tokenizer': [spec['pre_tokenizer']]}, 'pre_tokenizer is a JSON list'),
+                 'pre list': ({'pre_tokenizer': [spec['pre_tokenizer']]}, 'pre_tokenizer is a JSON array'),
                  'merges number': ({'model': {**model, 'merges': 5}}, 'merges are a JSON number, not a list'),
                  'merges str': ({'model': {**model, 'merges': 'a b'}}, 'merges are a JSON string, not a list'),
                  'merges dict': ({'model': {**model, 'merges': {'a': 'b'}}}, 'merges are a JSON object, not a list'),
@@ -150,7 +150,7 @@ class TestBadInput(Fixture):
                                      "merge 0 ['a', ['b']] is not a pair of byte-level tokens"),
                  'merge blank': ({'model': {**model, 'merges': [' ']}}, "merge 0 ' ' is not a pair of byte-level"),
                  'normalizer str': ({'normalizer': 'NFC'}, 'normalizer is a JSON string, not an object'),
-                 'normalizer list': ({'normalizer': ['NFC']}, 'normalizer is a JSON list, not an object')}
+                 'normalizer list': ({'normalizer': ['NFC']}, 'normalizer is a JSON array, not an object')}
         out = tempfile.mkdtemp(dir=self.folder)
         for name, (change, msg) in cases.items():
             with self.subTest(name):

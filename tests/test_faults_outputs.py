@@ -218,6 +218,7 @@ class TestCachesAndOutputs(Base):
         """--json passes the check before the work but its write fails at the end (a full disk): the
         tables are on stdout, one line names the failure, exit 1, the old --json byte-identical. And an
         embedding cache that cannot be written is a warning, not a crash (the cache only saves time)."""
+        from data import embeddings
         from harness import cli
         import retrieval
         out = {'source': 'src', 'train_pairs': 1, 'val_pairs': 0, 'test_pairs': 1, 'train_n': 2, 'eval_trials': 1,
@@ -236,7 +237,7 @@ class TestCachesAndOutputs(Base):
             self.assertEqual(fh.read(), '{"old": 1}\n')
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            retrieval.save_cache(os.path.join(self.f.bad, 'cache', 'x.pt'), {'query': torch.zeros(1)})
+            embeddings.save_cache(os.path.join(self.f.bad, 'cache', 'x.pt'), {'query': torch.zeros(1)})
         self.assertEqual(len(error_lines(err.getvalue())), 1, err.getvalue())
         self.assertIn('going on without it', err.getvalue())
 

@@ -1,6 +1,6 @@
-"""Tests for retrieval.py and its pairs (data/pairs.py): inverse cloze pairs, the
-equivariant retrieval mixer, batched embeddings, an end-to-end run on real text,
-and bad inputs.
+"""Tests for retrieval.py, its pairs (data/pairs.py) and its embeddings (data/embeddings.py): inverse cloze
+pairs, the equivariant retrieval mixer, early stopping at chance and the Wilson interval, batched
+embeddings, an end-to-end run on real text, and bad inputs.
 
     python test_mixer.py test_retrieval
 
@@ -23,7 +23,7 @@ import torch
 
 import mixer
 import retrieval
-from data import pairs as data_pairs
+from data import embeddings, pairs as data_pairs
 
 from tests.common import HAVE_TEXT, NO_TEXT, ROOT, TEXT_DIR, finished, prepared_data, run_in_process, start
 from tests.common import tiny_checkpoint as shared_checkpoint
@@ -143,7 +143,7 @@ class TestRetrievalMixer(unittest.TestCase):
         torch.manual_seed(0)
         model = retrieval.RetrievalMixer(24, d_r=32, n_layer=1)
         retrieval.train_retrieval(model, q[:500], t[:500], stories[:500], n=8, steps=150, batch_size=32,
-                                  lr=3e-3, seed=0)
+                                        lr=3e-3, seed=0)
         for n in (8, 32):
             draws = data_pairs.candidate_draws(stories[500:], n, rounds=2, seed=0)
             acc = retrieval.accuracy(lambda a, b: model(a, b), q[500:], t[500:], draws)
@@ -161,13 +161,81 @@ class TestRetrievalMixer(unittest.TestCase):
         def val_loss():
             seen.append({k: v.clone() for k, v in model.state_dict().items()})
             return next(scripted)
-        fit = retrieval.train_retrieval(model, q, t, np.arange(200), n=4, steps=50, batch_size=16, seed=0,
-                                        val_loss=val_loss, test_loss=lambda: 0.0, every=10)
+        fit = retrieval.train_retrieval(model, q, t, np.arange(200), n=4, steps=50, batch_size=16,
+                                              seed=0, val_loss=val_loss, test_loss=lambda: 0.0, every=10)
         self.assertEqual([c[0] for c in fit['curve']], [10, 20, 30, 40, 50])
         self.assertEqual(fit['kept_step'], 20)
         self.assertFalse(all(torch.equal(seen[1][k], seen[-1][k]) for k in seen[1]))   # it did move on
         for k, v in model.state_dict().items():
             torch.testing.assert_close(v, seen[1][k], atol=0, rtol=0)
+
+    def early_stopped(self, scripted, **kw):
+        """train_retrieval whose validation losses are `scripted` (checks every 10 of 60 steps) -> (its dict,
+        the model's parameters at each check, the model)."""
+        g = torch.Generator().manual_seed(0)
+        t = torch.randn(200, 8, generator=g)
+        q = t + 0.5 * torch.randn(200, 8, generator=g)
+        torch.manual_seed(0)
+        model = retrieval.RetrievalMixer(8, d_r=16, n_layer=1)
+        scripted, seen = iter(scripted), []
+
+        def val_loss():
+            seen.append({k: v.clone() for k, v in model.state_dict().items()})
+            return next(scripted)
+        fit = retrieval.train_retrieval(model, q, t, np.arange(200), n=4, steps=60, batch_size=16,
+                                              seed=0, val_loss=val_loss, test_loss=lambda: 0.0, every=10,
+                                              **kw)
+        return fit, seen, model
+
+    def assert_parameters(self, model, state):
+        for k, v in model.state_dict().items():
+            torch.testing.assert_close(v, state[k], atol=0, rtol=0)
+
+    def test_only_a_check_below_chance_is_kept(self):
+        """The issue's case: the first check at chance (ln 16 = 2.773: 2.778) was kept for being the lowest.
+        Below chance only: a later, lower check below it is kept; none below: kept_step None, said as 'no
+        better than chance at N=16', and the model keeps its last parameters; a check beats chance by more
+        than 2 standard errors."""
+        chance = math.log(16)
+        fit, seen, model = self.early_stopped([2.778, 2.80, 2.70, 2.79, 2.75, 2.85], chance=chance)
+        self.assertEqual((fit['kept_step'], fit['last_step'], fit['chance']), (30, 60, chance))
+        self.assert_parameters(model, seen[2])
+        self.assertEqual(retrieval.kept_cell(fit, 16),
+                         'kept step 30 (val loss 2.700 +- 0.000, chance ln 16 = 2.773)')
+        fit, seen, model = self.early_stopped([2.778, 2.80, 2.79, 2.781, 2.9, 2.85], chance=chance)
+        self.assertEqual((fit['kept_step'], fit['last_step']), (None, 60))
+        self.assertFalse(all(torch.equal(seen[0][k], v) for k, v in model.state_dict().items()))   # not 10
+        self.assertEqual(retrieval.kept_cell(fit, 16), 'no better than chance at N=16 (lowest val loss '
+                                                       '2.778 +- 0.000, chance ln 16 = 2.773): kept its last '
+                                                       'step, 60')
+        result = {'name': 'm', 'loss': {'16': {'train': 1.0, 'test': 2.0}}, 'val_n': 16, 'best_test_step': 10,
+                  'kept_step': fit['kept_step'], 'last_step': fit['last_step']}
+        row = retrieval.loss_table([result], [16], 60).splitlines()[-1]
+        self.assertEqual(row, '| m | 1.000 / 2.000 | none: no better than chance at N=16 | 60 of 60 | 10 |')
+        # beating chance by more than 2 standard errors: 2.70 +- 0.05 does not, 2.75 +- 0.005 does
+        fit, seen, model = self.early_stopped([(2.70, 0.05), (2.75, 0.005), (2.76, 0.1), (2.9, 0.1),
+                                               (3.0, 0.1), (2.8, 0.1)], chance=chance)
+        self.assertEqual(fit['kept_step'], 20)
+        self.assert_parameters(model, seen[1])
+
+    def test_patience_stops_after_that_many_checks_without_a_lower_one(self):
+        """patience 3: the lowest at step 20, then 3 checks without a lower one: it stops at step 50 (the 0.5
+        of step 60 never measured), with step 20's parameters; patience 0 runs every step."""
+        fit, seen, model = self.early_stopped([3.0, 1.0, 2.0, 1.5, 2.5, 0.5], patience=3)
+        self.assertEqual([c[0] for c in fit['curve']], [10, 20, 30, 40, 50])
+        self.assertEqual((fit['kept_step'], fit['last_step']), (20, 50))
+        self.assert_parameters(model, seen[1])
+        fit, _, _ = self.early_stopped([3.0, 1.0, 2.0, 1.5, 2.5, 0.5], patience=0)
+        self.assertEqual((fit['kept_step'], fit['last_step']), (60, 60))
+
+    def test_wilson_interval(self):
+        """The 95% Wilson score interval against values computed apart: 0.530 of 368 trials (0.479, 0.581: it
+        holds chance 0.5), 0 of 10 (0, 0.278), 1 of 1 (0.207, 1)."""
+        for p, n, want in ((0.530, 368, (0.47896, 0.58042)), (0.0, 10, (0.0, 0.27753)),
+                           (1.0, 1, (0.20655, 1.0))):
+            lo, hi = retrieval.wilson(p, n)
+            self.assertAlmostEqual(lo, want[0], places=4)
+            self.assertAlmostEqual(hi, want[1], places=4)
 
     def test_candidate_draws_are_fixed_and_exclude_the_querys_story(self):
         stories = np.array([0, 0, 1, 2, 3, 3, 4, 5, 6, 7])
@@ -192,8 +260,8 @@ class TestEmbeddings(unittest.TestCase):
             cfg = mixer.variant_config(name, vocab_size=64, n_ctx=24, d_model=32, n_layer=2, chunk_size=8)
             model = mixer.build_model(cfg).eval()
             for layer in (None, 0):
-                batched = retrieval.embed_tokens(model, seqs, layer=layer, batch_size=4)
-                mean = retrieval.embed_tokens(model, seqs, layer=layer, batch_size=4, pool='mean')
+                batched = embeddings.embed_tokens(model, seqs, layer=layer, batch_size=4)
+                mean = embeddings.embed_tokens(model, seqs, layer=layer, batch_size=4, pool='mean')
                 for i, s in enumerate(seqs):
                     alone = model.embed(torch.tensor([s]), layer=layer)[0]
                     mean_alone = model.hidden(torch.tensor([s]), layer=layer)[0].mean(0)
@@ -203,7 +271,7 @@ class TestEmbeddings(unittest.TestCase):
         torch.manual_seed(0)
         ae = mixer.build_model(mixer.ModelConfig(vocab_size=64, n_ctx=24, d_model=32, n_layer=1,
                                                  task='autoencode')).eval()
-        batched = retrieval.embed_tokens(ae, seqs, batch_size=4)
+        batched = embeddings.embed_tokens(ae, seqs, batch_size=4)
         for i, s in enumerate(seqs):
             torch.testing.assert_close(batched[i], ae.encode(torch.tensor([s]))[0], atol=1e-5, rtol=0)
 
@@ -246,11 +314,15 @@ class TestEndToEnd(unittest.TestCase):
         self.assertGreaterEqual(res['test_stories'], 300)
         self.assertGreaterEqual(res['test_pairs'], 1200)             # 3 draws each: about 0.003 s.e. at N = 32
         self.assertIn('| (chance) | 1/N | 0.500 | 0.125 | 0.031 | 0.008 |', r.stdout)
-        acc = res['results'][0]['accuracy']
+        acc, ci = res['results'][0]['accuracy'], res['results'][0]['accuracy_95']
         self.assertEqual(set(acc), {'mixer (trained)', 'cosine', 'cosine (centred)'})
-        for method, a in acc.items():
-            self.assertIn(f'| {ckpt} | {method} |', r.stdout)
-            self.assertTrue(all(0 <= v <= 1 for v in a.values()))
+        for method, a in acc.items():      # each beside its 95% Wilson interval over the test queries
+            cells = [f'{a[n]:.3f} ({ci[method][n][0]:.3f}-{ci[method][n][1]:.3f})'
+                     for n in ('2', '8', '32', '128')]
+            self.assertIn(f'| {ckpt} | {method} | ' + ' | '.join(cells) + ' |', r.stdout)
+            for n, v in a.items():
+                self.assertEqual(ci[method][n], list(retrieval.wilson(v, res['test_pairs'])))
+                self.assertTrue(0 <= ci[method][n][0] <= v <= ci[method][n][1] <= 1)
         # the retrieval model on its own, not the best of three methods. Measured here: 0.158 at N = 8
         # and 0.016 at N = 128 (chance 0.125, 0.008), about 6 and 4 standard errors above chance;
         # cosine similarity does better on these near-untrained embeddings (0.146, 0.024).
@@ -278,12 +350,17 @@ class TestEndToEnd(unittest.TestCase):
         self.assertEqual(names, [ckpt, f'{ckpt} [mean pool]', f'{ckpt} (untrained)', f'{ckpt} (untrained) [mean pool]'])
         self.assertEqual(len(os.listdir(os.path.join(tmp, 'cache'))), 4)     # four different embeddings
         for x in res['results']:
-            self.assertEqual([c[0] for c in x['curve']], [50, 100, 150, 200, 250])
-            self.assertEqual(x['kept_step'], min(x['curve'], key=lambda c: c[2])[0])
+            self.assertEqual([c[0] for c in x['curve']], [50, 100, 150, 200, 250])   # patience 5: never stops
+            self.assertAlmostEqual(x['val_chance'], math.log(x['val_n']))
+            below = [c for c, se in zip(x['curve'], x['val_se'])           # kept: the lowest below chance
+                     if c[2] + retrieval.CHANCE_SE * se < x['val_chance']]
+            self.assertEqual(x['kept_step'], min(below, key=lambda c: c[2])[0] if below else None)
+            self.assertIn(f'- {x["name"]}: ', r.stdout)
+            self.assertIn(x['kept'], r.stdout)
             self.assertEqual(x['best_test_step'], min(x['curve'], key=lambda c: c[3])[0])
             self.assertEqual(x['loss']['32']['test'] > 0, True)
             self.assertIn(f'| {x["name"]} | ', r.stdout)
-        self.assertIn(f'| (chance: ln N) | {math.log(2):.3f} | {math.log(32):.3f} | |', r.stdout)
+        self.assertIn(f'| (chance: ln N) | {math.log(2):.3f} | {math.log(32):.3f} | | | |', r.stdout)
         # the untrained model is a different model: its embeddings differ from the checkpoint's
         trained, untrained = res['results'][0], res['results'][2]
         self.assertNotEqual(trained['loss'], untrained['loss'])

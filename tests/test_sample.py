@@ -1,11 +1,20 @@
-"""Tests of sample.py: stories from a checkpoint, and one-line errors for bad input."""
+"""Tests of sample.py: stories from a checkpoint, --stop_at_eot, its tokens a second, --help with every
+default, the line while --compile compiles, and one-line errors for bad input."""
 
+import io
 import os
+import re
 import tempfile
 import unittest
+from contextlib import redirect_stderr
 from unittest import mock
 
-from tests.common import assert_samples, run, run_in_process, tiny_checkpoint
+import torch
+
+from tests.common import TINY, assert_samples, run, run_in_process, tiny_checkpoint, tiny_model
+
+SPEED = re.compile(r'^sample.py: ([\d,]+) new tokens in [\d.]+ s, [\d,.]+ tokens/s \((\d+) sample\(s\) as '
+                   r"one batch, the prompt's (\d+) tokens read first, on (\w+)\)$")
 
 
 class TestSample(unittest.TestCase):
@@ -15,6 +24,87 @@ class TestSample(unittest.TestCase):
                 '--max_new_tokens', '30')
         self.assertEqual(r.returncode, 0, r.stderr)
         assert_samples(self, r.stdout, 'Once upon a time', 2, 30)
+        line, = r.stderr.splitlines()                   # the tokens a second on stderr: stdout, the stories
+        self.assertEqual(SPEED.match(line).groups()[:2], ('60', '2'))
+
+    def test_stop_at_eot_ends_each_sample_at_the_end_of_its_story(self):
+        """The draws made <|endoftext|> at the 3rd new token of sample 1 and the 6th of sample 2, never in
+        sample 3: with --stop_at_eot they end there (the header says so), sample 3 runs to --max_new_tokens,
+        and each is the start of the sample the same seed draws without the flag; once every sample has ended
+        no token more is drawn; the tokens a second count the tokens printed, on --device auto (the CPU
+        here)."""
+        from harness.checkpoint import load_checkpoint
+        ckpt = tiny_checkpoint()
+        eot = load_checkpoint(ckpt)[1].eot_token
+        real = torch.multinomial
+
+        def drawing(schedule, calls):
+            def multinomial(probs, n):
+                out = real(probs, n)
+                calls.append(1)
+                for row, at in schedule.items():
+                    if at == len(calls):
+                        out[row, 0] = eot
+                return out
+            return multinomial
+        runs = {}
+        for flags, schedule in (([], {0: 3, 1: 6}), (['--stop_at_eot'], {0: 3, 1: 6}),
+                                (['--stop_at_eot'], {0: 3, 1: 6, 2: 8})):
+            calls = []
+            with mock.patch.object(torch, 'multinomial', drawing(schedule, calls)):
+                r = run_in_process('sample.py', '--ckpt', ckpt, '--num_samples', '3', '--max_new_tokens',
+                                   '10', '--start', 'Once', *flags)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            runs[len(runs)] = (r.stdout.split('--- sample ')[1:], SPEED.match(r.stderr.strip()).groups(),
+                               len(calls))
+        (plain, plain_speed, plain_calls), (stopped, speed, stopped_calls), (_, _, all_ended) = runs.values()
+        self.assertEqual([s.split('\n')[0].split(', ', 2)[-1] for s in stopped],
+                         ['3 new tokens, to <|endoftext|>)', '6 new tokens, to <|endoftext|>)',
+                          '10 new tokens)'])
+        for s, full in zip(stopped, plain):
+            text, whole = s.partition('\n')[2].strip(), full.partition('\n')[2].strip()
+            self.assertTrue(whole.startswith(text), (text, whole))
+        for s in stopped[:2]:
+            self.assertTrue(s.strip().endswith('<|endoftext|>'), s)
+        self.assertEqual(plain_speed[:2], ('30', '3'))
+        self.assertEqual(speed, ('19', '3', '1', 'cpu'))
+        self.assertEqual((plain_calls, stopped_calls, all_ended), (10, 10, 8))
+
+    def test_help_shows_every_default(self):
+        r = run_in_process('sample.py', '--help')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        options = ' '.join(r.stdout[r.stdout.index('options:'):].split())
+        for flag, default in (('--ckpt', 'out/ckpt.pt'), ('--start', '<|endoftext|>'), ('--num_samples', '2'),
+                              ('--max_new_tokens', '200'), ('--temperature', '0.8'), ('--top_k', '40'),
+                              ('--seed', '1337'), ('--device', 'auto'), ('--compile', 'False'),
+                              ('--stop_at_eot', 'False')):
+            with self.subTest(flag):
+                after = options[options.index(flag + ' '):]
+                said = after[after.index('(default: '):]
+                self.assertTrue(said.startswith(f'(default: {default})'), after[:200])
+
+    def test_compile_says_so_while_it_compiles(self):
+        """compile_now: a line on stderr before the compiled step is made, one with its seconds after; the
+        compiled decoder then samples the eager one's greedy tokens (backend 'eager': a trace, no
+        compiler)."""
+        import sample
+        model = tiny_model('flat')
+        idx = torch.randint(0, TINY['vocab_size'], (2, 5), generator=torch.Generator().manual_seed(0))
+        dec = sample.Decoder(model, 2, compile=True, backend='eager')
+        seen = []
+        real = dec.compiled
+
+        def compiled():
+            seen.append(err.getvalue())
+            return real()
+        dec.compiled = compiled
+        with redirect_stderr(io.StringIO()) as err:
+            sample.compile_now(dec, idx)
+        self.assertEqual(seen[0], 'sample.py: compiling the decoding step (torch.compile, once: seconds to a '
+                                  'minute) ...\n')              # said before the first compiled step
+        self.assertRegex(err.getvalue().splitlines()[-1], r'^sample.py: compiled in [\d.]+ s$')
+        self.assertTrue(torch.equal(sample.generate(model, idx, 8, temperature=0, decoder=dec),
+                                    sample.generate(model, idx, 8, temperature=0)))
 
     def test_sample_bad_inputs(self):
         bad = os.path.join(tempfile.mkdtemp(), 'ckpt.pt')        # a run folder's file name

@@ -7,7 +7,9 @@
                    its store gone) is one warning and the run ends with its checkpoint; a library not installed
                    is one line, exit 2, before training
     TestCompare    three tiny runs of different kinds (one stopped early, one not yet evaluated): the table, its
-                   budget column against each log, the figure; runs of other data refused; bad input one line
+                   budget column against each log, the figure; a run sent to TensorBoard afterwards (--to
+                   tensorboard) equal to its log; runs of other data refused; bad input one line (compare on logs
+                   written record by record: tests/test_compare.py)
 
 The runs are train.py in this process (tests.common.run_in_process), on the prepared data, a few steps of a
 tiny model. Trackio writes to a folder of this module ($TRACKIO_DIR, read once when trackio is imported).
@@ -143,7 +145,8 @@ def trackio_store(project):
     return {run: SQLiteStorage.get_logs(project, run) for run in SQLiteStorage.get_runs(project)}
 
 
-class TestTrackers(unittest.TestCase):
+class EqualToLog:
+    """The tracker tests' one assertion, for TestTrackers and TestCompare."""
 
     def assert_equal_to_log(self, got, log, cast=float, axis='step'):
         """Every value of `expected(log, axis)` is in `got`, equal (after `cast`: float32 for TensorBoard),
@@ -163,6 +166,9 @@ class TestTrackers(unittest.TestCase):
         self.assert_equal_to_log(tensorboard_scalars(os.path.join(tensorboard, 'tokens'))[0], log, np.float32,
                                  axis='tokens')
         self.assert_equal_to_log(trackio_logs(out)[0], log)
+
+
+class TestTrackers(EqualToLog, unittest.TestCase):
 
     def test_tensorboard_and_trackio_read_back_equal_the_log(self):
         out = folder(self)
@@ -334,7 +340,7 @@ class TestTrackers(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(os.path.join(base, 'log.jsonl')) as f:
             lines = f.readlines()
-        cases = (('12', 0, 'number'), ('[1, 2]', len(lines), 'list'), ('"text"', 2, 'string'),
+        cases = (('12', 0, 'number'), ('[1, 2]', len(lines), 'array'), ('"text"', 2, 'string'),
                  ('null', len(lines), 'null'))
         for k, (bad, at, name) in enumerate(cases):
             with self.subTest(bad=bad, at=at):
@@ -399,7 +405,7 @@ class TestTrackers(unittest.TestCase):
         self.assertEqual(wandb_history(out, third), expected(records(os.path.join(out, 'log.jsonl'))))
 
 
-class TestCompare(unittest.TestCase):
+class TestCompare(EqualToLog, unittest.TestCase):
     """Three tiny runs made once: a flat mixer (8 steps), a transformer (8 steps), a Toeplitz mixer stopped
     (Ctrl-C) after step 6 with its evaluations of steps 0 and 4; and a run that has not evaluated yet."""
 
@@ -435,26 +441,62 @@ class TestCompare(unittest.TestCase):
         out = os.path.join(folder(self), 'figs', 'three.png')
         r = self.compare(*self.runs, self.fresh, '--out', out)
         self.assertEqual(r.returncode, 0, r.stderr)
-        rows = [line.split(' | ') for line in r.stdout.splitlines() if line.startswith('| /')]
+        runs_table = r.stdout.split('\n\n')[0]            # then the groups': flat and fresh, one setting
+        rows = [line.split(' | ') for line in runs_table.splitlines() if line.startswith('| /')]
         self.assertEqual([row[0][2:] for row in rows], self.runs + [self.fresh])
         self.assertEqual([row[1] for row in rows], ['flat', 'transformer', 'toeplitz', 'flat'])
         logs = [records(os.path.join(p, 'log.jsonl')) for p in self.runs]
         evals = [[x for x in log if x['event'] == 'eval'] for log in logs]
         self.assertEqual([e[-1]['step'] for e in evals], [8, 8, 4])
-        self.assertIn('| val loss at 4 steps |', r.stdout)      # the smallest common budget: the stopped run's
+        # the smallest common budget: the stopped run's last evaluation, where each run has one
+        self.assertIn('| val loss at 4 steps (linear in optimiser steps) |', r.stdout)
         for row, e in zip(rows, evals):
             self.assertEqual(row[-1].rstrip(' |'), f'{[x for x in e if x["step"] == 4][0]["val_loss"]:.4f}')
-            self.assertEqual(row[4].split()[0], f'{e[-1]["val_loss"]:.4f}')
-        self.assertIn('(step 4, unfinished)', rows[2][4])
-        self.assertEqual(rows[2][9], 'unfinished')
-        self.assertIn('no eval yet', rows[3][4])
+            self.assertEqual(row[5].split()[0], f'{e[-1]["val_loss"]:.4f}')
+        self.assertIn('(step 4, unfinished)', rows[2][5])
+        self.assertEqual(rows[2][12], 'unfinished')
+        self.assertIn('no eval yet', rows[3][5])
+        loads = [row[11] for row in rows]           # other_load: the three runs' logs hold it, the fresh one not yet
+        self.assertEqual(loads[3], 'unknown')
+        self.assertTrue(all(float(x) >= 0 for x in loads[:3]), loads)
         with open(out[:-4] + '.md') as f:
             self.assertEqual(f.read(), r.stdout[:r.stdout.index('\nplot: ')] + '\n')
         with open(out, 'rb') as f:
             self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
         r = self.compare(*self.runs, '--out', out, '--x', 'tokens', '--overwrite')
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn(f'| val loss at {4 * TPS:,} tokens |', r.stdout)
+        self.assertIn(f'| val loss at {4 * TPS:,} tokens (linear in tokens seen) |', r.stdout)
+
+    def test_a_run_trained_without_log_to_is_sent_to_tensorboard_from_its_log(self):
+        """--to tensorboard on the flat run (trained without --log_to) and the stopped Toeplitz run: their events,
+        read back through TensorBoard's EventAccumulator, equal their log.jsonl as a live tracker's do; the
+        settings' text is there; a second time is refused without --overwrite, and replaces them with it."""
+        tmp = folder(self)
+        runs = [shutil.copytree(p, os.path.join(tmp, os.path.basename(p))) for p in (self.runs[0], self.runs[2])]
+        before = {run: sorted(os.listdir(run)) for run in runs}
+        r = self.compare('--to', 'tensorboard', *runs)
+        self.assertEqual((r.returncode, r.stderr), (0, ''), r.stderr)
+        for run in runs:
+            self.assertIn(f'tensorboard: {run}/tensorboard (tensorboard --logdir {run})', r.stdout)
+            log = records(os.path.join(run, 'log.jsonl'))
+            by_step, acc = tensorboard_scalars(os.path.join(run, 'tensorboard', 'step'))
+            self.assert_equal_to_log(by_step, log, np.float32)
+            self.assert_equal_to_log(tensorboard_scalars(os.path.join(run, 'tensorboard', 'tokens'))[0],
+                                     log, np.float32, axis='tokens')
+            settings = acc.Tensors('settings/text_summary')[0].tensor_proto.string_val[0].decode()
+            self.assertIn(f'"params": {log[0]["params"]}', settings)
+            self.assertEqual(sorted(os.listdir(run)), sorted(before[run] + ['tensorboard']))   # nothing else
+        before = os.listdir(os.path.join(runs[0], 'tensorboard', 'step'))
+        r = self.compare('--to', 'tensorboard', runs[0])
+        self.assertEqual((r.returncode, len(error_lines(r.stderr))), (2, 1), r.stderr)
+        self.assertIn('tensorboard exists', r.stderr)
+        self.assertEqual(os.listdir(os.path.join(runs[0], 'tensorboard', 'step')), before)
+        r = self.compare('--to', 'tensorboard', runs[0], '--overwrite')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(os.listdir(os.path.join(runs[0], 'tensorboard', 'step'))), 1)      # replaced, not added
+        log = records(os.path.join(runs[0], 'log.jsonl'))
+        self.assert_equal_to_log(tensorboard_scalars(os.path.join(runs[0], 'tensorboard', 'step'))[0],
+                                         log, np.float32)
 
     def test_runs_of_other_data_are_refused(self):
         """A run on another validation split (the same tokenizer, other text) beside one on the prepared data."""
