@@ -561,13 +561,17 @@ class TokenModel(nn.Module):
     def _init_weights(self, n_blocks):
         """GPT-2 init: Linear and Embedding weights N(0, 0.02), biases 0, the projections into the residual
         stream N(0, 0.02 / sqrt(2 n_blocks)); the token mixings keep their own init. cfg.init 'kaiming'
-        (Badger & Roland 2026): Linear weights N(0, 2 / fan_in), biases 0, embeddings N(0, 1), no depth
-        scaling."""
+        (Badger & Roland 2026): Linear weights N(0, 2 / fan_in), biases 0, embeddings N(0, 1) (a tied head
+        is that matrix), no depth scaling."""
         kaiming = self.cfg.init == 'kaiming'
         linear_init = nn.init.kaiming_normal_ if kaiming else functools.partial(nn.init.normal_, std=0.02)
         for m in self.modules():
             if isinstance(m, nn.Linear):
-                linear_init(m.weight)
+                # A tied head is the embedding, already drawn (modules() reaches wte first): kaiming's fan-in
+                # draw would overwrite its N(0, 1). GPT-2's init draws it again from the same N(0, 0.02),
+                # kept so that its draws stay what they were.
+                if not (kaiming and m.weight is self.wte.weight):
+                    linear_init(m.weight)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
             elif isinstance(m, nn.Embedding):

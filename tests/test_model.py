@@ -128,6 +128,22 @@ class TestAuthorToeplitz(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "mixing_init='normal' is the Toeplitz mixing's"):
             mixer.variant_config('flat', **TINY, mixing_init='normal')
 
+    def test_kaiming_keeps_tied_embeddings_at_unit_variance(self):
+        """init='kaiming' with tied embeddings (issue 87): the embedding is N(0, 1) and the head is that same
+        matrix (std about 1.0 at d_model 256, not the head's fan-in 0.088); untied, the head alone is
+        N(0, 2 / d_model). The gpt2 init is untouched: N(0, 0.02) either way."""
+        cases = (('kaiming', True, 1.0, 1.0), ('kaiming', False, 1.0, math.sqrt(2 / 256)),
+                 ('gpt2', True, 0.02, 0.02), ('gpt2', False, 0.02, 0.02))
+        for init, tie, wte_std, head_std in cases:
+            torch.manual_seed(0)
+            cfg = mixer.variant_config('flat', **{**TINY, 'vocab_size': 512, 'd_model': 256}, init=init,
+                                       tie_embeddings=tie)
+            model = mixer.build_model(cfg)
+            with self.subTest(init=init, tie_embeddings=tie):
+                self.assertIs(model.lm_head.weight is model.wte.weight, tie)
+                self.assertAlmostEqual(model.wte.weight.std().item() / wte_std, 1.0, delta=0.02)
+                self.assertAlmostEqual(model.lm_head.weight.std().item() / head_std, 1.0, delta=0.02)
+
 
 class TestIncremental(unittest.TestCase):
     """Decoding (every token mixing's step, on its buffers at n_ctx) gives the logits of the full forward pass."""
