@@ -34,13 +34,14 @@ CHOICES = dict(kind=KINDS, task=('lm', 'autoencode'), activation=('gelu', 'silu'
 class ModelConfig:
     """A model's hyper-parameters, in groups by the kinds that read them (a kind ignores the fields of the
     other groups). Raises ValueError for a value out of range or a combination no model is built from.
+    The first five fields have no default: their defaults are train.py's settings, as in nanoGPT.
     train.py has a setting of the same name for every field, and the comment after a field is its --help."""
     # every kind
-    vocab_size: int = 4096
-    n_ctx: int = 256                # tokens per window; position-indexed weights have n_ctx rows
-    d_model: int = 256              # the residual stream's width
-    n_layer: int = 4
-    n_head: int = 1                 # mixers: 1 is the papers' flat mixer; > 1 adds Linear(d, d) in and out
+    vocab_size: int                 # tokens (the data's: data/prepare.py's meta.json)
+    n_ctx: int                      # tokens per window; position-indexed weights have n_ctx rows
+    d_model: int                    # the residual stream's width
+    n_layer: int                    # blocks (per stack: an autoencoder has two)
+    n_head: int                     # mixers: 1 is the papers' flat mixer; > 1 adds Linear(d, d) in and out
     kind: str = 'mixer'             # 'mixer', 'transformer' (llama), 'gpt', 'hybrid' or 'linear_attention'
     task: str = 'lm'                # 'lm' (next token) or 'autoencode'
     norm: bool = True               # norm=False with activation='none' is the linear mixer
@@ -115,8 +116,8 @@ VARIANTS = {
 
 
 def variant_config(name, **base):
-    """ModelConfig of variant `name`: its VARIANTS overrides on top of the fields in `base`. Raises
-    ValueError for an unknown name."""
+    """ModelConfig of variant `name`: its VARIANTS overrides on top of the fields in `base` (which must
+    give the five without a default). Raises ValueError for an unknown name."""
     if name not in VARIANTS:
         raise ValueError(f'unknown variant {name!r}; choose from {", ".join(VARIANTS)}')
     return ModelConfig(**{**base, **VARIANTS[name]})
