@@ -191,8 +191,9 @@ def mem_cell(name, T, args):
     block: one mixer.Block on random float input [B, T, mem_d_model] (loss: its sum), no embedding
     or head; model: the whole language model on random tokens."""
     if args.mem_scope == 'block':
-        model = mixer.Block(mixer.variant_config(name, vocab_size=args.vocab_size, d_model=args.mem_d_model,
-                                                 n_ctx=T)).to(args.device)
+        cfg = mixer.variant_config(name, vocab_size=args.vocab_size, d_model=args.mem_d_model, n_ctx=T,
+                                   n_layer=1, n_head=1)       # a variant's own n_head wins; one block
+        model = mixer.Block(cfg).to(args.device)
         x = torch.randn(args.mem_batch, T, args.mem_d_model, device=args.device, requires_grad=True)
 
         def loss_of(n):
@@ -308,10 +309,11 @@ def bench_paths(args):
                    + [f'recurrent, chunks of {c}' for c in PATH_CHUNKS], []), flush=True)
     for T in args.path_lengths:
         z = torch.randn(args.batch_size, 4, T, args.d_model // 4, device=args.device, requires_grad=True)
-        toeplitz = mixer.ToeplitzMixing(T, args.d_model, n_head=4).to(args.device)
+        toeplitz = mixer.ToeplitzMixing(T, args.d_model, 4, fft_threshold=T, mixing_init='average')
+        toeplitz = toeplitz.to(args.device)
         ms = [time_mix(lambda z: toeplitz.mix(toeplitz.matrix(T), z), z, args), time_mix(toeplitz.fft, z, args)]
         for chunk in (T, *PATH_CHUNKS):
-            recurrent = mixer.RecurrentMixing(T, args.d_model, 4, chunk_size=chunk).to(args.device)
+            recurrent = mixer.RecurrentMixing(T, args.d_model, 4, 'mixed', chunk_size=chunk).to(args.device)
             ms.append(None if chunk > T or (chunk == T and len(ms) > 2) else
                       time_mix(lambda z: recurrent.scan(z, None, 0)[0], z, args))
         print(md_row([T] + ['-' if m is None else f'{m:.2f}' for m in ms]), flush=True)
@@ -513,7 +515,7 @@ def check_models(p, args):
         for name, d_model, n_layer in plan.get(table, []):          # the load table: train.py checks its own
             try:
                 mixer.variant_config(name, vocab_size=args.vocab_size, d_model=d_model, n_layer=n_layer,
-                                     n_ctx=args.n_ctx)
+                                     n_ctx=args.n_ctx, n_head=1)
             except ValueError as e:
                 p.error(f'the {table} table\'s {name} (--d_model etc.): {e}')
 

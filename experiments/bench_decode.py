@@ -55,7 +55,7 @@ def build(name, args, device=None, **sizes):
     """Model of variant `name` with the given sizes (d_model, n_layer, n_ctx) on `device` (default
     args.device; 'meta': shapes and dtypes without memory) (the tables of bench.py and of this module
     build their models here)."""
-    cfg = mixer.variant_config(name, vocab_size=args.vocab_size, **sizes)
+    cfg = mixer.variant_config(name, vocab_size=args.vocab_size, n_head=1, **sizes)  # a variant's n_head wins
     if device == 'meta':
         with torch.device('meta'):
             return mixer.build_model(cfg)
@@ -248,7 +248,8 @@ def serve_estimate(name, n_ctx, batch, model_bytes, per_seq, args):
     and d_model, and the flat and Toeplitz mixings' n_ctx x n_ctx matrix)."""
     e, (d, n_layer) = serve_dtype(args).itemsize, args.serve_size
     rows = min(batch, max(1, PREFILL_TOKENS // n_ctx))
-    n_head = mixer.variant_config(name, vocab_size=args.vocab_size, d_model=d, n_layer=n_layer, n_ctx=n_ctx).n_head
+    n_head = mixer.variant_config(name, vocab_size=args.vocab_size, d_model=d, n_layer=n_layer, n_ctx=n_ctx,
+                                  n_head=1).n_head
     matrix = {'flat': 3 * e, 'toeplitz': 9 + 2 * n_head * e}.get(name, 0) * n_ctx * n_ctx
     return (model_bytes + batch * (per_seq + step_bytes(args)) + rows * per_seq + 16 * rows * n_ctx * d * e
             + matrix)

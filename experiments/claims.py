@@ -402,8 +402,9 @@ def measure_commands(runner, out, plan, ae_dirs, data_dir, args):
                       '--device', 'cpu', '--dtype', 'fp32', '--threads', threads, *s['mem_shape']],
                      os.path.join(out, f'memory_{v}.jsonl')))
         names.append(f'memory_{v}')
-    if 'linear' in plan:
-        cmds.append((['sample.py', '--ckpt', os.path.join(plan['linear']['dirs'][0], 'ckpt.pt'), '--start',
+    if 'linear_mixer' in plan:
+        ckpt = os.path.join(plan['linear_mixer']['dirs'][0], 'ckpt.pt')
+        cmds.append((['sample.py', '--ckpt', ckpt, '--start',
                       'Once upon a time', '--num_samples', '1', '--max_new_tokens', '80', '--seed', '1',
                       '--temperature', '0.8', '--top_k', '40'], os.path.join(out, 'linear_sample.txt')))
         names.append('sample')

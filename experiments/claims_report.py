@@ -34,12 +34,12 @@ MODELS = {
     'toeplitz': (['--variant=toeplitz'], 'mixer'),
     'multihead2': (['--variant=multihead', '--n_head=2'], 'mixer'),
     'multihead4': (['--variant=multihead', '--n_head=4'], 'mixer'),
-    'kernel4': (['--variant=kernel', '--kernel=4'], 'mixer'),
-    'kernel4_embed': (['--variant=kernel', '--kernel=4', '--embed_proj=True'], 'mixer'),
+    'kernel4': (['--variant=kernel', '--feature_kernel=4'], 'mixer'),
+    'kernel4_embed': (['--variant=kernel', '--feature_kernel=4', '--embed_proj=True'], 'mixer'),
     'hybrid': (['--variant=hybrid'], 'hybrid'),
     'hybrid_parallel': (['--variant=hybrid_parallel'], 'hybrid'),
     'recurrent': (['--variant=recurrent'], 'mixer'),
-    'linear': (['--variant=linear'], 'mixer'),
+    'linear_mixer': (['--variant=linear_mixer'], 'mixer'),
     'flat_muon': (['--variant=flat', '--optimizer=muon'], 'mixer'),
     'transformer_muon': (['--variant=transformer', '--optimizer=muon'], 'transformer'),
     'transformer_h1': (['--variant=transformer', '--n_head=1'], 'transformer'),
@@ -175,12 +175,13 @@ def paper_rows(plan, extras):
                      'no gain: 1.61 vs 1.61 (4x V100)', 'hybrid_parallel', 'transformer', 'equal')
     rows += pair_row(plan, 'recurrent vs flat mixer', 'close, with constant-state inference', 'recurrent', 'flat',
                      'equal')
-    if 'linear' in plan:
-        ll = losses(plan, 'linear')
+    if 'linear_mixer' in plan:
+        ll = losses(plan, 'linear_mixer')
         uni = extras['unigram']
         ok = max(ll) < uni - 0.5
         rows.append(['linear mixer trains (no norm, no nonlinearity)', 'trains, writes grammatical text',
-                     f'{fmt(ll)} nats (unigram {uni:.3f}); sample below', 'yes' if ok else 'no', cmd('linear')])
+                     f'{fmt(ll)} nats (unigram {uni:.3f}); sample below', 'yes' if ok else 'no',
+                     cmd('linear_mixer')])
     return rows
 
 

@@ -52,7 +52,8 @@ class SequenceRegressor(nn.Module):
 
     def __init__(self, variant, n_layer, d_model, products=False, d=D_X, n=N_CTX):
         super().__init__()
-        self.cfg = mixer.variant_config(variant, n_ctx=n + 1, d_model=d_model, n_layer=n_layer, vocab_size=1)
+        self.cfg = mixer.variant_config(variant, n_ctx=n + 1, d_model=d_model, n_layer=n_layer, n_head=1,
+                                        vocab_size=1)
         self.products = products
         self.read_in = nn.Linear(2 * d + 1 if products else d + 1, d_model)
         self.blocks = nn.ModuleList(mixer.Block(self.cfg) for _ in range(n_layer))

@@ -8,17 +8,17 @@ The papers ask whether masked mixers learn "a fundamentally different structure 
 (a row of the figure), the weights with which position i (down) reads position j (across), over the
 first --positions positions:
 
-  masked mixers (flat, expanded, multihead, kernel, posenc, linear): the effective matrix M = W * tril(1)
-      (mixer.FlatMixing.matrix), one panel a head (and a tap of the kernel mixer); the expanded mixer's
-      two, M1 (2 inner rows a position) and M2 (ExpandedMixing.matrix2), GELU between them;
+  masked mixers (flat, expanded, multihead, kernel, posenc, linear_mixer): the effective matrix
+      M = W * tril(1) (mixer.FlatMixing.matrix), one panel a head (and a tap of the kernel mixer); the
+      expanded mixer's two, M1 (2 inner rows a position) and M2 (ExpandedMixing.matrix2), GELU between them;
   Toeplitz: the learned kernel w[k] against the lag k = i - j, one curve a head, and its matrix
       M[i, j] = w[i - j], a head each;
   recurrent: the share a^k its state keeps of a token k steps back, one curve a head, and the matrix the
       mixing reduces to, M[i, j] = v[i] a^(i-j) (column form) or v[j] a^(i-j) (row form), a head each;
-  transformer, gpt, hybrid: the softmax attention weights (attention.Attention.weights) averaged over
+  transformer, gpt, hybrid: the softmax attention weights (attention_weights) averaged over
       --windows validation windows read from the checkpoint's data folder (--data_dir), a head each, and
       the hybrid's masked mixing beside them; linear attention: its normalised analogue
-      phi(q_i) . phi(k_j) / sum_{j' <= i} phi(q_i) . phi(k_j') (attention.LinearAttention.weights).
+      phi(q_i) . phi(k_j) / sum_{j' <= i} phi(q_i) . phi(k_j') (attention_weights).
   The weights are taken from the model's own modules, on its own forward pass (hooks), not recomputed.
 An autoencoder's encoder and decoder layers are a row each. Every matrix is drawn on a diverging colour
 scale centred at zero (red > 0, white 0, blue < 0), full colour at +-s, s (in the panel's title) the
@@ -34,10 +34,11 @@ matrix M over T positions (for M1 and M2, an inner row's position is r // 2):
                     entries' variance that their lag alone explains (1: Toeplitz, a function of i - j)
 rows with sum_j |M[i, j]| = 0 left out. A uniform causal average (the masked mixers' init: each row the
 mean of the past) has mean lag (T - 1) / 4 and diagonal share (1/T) sum_i 1 / (i + 1); the table's last
-line gives them for T. Each mixing says what it shows (its matrices(), attention its
-weights()): look.py names no mixing class. Reads the checkpoint alone
-(checkpoint.load_checkpoint), and for attention val.bin and meta.json of the data folder. A bad path,
-a file that is not a checkpoint, an old checkpoint format or bad data: one line, exit 2.
+line gives them for T. What each mixing class shows is written here, one function per view
+(mixing_views, recurrent_matrix, attention_weights), dispatching on the mixing's class. Reads the
+checkpoint alone (checkpoint.load_checkpoint), and for attention val.bin and meta.json of the data
+folder. A bad path, a file that is not a checkpoint, an old checkpoint format or bad data: one line,
+exit 2.
 """
 
 import argparse
@@ -58,6 +59,7 @@ import numpy as np
 import torch
 
 from harness import checkpoint
+import attention
 import mixer
 from mixer import causal_mask
 from data.prepare import token_dtype
@@ -100,18 +102,59 @@ def head_name(h, n_head):
     return f'head {h}' if n_head > 1 else ''
 
 
+ATTENTION = (attention.Attention, attention.LinearAttention)      # the mixings whose weights read the input
+
+
+def recurrent_matrix(mixing, T):
+    """The matrix a mixer.RecurrentMixing reduces to over T positions: M[i, j] = v[i] a^(i-j) (column heads)
+    or v[j] a^(i-j) (row heads) for j <= i, else 0 -> float32 [H, T, T]."""
+    P, v = mixing.powers(T), mixing.v[:, :T].float()
+    return torch.where(mixing.column, v[:, :, None] * P, P * v[:, None, :])
+
+
+def mixing_views(mixing, T):
+    """What is drawn of a masked token mixing (a mixer.HeadMixing) over T positions, by its class ->
+    {name: a matrix float [H, R, C] (row r at position r // (R / T)), or a curve float [H, T] against the
+    lag k = i - j}. Raises TypeError for a class it has no view of."""
+    if isinstance(mixing, mixer.FlatMixing):
+        return {'M': mixing.matrix(T)}
+    if isinstance(mixing, mixer.KernelMixing):
+        return {f'tap {u}': M for u, M in enumerate(mixing.matrix(T).unbind(1))}
+    if isinstance(mixing, mixer.ExpandedMixing):
+        return {'M1': mixing.matrix(T), 'M2': mixing.matrix2(T)}
+    if isinstance(mixing, mixer.ToeplitzMixing):
+        return {'w[k] against the lag': mixing.w[:, :T], 'M': mixing.matrix(T)}
+    if isinstance(mixing, mixer.RecurrentMixing):
+        return {'a^k (state)': mixing.powers(T)[:, :, 0], 'M': recurrent_matrix(mixing, T)}
+    raise TypeError(f'look.py has no view of {type(mixing).__name__}')
+
+
+def attention_weights(module, x):
+    """The weights with which an attention module (ATTENTION) mixes its values, for its input x float
+    [B, T, d] at positions 0..T-1 -> float [B, H, T, T], zero above the diagonal, rows summing to 1
+    (y_i = sum_j A[i, j] v_j before proj_out). Softmax attention: softmax(q k^T / sqrt(e)) under the
+    causal mask. Linear attention: A[i, j] = phi(q_i) . phi(k_j) / (sum_{j' <= i} phi(q_i) . phi(k_j') +
+    eps), rows summing to 1 up to eps; O(T^2), for looking only."""
+    if isinstance(module, attention.Attention):
+        q, k, _ = module.project(x, slice(0, x.shape[1]))
+        return module.softmax(q, k, causal_mask(x.shape[1], device=x.device))
+    q, k, _ = module.features(x)
+    A = module.causal_scores(q, k)
+    return A / (A.sum(-1, keepdim=True) + module.eps)
+
+
 def mixing_panels(mixing, T):
-    """A masked token mixing's view over T positions (mixing.matrices) -> (the panels drawn, the matrices of
+    """A masked token mixing's view over T positions (mixing_views) -> (the panels drawn, the matrices of
     the table): its curves against the lag ([H, T]: a Toeplitz w[k], a recurrent a^k), then
     its matrices ([H, R, C]: M = W * tril, a kernel mixer's taps, an expanded mixer's M1 over its inner
     rows and M2, the Toeplitz and recurrent matrices), a panel a head."""
-    H, mats, views = mixing.n_head, [], mixing.matrices(T)
+    H, mats, views = mixing.n_head, [], mixing_views(mixing, T)
     curves = [Panel(name, curves=[(f'head {h}', c[h].detach().float()) for h in range(H)], ylabel=name)
               for name, c in views.items() if c.dim() == 2]
     matrices = {name: M for name, M in views.items() if M.dim() == 3}
     for h in range(H):
         for name, M in matrices.items():
-            rows, cols = (torch.arange(n) // (n // T) for n in M.shape[1:])    # an inner row's position: r // x
+            rows, cols = (torch.arange(n) // (n // T) for n in M.shape[1:])   # inner row r: r // expansion
             mats.append(matrix_panel(' '.join(filter(None, [head_name(h, H), name])), M[h], rows, cols))
     return curves + mats, mats
 
@@ -132,8 +175,8 @@ def stacks(model):
 
 
 def needs_data(model):
-    """True when a layer's mixing depends on the input (attention, whose weights() read it): it needs text."""
-    return any(hasattr(m, 'weights') for m in model.modules())
+    """True when a layer's mixing depends on the input (attention, whose weights read it): it needs text."""
+    return any(isinstance(m, ATTENTION) for m in model.modules())
 
 
 @torch.no_grad()
@@ -143,9 +186,9 @@ def mean_attention(model, idx):
     sums, hooks = {}, []
 
     def hook(module, args):
-        sums[module] = sums.get(module, 0) + module.weights(args[0]).float().sum(0)
+        sums[module] = sums.get(module, 0) + attention_weights(module, args[0]).float().sum(0)
     for m in model.modules():
-        if hasattr(m, 'weights'):
+        if isinstance(m, ATTENTION):
             hooks.append(m.register_forward_pre_hook(hook))
     try:
         model(idx)
@@ -158,7 +201,7 @@ def mean_attention(model, idx):
 def collect(model, T, idx=None):
     """The layers' panels over the first T positions -> list of Layer. idx long [B, T]: the windows
     attention is averaged over (needed when needs_data(model)). A layer shows each part of its mixing
-    that has weights() (attention) or matrices() (a masked mixing): a hybrid's both, its mixing's
+    that is attention (ATTENTION) or a masked mixing (mixer.HeadMixing): a hybrid's both, its mixing's
     panels named 'mixing ...'."""
     att = mean_attention(model, idx) if needs_data(model) else {}
     layers = []
@@ -168,7 +211,7 @@ def collect(model, T, idx=None):
             for m in block.mixing.modules():
                 if m in att:
                     drawn = table = attention_panels(m, att[m])
-                elif hasattr(m, 'matrices'):
+                elif isinstance(m, mixer.HeadMixing):
                     drawn, table = mixing_panels(m, T)
                     for p in {id(p): p for p in drawn + table}.values():
                         p.name = p.name if m is block.mixing else f'mixing {p.name}'

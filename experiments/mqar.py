@@ -68,8 +68,10 @@ STOP_ACC = 0.99           # Zoology's early_stopping_threshold on the test accur
 VERSION = 'mqar 2'        # of the trainer (fit, cell_job): part of every cached job's key; change it with them
 WEIGHT_DECAY = 0.01       # torch.optim.AdamW's default: Zoology's optimiser
 SCHEDULE_EPOCHS = 64      # Zoology's max_epochs, the length of its per-epoch cosine
-KINDS = tuple(v for v in mixer.VARIANTS if v != 'transformer_naive')
-MIXER_KINDS = tuple(k for k in KINDS if mixer.variant_config(k).kind == 'mixer')
+# the variants MQAR trains (--kinds), and the masked mixers among them (one of which trains deeper)
+MQAR_VARIANTS = tuple(v for v in mixer.VARIANTS if v != 'transformer_naive')
+MASKED_VARIANTS = tuple(v for v in MQAR_VARIANTS
+                        if mixer.VARIANTS[v].get('kind', mixer.ModelConfig.kind) == 'mixer')
 
 # The protocols (docs/mqar.md). cells: (T, kv); batch: sequences a step at each T; lrs: the sweep, the
 # best per cell; epochs: at most (a run stops once its test accuracy is above STOP_ACC).
@@ -109,8 +111,8 @@ def model_config(kind, T, vocab_size, d_model, n_layer, attention_heads=1, field
     attention has 1; 0 keeps the variant's), then `fields` (a dict of ModelConfig fields: another form
     of the kind, e.g. Badger & Roland 2026's Toeplitz mixer; docs/mqar_window.md). Raises ValueError for a shape
     or field the kind refuses."""
-    own = dict(mixer.VARIANTS[kind])
-    if attention_heads and own.get('kind', 'mixer') != 'mixer':
+    own = {'n_head': 1, **mixer.VARIANTS[kind]}
+    if attention_heads and own.get('kind', mixer.ModelConfig.kind) != 'mixer':
         own['n_head'] = attention_heads
     own.update(fields or {})
     try:
@@ -378,12 +380,13 @@ def collect(jobs, results):
 
 
 def best_mixer(grid, n_layer, fields=None):
-    """The masked-mixer kind (MIXER_KINDS) of the grid (rows of those kinds with `fields`) with the best
-    mean over cells of its best accuracy (the first in MIXER_KINDS on a tie), or None when it has none.
+    """The masked-mixer variant (MASKED_VARIANTS) of the grid (rows of those variants with `fields`) with
+    the best mean over cells of its best accuracy (the first in MASKED_VARIANTS on a tie), or None when it
+    has none.
     Only a row whose model is a masked mixer (ModelConfig kind 'mixer' with `fields` applied) counts:
     a row named flat[kind=transformer] trains a transformer (check_fields refuses such fields)."""
     means = {}
-    for k in MIXER_KINDS:
+    for k in MASKED_VARIANTS:
         if own_field(k, 'kind', fields) != 'mixer':
             continue
         cells = [best(r)[0] for key, r in grid.items() if key[0] == row_name(k, fields) and key[1] == n_layer]
@@ -448,7 +451,7 @@ def parse_args(argv):
     p.add_argument('--cached_only', action='store_true', help="train nothing: the report of the plan's 2-layer runs "
                    "cached under --out so far (a run not yet cached reads '-'), written to OUT/cached_only; "
                    "refused, with nothing made, when --out holds no cached run")
-    p.add_argument('--kinds', type=listing(str, KINDS, what='kind'), default=','.join(KINDS),
+    p.add_argument('--kinds', type=listing(str, MQAR_VARIANTS, what='kind'), default=','.join(MQAR_VARIANTS),
                    help='model kinds (default: every mixer.VARIANTS name but transformer_naive)')
     p.add_argument('--cells', type=listing(cell, items='T:kv pairs (e.g. 64:4,128:8)'),
                    help="T:kv pairs, e.g. 64:4,128:8 (default the protocol's)")
@@ -560,7 +563,7 @@ def main(argv=None):
             out = os.path.join(out, 'cached_only')
             os.makedirs(out, exist_ok=True)
         elif args.estimate:
-            deep = [k for k in args.kinds if k in MIXER_KINDS][:1]
+            deep = [k for k in args.kinds if k in MASKED_VARIANTS][:1]
             jobs += plan(s, deep, s['deep_layers'], s['seed']) if s['deep_layers'] else []
             times, fastest = shape_seconds(runner, out, s, list(dict.fromkeys(sh for _, sh in jobs)))
             print('\n'.join(estimate(s, jobs, deep, times, fastest, out)))

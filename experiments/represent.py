@@ -184,7 +184,7 @@ def models(args, checkpoints):
     two seeds give two)."""
     for name in args.variants:
         torch.manual_seed(args.seed)
-        yield name, mixer.build_model(mixer.variant_config(name, **args.shape)), False, None
+        yield name, mixer.build_model(mixer.variant_config(name, n_head=1, **args.shape)), False, None
     for path, model, ckpt in checkpoints:
         yield f'{ckpt["config"]["variant"]} ({path})', model, True, path
         if args.untrained:

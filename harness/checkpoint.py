@@ -301,8 +301,11 @@ def migrate_state(state, model_config=None):
     return out
 
 
-RENAMED = {'mixing': 'token_mixing', 'embed_linear': 'embed_proj'}     # an older checkpoint's setting -> today's
-RENAMED_VALUES = {('token_mixing', 'dense'): 'flat', ('mixing_init', 'decay'): 'average'}
+# an older checkpoint's settings -> today's: the names, then (name, value) -> the value
+RENAMED = {'mixing': 'token_mixing', 'embed_linear': 'embed_proj', 'kernel': 'feature_kernel',
+           'hybrid': 'hybrid_form'}
+RENAMED_VALUES = {('token_mixing', 'dense'): 'flat', ('mixing_init', 'decay'): 'average',
+                  ('variant', 'linear'): 'linear_mixer'}
 
 
 def migrate_config(config):

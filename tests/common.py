@@ -43,7 +43,7 @@ NO_TEXT = f'no real text: set TINYSTORIES_DIR to a folder with train.txt and val
 torch.set_num_threads(1)
 os.environ.setdefault('OMP_NUM_THREADS', '1')     # and the commands run in this process: fixed, not measured
 
-TINY = dict(vocab_size=64, n_ctx=24, d_model=32, n_layer=2, chunk_size=8, fft_threshold=16)
+TINY = dict(vocab_size=64, n_ctx=24, d_model=32, n_layer=2, n_head=1, chunk_size=8, fft_threshold=16)
 
 
 def tiny_model(name, seed=0, **kw):
@@ -60,12 +60,12 @@ def tiny_model(name, seed=0, **kw):
 
 def heads(mixing, x):
     """A masked token mixing's heads of x float [B, T, d] (its proj_in, then split) -> [B, H, T, e]."""
-    return rearrange(mixing.proj_in(x), 'b t (h e) -> b h t e', h=mixing.n_head)
+    return rearrange(mixing.proj_in(x), 'b t (H e) -> b H t e', H=mixing.n_head)
 
 
 def merge(mixing, y):
     """The heads y float [B, H, T, e] of a masked token mixing concatenated and projected (proj_out) -> [B, T, d]."""
-    return mixing.proj_out(rearrange(y, 'b h t e -> b t (h e)'))
+    return mixing.proj_out(rearrange(y, 'b H t e -> b t (H e)'))
 
 
 def encode_split(enc, stories):

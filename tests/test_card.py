@@ -7,15 +7,14 @@ mixing's own decoding, one interface, every head size decodes, the Decoder's ref
                        every identity_start is the identity; every mixing answers decays()
     TestHeadSizes      every kind decodes at an odd head size its config accepts (or refuses it in one line)
     TestDecoderInputs  what a Decoder cannot take is a ValueError; a step of t tokens advances t
-    TestMigration      a checkpoint in the older names loads with the same logits
+    TestMigration      a checkpoint in the older names (settings and values) loads with the same logits
     TestReadingPath    one flat forward passes through at most 8 of the project's functions, one decode step
                        through 10, none in attention.py; Toeplitz, recurrent, transformer at most 2 more
-    TestLayers         the model files import no harness, data/ nothing of experiments/; matrices() where
-                       matrix() is; an autoencoder's encoder sees the positions its kind uses
+    TestLayers         the model files import no harness, data/ nothing of experiments/; an autoencoder's
+                       encoder sees the positions its kind uses
 """
 
 import ast
-import inspect
 import os
 import sys
 import tempfile
@@ -76,14 +75,15 @@ class TestCausalRule(unittest.TestCase):
         """The Toeplitz FFT path uses no mask: zero-padding to 2T keeps the circular convolution from
         wrapping around. Its outputs equal the masked matrix's, and a later token changes no earlier output;
         without the padding (n = T) the last tokens would reach the first outputs."""
-        mix = mixer.ToeplitzMixing(32, 16, n_head=2, init='normal')
-        x = torch.randn(2, 20, 16)
-        y = mix(x, use_fft=True)
-        torch.testing.assert_close(y, mix(x, use_fft=False), atol=1e-5, rtol=1e-5)
-        later = x.clone()
-        later[:, 15:] += 1.0
-        torch.testing.assert_close(mix(later, use_fft=True)[:, :15], y[:, :15], atol=1e-5, rtol=1e-5)
-        z, w = torch.randn(20), mix.w[0, :20].detach()
+        mix = mixer.ToeplitzMixing(32, 16, 2, fft_threshold=16, mixing_init='normal')
+        z = torch.randn(2, 2, 20, 8)                                                # the heads [B, H, T, e]
+        with torch.no_grad():
+            y = mix.fft(z)
+            torch.testing.assert_close(y, mix.mix(mix.matrix(20), z), atol=1e-5, rtol=1e-5)
+            later = z.clone()
+            later[:, :, 15:] += 1.0
+            torch.testing.assert_close(mix.fft(later)[:, :, :15], y[:, :, :15], atol=1e-5, rtol=1e-5)
+        z, w = z[0, 0, :, 0], mix.w[0, :20].detach()
         wrapped = torch.fft.irfft(torch.fft.rfft(z, n=20) * torch.fft.rfft(w, n=20), n=20)      # no padding
         later_z = z.clone()
         later_z[15:] += 1.0
@@ -128,12 +128,12 @@ class TestOwnDecoding(unittest.TestCase):
         """Each mixing that has identity_start (the serial hybrid's start) passes its input through,
         one head and no bias; a mixing without one has none to inherit (the expanded mixer's GELU)."""
         x = torch.randn(2, 10, 12)
-        mixings = {'flat': mixer.FlatMixing(16, 12), 'kernel': mixer.KernelMixing(16, 12, kernel=3),
-                   'toeplitz': mixer.ToeplitzMixing(16, 12, init='normal')}
+        mixings = {'flat': mixer.FlatMixing(16, 12, 1), 'kernel': mixer.KernelMixing(16, 12, 1, 3),
+                   'toeplitz': mixer.ToeplitzMixing(16, 12, 1, fft_threshold=16, mixing_init='normal')}
         for name, mix in mixings.items():
             with self.subTest(mixing=name), torch.no_grad():
                 torch.testing.assert_close(mix.identity_start()(x), x)
-        self.assertFalse(hasattr(mixer.ExpandedMixing(16, 12), 'identity_start'))
+        self.assertFalse(hasattr(mixer.ExpandedMixing(16, 12, 1, expansion=2), 'identity_start'))
 
     def test_every_sequence_mixing_has_the_five_faces(self):
         """forward, init_state, step, flops and decays on every block's mixing of every variant; decays()
@@ -230,6 +230,32 @@ class TestMigration(unittest.TestCase):
                 with torch.no_grad():
                     torch.testing.assert_close(again(idx)[0], model(idx)[0])
 
+    def test_kernel_hybrid_and_linear_read_as_their_new_names(self):
+        """A checkpoint written before issue 88's renames (the settings 'kernel' and 'hybrid', the variant
+        'linear') reads with feature_kernel, hybrid_form and 'linear_mixer' in its model_config and settings
+        (checkpoint.read_checkpoint; the variant named 'kernel' stays 'kernel') and gives the same logits."""
+        idx = torch.randint(0, 64, (1, 10))
+        tmp = tempfile.mkdtemp()
+        old_names = {'feature_kernel': 'kernel', 'hybrid_form': 'hybrid'}
+        for name, old_variant in (('kernel', 'kernel'), ('hybrid_parallel', 'hybrid_parallel'),
+                                  ('linear_mixer', 'linear')):
+            model = tiny_model(name)
+            cfg = {old_names.get(k, k): v for k, v in vars(model.cfg).items()}
+            path = os.path.join(tmp, f'{name}.pt')
+            torch.save({'model': model.state_dict(), 'model_config': cfg,
+                        'config': {**cfg, 'variant': old_variant}, 'step': 1}, path)
+            ckpt = checkpoint.read_checkpoint(path)
+            with self.subTest(variant=name):
+                for saved in (ckpt['model_config'], ckpt['config']):
+                    self.assertFalse({'kernel', 'hybrid'} & set(saved))
+                    self.assertEqual((saved['feature_kernel'], saved['hybrid_form']),
+                                     (model.cfg.feature_kernel, model.cfg.hybrid_form))
+                self.assertEqual(ckpt['config']['variant'], name)
+                again = mixer.build_model(mixer.ModelConfig(**ckpt['model_config'])).eval()
+                again.load_state_dict(ckpt['model'])
+                with torch.no_grad():
+                    torch.testing.assert_close(again(idx)[0], model(idx)[0], atol=0, rtol=0)
+
 
 def traced(call):
     """The project's functions (files of the repository but tests/) that call() passes through, in the order
@@ -306,19 +332,6 @@ class TestLayers(unittest.TestCase):
             if f.endswith('.py'):
                 with self.subTest(path=f'data/{f}'):
                     self.assertEqual({n for n in imports(f'data/{f}') if n.startswith('experiments')}, set())
-
-    def test_matrices_where_the_matrix_is(self):
-        """Every mixing class that answers matrices() (what experiments/look.py draws) defines matrix(), and
-        its matrices are tensors."""
-        classes = [c for c in vars(mixer).values() if inspect.isclass(c) and issubclass(c, mixer.HeadMixing)]
-        self.assertGreaterEqual(len(classes), 6)
-        for cls in classes:
-            with self.subTest(mixing=cls.__name__):
-                self.assertEqual(hasattr(cls, 'matrices'), hasattr(cls, 'matrix'))
-        for name in ('flat', 'kernel', 'expanded', 'toeplitz', 'recurrent'):
-            mats = tiny_model(name).blocks[0].mixing.matrices(8)
-            with self.subTest(variant=name):
-                self.assertTrue(mats and all(torch.is_tensor(m) for m in mats.values()))
 
     def test_an_autoencoders_encoder_sees_positions(self):
         """With learned positions (gpt, posenc) the encoder adds them as the language model does: one token

@@ -51,7 +51,7 @@ class TestClaimModels(unittest.TestCase):
         self.assertGreater((llama(idx)[0][:, -1] - llama(perm)[0][:, -1]).abs().max().item(), 1e-4)
 
     def test_embed_proj_is_used_and_causal(self):
-        model = tiny_model('kernel', kernel=4, embed_proj=True)
+        model = tiny_model('kernel', feature_kernel=4, embed_proj=True)
         idx = torch.randint(0, 64, (2, 16))
         logits = model(idx)[0]
         idx2 = idx.clone()

@@ -37,7 +37,7 @@ import mixer
 import sample
 import train
 from experiments import bench, bench_decode, gpu_check
-from tests.common import TINY, prepared_data, read_log, run, run_in_process, tiny_model
+from tests.common import TINY, heads, merge, prepared_data, read_log, run, run_in_process, tiny_model
 
 
 def checked_set_device(chosen):
@@ -72,8 +72,8 @@ class TestMixingMemory(unittest.TestCase):
         mixer's layer memory at T = 2048 for multihead and kernel)."""
         B, T = 8, 48
         for name in ('flat', 'multihead', 'kernel', 'expanded', 'toeplitz', 'recurrent'):   # hybrid_parallel's is multihead's
-            cfg = mixer.variant_config(name, vocab_size=64, n_ctx=T, d_model=8, n_layer=1, fft_threshold=10 ** 6,
-                                       chunk_size=T)
+            cfg = mixer.variant_config(name, vocab_size=64, n_ctx=T, d_model=8, n_layer=1, n_head=1,
+                                       fft_threshold=10 ** 6, chunk_size=T)
             block = mixer.Block(cfg)
             saved = []
             with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
@@ -270,7 +270,7 @@ class TestToeplitzFFT(unittest.TestCase):
         """Every FFT of the Toeplitz mixing runs over the last axis of a contiguous tensor: the
         layout whose strides torch.compile traces as CUDA returns them (over dim 2 of [B, H, T, e],
         inductor on an H200 failed 'stride 1==8 at dim=2' in aten._fft_r2c)."""
-        layer = mixer.ToeplitzMixing(24, 32, n_head=4, fft_threshold=16)
+        layer = mixer.ToeplitzMixing(24, 32, 4, fft_threshold=16, mixing_init='average')     # T = 24: the FFT
         x = torch.randn(2, 24, 32)
         calls, real = [], {f: getattr(torch.fft, f) for f in ('rfft', 'irfft')}
 
@@ -280,10 +280,11 @@ class TestToeplitzFFT(unittest.TestCase):
                 return real[name](x, n=n, dim=dim, **kw)
             return fft
         with mock.patch('torch.fft.rfft', spy('rfft')), mock.patch('torch.fft.irfft', spy('irfft')):
-            y = layer(x, use_fft=True)
+            y = layer(x)
         self.assertEqual(sorted(c[0] for c in calls), ['irfft', 'rfft', 'rfft'])
         self.assertTrue(all(last and contiguous for _, last, contiguous in calls), calls)
-        torch.testing.assert_close(y, layer(x, use_fft=False), atol=1e-5, rtol=1e-5)
+        matrix_path = merge(layer, layer.mix(layer.matrix(24), heads(layer, x)) + layer.c[:, :24])
+        torch.testing.assert_close(y, matrix_path, atol=1e-5, rtol=1e-5)
 
 
 class TestReportedSpeed(unittest.TestCase):

@@ -28,7 +28,7 @@ T = 16                       # --positions: fewer than TINY's n_ctx (24), so the
 HEADS = 4                    # every variant with heads in mixer.VARIANTS has 4
 # matrices a layer in the table, by variant: the count a reader expects from the README's table
 ROWS = {'flat': 1, 'expanded': 2, 'multihead': HEADS, 'kernel': 3, 'toeplitz': HEADS, 'recurrent': HEADS,
-        'linear': 1, 'posenc': 1, 'transformer': HEADS, 'gpt': HEADS, 'transformer_naive': HEADS,
+        'linear_mixer': 1, 'posenc': 1, 'transformer': HEADS, 'gpt': HEADS, 'transformer_naive': HEADS,
         'hybrid': HEADS + 1, 'hybrid_parallel': 2 * HEADS, 'linear_attention': HEADS}
 
 
@@ -99,7 +99,7 @@ def effective(name, model, T):
             hid = torch.arange(2 * T) // 2
             mats += [m.W[0, :2 * T, :T] * (hid[:, None] >= pos[None, :]),
                      m.W2[0, :T, :2 * T] * (pos[:, None] >= hid[None, :])]
-        elif name in ('flat', 'multihead', 'kernel', 'linear', 'posenc'):
+        elif name in ('flat', 'multihead', 'kernel', 'linear_mixer', 'posenc'):
             W = m.W if name == 'kernel' else m.W[:, None]                  # [H, k, n_ctx, n_ctx]
             mats += [W[h, u, :T, :T] * causal for h in range(W.shape[0]) for u in range(W.shape[1])]
         elif name == 'toeplitz':
@@ -197,15 +197,40 @@ class TestLook(unittest.TestCase):
                           for _ in range(HEADS)])
 
     def test_attention_weights_are_what_the_module_applies(self):
-        """Attention.weights and LinearAttention.weights times V, projected, are the module's output."""
+        """look.attention_weights of an Attention and of a LinearAttention, times V, projected, are the
+        module's output."""
         torch.manual_seed(0)
         x = torch.randn(2, T, TINY['d_model'])
         for name in ('transformer', 'gpt', 'linear_attention'):
             m = tiny_model(name).blocks[0].mixing
             with self.subTest(variant=name), torch.no_grad():
                 v = (m.project(x, slice(0, T)) if hasattr(m, 'project') else m.features(x))[2]
-                y = m.proj_out(rearrange(m.weights(x) @ v, 'b h t e -> b t (h e)'))
+                y = m.proj_out(rearrange(look.attention_weights(m, x) @ v, 'b H t e -> b t (H e)'))
                 torch.testing.assert_close(y, m(x), rtol=1e-4, atol=1e-5)
+
+    def test_every_masked_mixing_class_has_a_view(self):
+        """look.mixing_views draws every masked mixing class of mixer.py (each mixer.HeadMixing with its own
+        __init__): the classes the variants build are all of them, and each view is a set of tensors, a
+        curve [H, T] or a matrix [H, R, C] with R and C multiples of T (an expanded mixer's inner rows). A
+        class it does not know is a TypeError."""
+        classes = {c for c in vars(mixer).values() if isinstance(c, type) and issubclass(c, mixer.HeadMixing)
+                   and '__init__' in vars(c) and c is not mixer.HeadMixing}
+        self.assertGreaterEqual(len(classes), 5)
+        seen = set()
+        for name in mixer.VARIANTS:
+            for m in tiny_model(name).modules():
+                if isinstance(m, mixer.HeadMixing):
+                    seen.add(type(m))
+                    with self.subTest(variant=name, mixing=type(m).__name__), torch.no_grad():
+                        views = look.mixing_views(m, 8)
+                        self.assertTrue(views)
+                        for v in views.values():
+                            self.assertIn(v.dim(), (2, 3))
+                            self.assertEqual(v.shape[0], m.n_head)
+                            self.assertTrue(all(n % 8 == 0 for n in v.shape[1:]), v.shape)
+        self.assertEqual(seen, classes)
+        with self.assertRaisesRegex(TypeError, 'no view of HeadMixing'):
+            look.mixing_views(mixer.HeadMixing(8, 4, 1), 8)
 
     def test_mean_lag_and_diagonal_share_as_defined(self):
         pos = torch.arange(8)

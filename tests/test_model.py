@@ -16,6 +16,7 @@ import torch
 import attention
 import mixer
 import sample
+from experiments import look
 from tests.common import TINY, heads, merge, prepared_data, step_pieces, tiny_model
 
 # ----------------------------------------------------------------------------- causality and caches
@@ -110,7 +111,7 @@ class TestAuthorToeplitz(unittest.TestCase):
 
     def test_feed_forward_first_kaiming_init_and_no_final_norm(self):
         torch.manual_seed(0)
-        cfg = mixer.variant_config('toeplitz', **{**TINY, 'n_ctx': 512, 'd_model': 256}, **AUTHOR_FORM)
+        cfg = mixer.variant_config('toeplitz', **{**TINY, 'n_ctx': 512, 'd_model': 256, **AUTHOR_FORM})
         model = mixer.build_model(cfg)
         calls = []
         block = model.blocks[0]
@@ -125,7 +126,23 @@ class TestAuthorToeplitz(unittest.TestCase):
                           (block.ff.proj_out.weight.std(), math.sqrt(2 / 1024)), (model.wte.weight.std(), 1.0)):
             self.assertAlmostEqual(got.item() / want, 1.0, delta=0.05)
         with self.assertRaisesRegex(ValueError, "mixing_init='normal' is the Toeplitz mixing's"):
-            mixer.variant_config('flat', mixing_init='normal')
+            mixer.variant_config('flat', **TINY, mixing_init='normal')
+
+    def test_kaiming_keeps_tied_embeddings_at_unit_variance(self):
+        """init='kaiming' with tied embeddings (issue 87): the embedding is N(0, 1) and the head is that same
+        matrix (std about 1.0 at d_model 256, not the head's fan-in 0.088); untied, the head alone is
+        N(0, 2 / d_model). The gpt2 init is untouched: N(0, 0.02) either way."""
+        cases = (('kaiming', True, 1.0, 1.0), ('kaiming', False, 1.0, math.sqrt(2 / 256)),
+                 ('gpt2', True, 0.02, 0.02), ('gpt2', False, 0.02, 0.02))
+        for init, tie, wte_std, head_std in cases:
+            torch.manual_seed(0)
+            cfg = mixer.variant_config('flat', **{**TINY, 'vocab_size': 512, 'd_model': 256}, init=init,
+                                       tie_embeddings=tie)
+            model = mixer.build_model(cfg)
+            with self.subTest(init=init, tie_embeddings=tie):
+                self.assertIs(model.lm_head.weight is model.wte.weight, tie)
+                self.assertAlmostEqual(model.wte.weight.std().item() / wte_std, 1.0, delta=0.02)
+                self.assertAlmostEqual(model.lm_head.weight.std().item() / head_std, 1.0, delta=0.02)
 
 
 class TestIncremental(unittest.TestCase):
@@ -169,7 +186,8 @@ class TestIncremental(unittest.TestCase):
         def spy(q, k, v, **kw):
             keys.append(k.shape[2])
             return sdpa(q, k, v, **kw)
-        mixings = {'flat': (mixer.FlatMixing(2048, 256), 10), 'toeplitz': (mixer.ToeplitzMixing(2048, 256, 4), 2.5),
+        mixings = {'flat': (mixer.FlatMixing(2048, 256, 1), 10),
+                   'toeplitz': (mixer.ToeplitzMixing(2048, 256, 4, 2048, 'average'), 2.5),
                    'attention': (attention.Attention(2048, 256, 4), 2.5)}
         for name, (mixing, ratio) in mixings.items():
             for as_pos in (int, torch.tensor):
@@ -237,13 +255,20 @@ class TestIncremental(unittest.TestCase):
 class TestVariants(unittest.TestCase):
 
     def test_toeplitz_fft_equals_materialised_and_definition(self):
-        layer = mixer.ToeplitzMixing(n_ctx=64, d_model=8, n_head=2)
+        """The FFT's M z equals the materialised matrix's at every length, and forward takes the matrix
+        below fft_threshold (17) and the FFT from it on; M[i, j] = w[i - j], zero above the diagonal."""
+        layer = mixer.ToeplitzMixing(n_ctx=64, d_model=8, n_head=2, fft_threshold=17, mixing_init='average')
         with torch.no_grad():
             layer.w.normal_()
             layer.c.normal_()
-        for T in (1, 17, 64):
+        for T in (1, 16, 17, 64):
             x = torch.randn(3, T, 8)
-            torch.testing.assert_close(layer(x, use_fft=True), layer(x, use_fft=False), atol=1e-4, rtol=0)
+            with torch.no_grad():
+                z = heads(layer, x)
+                by_fft, by_matrix = layer.fft(z), layer.mix(layer.matrix(T), z)
+                torch.testing.assert_close(by_fft, by_matrix, atol=1e-4, rtol=0)
+                taken = by_fft if T >= 17 else by_matrix
+                self.assertTrue(torch.equal(layer(x), merge(layer, taken + layer.c[:, :T])), T)
         M = layer.matrix(64)
         for i, j in ((0, 0), (5, 2), (63, 0), (40, 39)):
             self.assertEqual(M[1, i, j].item(), layer.w[1, i - j].item())
@@ -268,12 +293,12 @@ class TestVariants(unittest.TestCase):
         self.assertEqual(tiny_model('kernel').blocks[0].mixing.W.shape, (1, 3, 24, 24))
         self.assertEqual(tiny_model('flat').blocks[0].mixing.W.shape, (1, 24, 24))
         with self.assertRaises(ValueError):
-            mixer.ModelConfig(expansion=2, kernel=3)
+            mixer.ModelConfig(**TINY, expansion=2, feature_kernel=3)
 
     def test_fresh_expanded_mixing_averages_once(self):
         """A fresh expanded mixing copies each position into its hidden rows (M1 = the
         identity per position), and only M2 averages over the past."""
-        layer = mixer.ExpandedMixing(n_ctx=6, d_model=4, expansion=2, out_scale=0.5)
+        layer = mixer.ExpandedMixing(n_ctx=6, d_model=4, n_head=1, expansion=2, out_scale=0.5)
         M1 = layer.matrix(6)[0]
         self.assertTrue(torch.equal(M1, (torch.arange(12)[:, None] // 2 == torch.arange(6)).float()))
         M2 = layer.W2[0] * layer.mask2
@@ -303,7 +328,7 @@ class TestVariants(unittest.TestCase):
         """k taps: y[i, f] = c[i] + sum_u sum_{j<=i} W[u, i, j] z[j, f + u - (k-1)//2]
         (z zero outside the features), written as loops; also when decoded in pieces."""
         for k in (2, 3, 4):
-            layer = self.random_masked(mixer.KernelMixing, kernel=k)
+            layer = self.random_masked(mixer.KernelMixing, feature_kernel=k)
             x = torch.randn(2, 7, 10)
             z = heads(layer, x)                                              # the heads [2, 2, 7, 5]
             ref = torch.zeros(2, 2, 7, 5)
@@ -339,7 +364,7 @@ class TestVariants(unittest.TestCase):
                 self.assert_forward_and_steps(layer, x, merge(layer, ref), 4)
 
     def test_linear_mixer_is_linear_in_the_embeddings(self):
-        model = tiny_model('linear')
+        model = tiny_model('linear_mixer')
         self.assertFalse(any(isinstance(m, (torch.nn.LayerNorm, torch.nn.GELU)) for m in model.modules()))
         h = model.blocks
         x1, x2 = torch.randn(2, 1, 24, 32).unbind(0)
@@ -412,11 +437,11 @@ class TestRecurrent(unittest.TestCase):
                         ys.append(torch.where(col, v * h, h) + layer.c[:, t])
                     with self.subTest(form=form, decays=decays, T=T):
                         torch.testing.assert_close(y_par, torch.stack(ys, 2), atol=1e-4, rtol=1e-4)
-                        M = layer.matrix(T)
+                        M = look.recurrent_matrix(layer, T)
                         ref = torch.stack([(M[hh] @ z[:, hh]) for hh in range(3)], 1) + layer.c[:, :T]
                         torch.testing.assert_close(y_par, ref, atol=1e-4, rtol=1e-4)
                 i, j = 30, 7
-                M = layer.matrix(40)
+                M = look.recurrent_matrix(layer, 40)
                 for hh in range(3):
                     vi = layer.v[hh, i] if layer.column[hh] else layer.v[hh, j]
                     self.assertAlmostEqual(M[hh, i, j].item(), (vi * decays[hh] ** (i - j)).item(), places=5)
@@ -527,7 +552,7 @@ class TestAutoencoder(unittest.TestCase):
         common = (val_x == torch.bincount(train).argmax()).float().mean().item()
         torch.manual_seed(0)
         model = mixer.build_model(mixer.variant_config('flat', vocab_size=512, n_ctx=T, d_model=64, n_layer=1,
-                                                       task='autoencode'))
+                                                       n_head=1, task='autoencode'))
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         g = torch.Generator().manual_seed(0)
         for _ in range(150):
@@ -562,7 +587,8 @@ class TestTrainingOnRealText(unittest.TestCase):
         val_x = torch.stack([val[s:s + T + 1] for s in range(0, 64 * 200, 200)])
         for name in mixer.VARIANTS:
             torch.manual_seed(0)
-            cfg = mixer.variant_config(name, vocab_size=512, n_ctx=T, d_model=64, n_layer=2, chunk_size=32)
+            cfg = mixer.variant_config(name, vocab_size=512, n_ctx=T, d_model=64, n_layer=2, n_head=1,
+                                       chunk_size=32)
             model = mixer.build_model(cfg)
             opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
             g = torch.Generator().manual_seed(0)

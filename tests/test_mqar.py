@@ -130,7 +130,7 @@ class TestCausality(OneThread):
         and every later token is changed; they change when the pair it asks for is changed."""
         x, y = (torch.from_numpy(a) for a in mqar_data.mqar(4, T, KV, V, seed=4))
         g = torch.Generator().manual_seed(0)
-        for kind in mqar.KINDS:
+        for kind in mqar.MQAR_VARIANTS:
             model = tiny(kind)
             with self.subTest(kind=kind), torch.no_grad():
                 logits, _ = mqar.answer_logits(model, x, y)
@@ -213,7 +213,7 @@ class TestWindow(unittest.TestCase):
             self.assertTrue(any(math.isclose(lr, zoology, rel_tol=1e-9) for lr in lrs), zoology)
         np.testing.assert_allclose(np.diff(np.log(lrs)), np.log(10) / 3)
         self.assertEqual(sorted((j.spec['kind'], j.spec['lr']) for j, _ in jobs),
-                         sorted((k, lr) for k in mqar.KINDS for lr in lrs))
+                         sorted((k, lr) for k in mqar.MQAR_VARIANTS for lr in lrs))
         self.assertEqual(len({j.dir for j, _ in jobs}), len(jobs))
         self.assertTrue(all(j.spec['epochs'] == 16 and j.spec['patience'] == 8 for j, _ in jobs))
 
@@ -238,7 +238,7 @@ class TestTraining(OneThread):
         train = tuple(torch.from_numpy(a) for a in mqar_data.mqar(64, T, KV, V, seed=1))
         test = tuple(torch.from_numpy(a) for a in mqar_data.mqar(32, T, KV, V, seed=11))
         spec = dict(lr=1e-3, weight_decay=0.01, batch_size=16, epochs=2, patience=None, seed=0)
-        for kind in mqar.KINDS:
+        for kind in mqar.MQAR_VARIANTS:
             model = mqar.build(kind, T, V, 16, 2, 0)
             before = {n: p.detach().clone() for n, p in model.named_parameters()}
             res = mqar.fit(model, train, test, spec, 'cpu')
@@ -459,7 +459,7 @@ class TestQuickRun(unittest.TestCase):
         runs = {(r['kind'], r['n_layer']): r for r in res['runs']}
         self.assertEqual({k for k, L in runs if L == 2}, set(QUICK_KINDS))
         self.assertEqual([L for k, L in runs if L != 2], [4])
-        self.assertIn(res['deep'], mqar.MIXER_KINDS)
+        self.assertIn(res['deep'], mqar.MASKED_VARIANTS)
         for r in runs.values():
             self.assertEqual(r['rc'], 0)
             self.assertTrue(0.0 <= r['acc'] <= 1.0)

@@ -12,7 +12,7 @@ import mixer
 from experiments import represent
 from tests.common import ROOT, prepared_data, run, run_in_process, tiny_checkpoint
 
-SHAPE = dict(vocab_size=64, n_ctx=16, d_model=16, n_layer=1)
+SHAPE = dict(vocab_size=64, n_ctx=16, d_model=16, n_layer=1, n_head=1)
 
 
 def flat_model(seed=0):

@@ -257,19 +257,20 @@ class TestEmbeddings(unittest.TestCase):
         seqs = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (5, 1, 17, 9, 24, 9, 3, 12, 20, 2)]
         for name in ('flat', 'transformer', 'toeplitz', 'linear_attention'):
             torch.manual_seed(0)
-            cfg = mixer.variant_config(name, vocab_size=64, n_ctx=24, d_model=32, n_layer=2, chunk_size=8)
+            cfg = mixer.variant_config(name, vocab_size=64, n_ctx=24, d_model=32, n_layer=2, n_head=1,
+                                       chunk_size=8)
             model = mixer.build_model(cfg).eval()
             for layer in (None, 0):
                 batched = embeddings.embed_tokens(model, seqs, layer=layer, batch_size=4)
                 mean = embeddings.embed_tokens(model, seqs, layer=layer, batch_size=4, pool='mean')
                 for i, s in enumerate(seqs):
-                    alone = model.embed(torch.tensor([s]), layer=layer)[0]
+                    alone = model.hidden(torch.tensor([s]), layer=layer)[0, -1]      # the last token's vector
                     mean_alone = model.hidden(torch.tensor([s]), layer=layer)[0].mean(0)
                     with self.subTest(variant=name, layer=layer, length=len(s)):
                         torch.testing.assert_close(batched[i], alone, atol=1e-5, rtol=0)
                         torch.testing.assert_close(mean[i], mean_alone, atol=1e-5, rtol=0)
         torch.manual_seed(0)
-        ae = mixer.build_model(mixer.ModelConfig(vocab_size=64, n_ctx=24, d_model=32, n_layer=1,
+        ae = mixer.build_model(mixer.ModelConfig(vocab_size=64, n_ctx=24, d_model=32, n_layer=1, n_head=1,
                                                  task='autoencode')).eval()
         batched = embeddings.embed_tokens(ae, seqs, batch_size=4)
         for i, s in enumerate(seqs):

@@ -292,7 +292,8 @@ class TestTrainPy(Base):
         With mixing_lr_mult = 0, train.py leaves the mixing matrices untouched."""
         for variant, mixing_wd in itertools.product(('multihead', 'expanded', 'toeplitz', 'recurrent', 'hybrid'),
                                                     (None, 2.0)):      # None: the mixing matrices at weight_decay too
-            model = mixer.build_model(mixer.variant_config(variant, vocab_size=64, n_ctx=8, d_model=16, n_layer=2))
+            cfg = mixer.variant_config(variant, vocab_size=64, n_ctx=8, d_model=16, n_layer=2, n_head=1)
+            model = mixer.build_model(cfg)
             groups = optim.param_groups(model, {'mixing_lr_mult': 0.5, 'weight_decay': 0.1,
                                                 'mixing_weight_decay': mixing_wd})
             ids = [id(p) for g in groups for p in g['params']]
@@ -310,7 +311,8 @@ class TestTrainPy(Base):
         self.assert_ok(r)
         trained = params(out)
         torch.manual_seed(1337)                    # train.py's seed: the same init
-        cfg = mixer.variant_config('flat', vocab_size=trained['wte.weight'].shape[0], d_model=32, n_layer=1, n_ctx=32)
+        cfg = mixer.variant_config('flat', vocab_size=trained['wte.weight'].shape[0], d_model=32, n_layer=1,
+                                   n_ctx=32, n_head=1)
         init = mixer.build_model(cfg).state_dict()
         self.assertTrue(torch.equal(trained['blocks.0.mixing.W'], init['blocks.0.mixing.W']))
         self.assertFalse(torch.equal(trained['blocks.0.ff.fc.weight'], init['blocks.0.ff.fc.weight']))
@@ -439,7 +441,7 @@ class TestMuon(unittest.TestCase):
         for name in ('flat', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'hybrid', 'linear_attention'):
             for task in ('lm', 'autoencode'):
                 model = mixer.build_model(mixer.variant_config(name, vocab_size=64, n_ctx=8, d_model=16, n_layer=2,
-                                                               embed_proj=True, task=task))
+                                                               n_head=1, embed_proj=True, task=task))
                 # by name: 2-D '.weight' of the blocks (linear layers); not the mixings' W / w / v,
                 # not wte / lm_head / embed_proj / norms / biases
                 expected = {n for n, p in model.named_parameters()
@@ -450,7 +452,8 @@ class TestMuon(unittest.TestCase):
                     self.assertEqual(got, expected)
                     self.assertTrue(any('ff.fc' in n for n in got))
                     self.assertFalse(any(n.endswith(('.W', 'W2', '.w', '.v')) or 'wte' in n for n in got))
-        model = mixer.build_model(mixer.variant_config('multihead', vocab_size=64, n_ctx=8, d_model=16, n_layer=1))
+        cfg = mixer.variant_config('multihead', vocab_size=64, n_ctx=8, d_model=16, n_layer=1, n_head=1)
+        model = mixer.build_model(cfg)
         got = {n for n, p in model.named_parameters() if id(p) in optim.muon_params(model)}
         self.assertEqual(got, {'blocks.0.mixing.proj_in.weight', 'blocks.0.mixing.proj_out.weight',
                                'blocks.0.ff.fc.weight', 'blocks.0.ff.proj_out.weight'})
