@@ -100,6 +100,28 @@ class TestSteps(unittest.TestCase):
         self.assertGreater(torch.nn.functional.cosine_similarity(g_bf16, g_fp32, dim=0).item(), 0.99)
 
 
+class TestBenchTable(unittest.TestCase):
+
+    def test_the_precision_table(self):
+        """bench.py --tables precision --quick: per thread count a float32 row (ratio 1), a bf16 row whose ratio
+        is the median [p25, p75] of the rounds (p25 <= median <= p75), MFU against its own precision's peak, and
+        what dtype='auto' keeps: bf16 exactly when this CPU is native and the printed median reaches the margin."""
+        r = run_in_process('-m', 'experiments.bench', '--quick', '--tables', 'precision', '--device', 'cpu',
+                           '--precision_data_dir', prepared_data())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [[c.strip() for c in line.strip('|').split('|')] for line in r.stdout.splitlines()
+                if line.startswith('| 1 |')]
+        self.assertEqual([row[1] for row in rows], ['float32', 'bfloat16', "train.py's dtype='auto' keeps"])
+        self.assertEqual(rows[0][3], '1')
+        mid, p25, p75 = (float(x) for x in rows[1][3].replace('[', '').replace(']', '').replace(',', '').split())
+        self.assertLessEqual(p25, mid)
+        self.assertLessEqual(mid, p75)
+        native, margin = machine.native_bf16(), machine.PrecisionChoice().margin
+        if abs(mid - margin) > 0.005:                       # the printed median is rounded to 2 places
+            self.assertEqual(rows[2][2], 'bfloat16' if native and mid >= margin else 'float32')
+        self.assertIn('Native bf16: yes' if native else 'Native bf16: no', r.stdout)
+
+
 class TestTrainPy(unittest.TestCase):
 
     def test_the_choice_is_logged_saved_and_kept_on_resume(self):
