@@ -133,38 +133,14 @@ def parse_overrides(argv, defaults, usage, module=None):
 
 
 def check_settings(cfg):
-    """Range-check the merged non-model settings (the model's are mixer.ModelConfig's): the
-    first violation is a one-line error, exit 2. Non-finite numbers are refused."""
+    """Check the merged non-model settings (the model's are mixer.ModelConfig's) against RULES: the first
+    violation is a one-line error, exit 2. Non-finite numbers are refused."""
     for key, value in cfg.items():
         if isinstance(value, float) and not math.isfinite(value):
             fail(f'{key} must be a finite number, got {value!r}')
-    for key, choices in SETTING_CHOICES.items():
-        if cfg[key] not in choices:
-            fail(f'{key} must be one of {", ".join(map(repr, choices))}, got {cfg[key]!r}')
-    for key, low in AT_LEAST.items():
-        if cfg[key] < low:
-            fail(f'{key} must be >= {low}, got {cfg[key]!r}')
-    decay = cfg['mixing_weight_decay']
-    if decay is not None and not (isinstance(decay, (int, float)) and not isinstance(decay, bool)
-                                  and decay >= 0):
-        fail(f'mixing_weight_decay must be a number >= 0 or None, got {cfg["mixing_weight_decay"]!r}')
-    if not cfg['learning_rate'] > 0:
-        fail(f'learning_rate must be > 0, got {cfg["learning_rate"]!r}')
-    decay_iters = cfg['lr_decay_iters']
-    if decay_iters is not None and not (is_count(decay_iters) and decay_iters >= 1):
-        fail(f'lr_decay_iters must be None or an int >= 1, got {cfg["lr_decay_iters"]!r}')
-    for key in ('beta1', 'beta2'):
-        if not 0 <= cfg[key] < 1:
-            fail(f'{key} must be in [0, 1), got {cfg[key]!r}')
-    if cfg['threads'] is not None and not (is_count(cfg['threads']) and 1 <= cfg['threads'] <= MAX_THREADS):
-        fail(f'threads must be None (chosen by measuring) or an int from 1 to {MAX_THREADS}, '
-             f'got {cfg["threads"]!r}')
-    for key in ('fft_threshold', 'chunk_size'):
-        if cfg[key] is not None and (not is_count(cfg[key]) or cfg[key] < 1):
-            fail(f'{key} must be None (the device\'s own) or an int >= 1, got {cfg[key]!r}')
-    for key in ('out_dir', 'data_dir'):
-        if not cfg[key].strip():
-            fail(f'{key} must name a folder, got {cfg[key]!r}')
+    for key, (ok, what) in RULES.items():
+        if not ok(cfg[key]):
+            fail(f'{key} must be {what}, got {cfg[key]!r}')
     if cfg['log_to'] or cfg['run_name'] is not None or cfg['project'] is not None:
         from harness import trackers    # here: a run without trackers never imports them
         trackers.check_log_to(cfg)      # log_to, run_name, project; the named libraries import
@@ -173,6 +149,35 @@ def check_settings(cfg):
 def is_count(value):
     """True for an int that is not a bool (True is an int to Python, not a count to a setting)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def count_from(low, high=None, none=''):
+    """A rule: None (which means `none`, when said) or an int, not a bool, from `low` (to `high`)."""
+    what = f'an int >= {low}' if high is None else f'an int from {low} to {high}'
+    return (lambda v: v is None or is_count(v) and low <= v <= (high or v),
+            f'None ({none}) or {what}' if none else f'None or {what}')
+
+
+def is_number(value):
+    """True for an int or a float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# Each setting's rule: (whether a value keeps it, what the value must be, in the error's words)
+RULES = {
+    **{k: (lambda v, c=c: v in c, 'one of ' + ', '.join(map(repr, c))) for k, c in SETTING_CHOICES.items()},
+    **{k: (lambda v, low=low: v >= low, f'>= {low}') for k, low in AT_LEAST.items()},
+    'mixing_weight_decay': (lambda v: v is None or is_number(v) and v >= 0, 'a number >= 0 or None'),
+    'learning_rate': (lambda v: v > 0, '> 0'),
+    'lr_decay_iters': count_from(1),
+    'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'),
+    'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
+    'threads': count_from(1, MAX_THREADS, 'chosen by measuring'),
+    'fft_threshold': count_from(1, none="the device's own"),
+    'chunk_size': count_from(1, none="the device's own"),
+    'out_dir': (lambda v: bool(v.strip()), "a folder's name"),
+    'data_dir': (lambda v: bool(v.strip()), "a folder's name"),
+}
 
 
 def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS if k not in TUNING_KEYS)):
