@@ -232,6 +232,9 @@ def sample(argv):
     p.add_argument('--device', default='auto', help="'auto' (cuda when there is one, else cpu), 'cpu', "
                                                     "'cuda', 'cuda:N'")
     p.add_argument('--compile', action='store_true', help='torch.compile the decoding step (Decoder)')
+    p.add_argument('--dtype', choices=('float32', 'bfloat16'), default='float32',
+                   help='the weights and the decoding state: bfloat16 reads half the bytes a token (on a CPU with '
+                        'native bf16, or a GPU); float32, the checkpoint as trained')
     args = p.parse_args(argv)
     if args.device == 'auto':
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -244,6 +247,7 @@ def sample(argv):
         fail(str(e))
     if model.cfg.task != 'lm':
         fail('this checkpoint is an autoencoder; sample.py needs a language model')
+    model = model.to(getattr(torch, args.dtype))
     text = args.start
     if text.startswith('FILE:'):
         try:
@@ -288,7 +292,7 @@ def sample(argv):
     sys.stdout.flush()
     print(f'sample.py: {new_tokens:,} new tokens in {seconds:.2f} s, {new_tokens / max(seconds, 1e-9):,.1f} '
           f'tokens/s ({args.num_samples} sample(s) as one batch, the prompt\'s {len(ids)} tokens read first, '
-          f'on {args.device}' + (', compiled' if args.compile else '') + ')', file=sys.stderr)
+          f'on {args.device}, {args.dtype}' + (', compiled' if args.compile else '') + ')', file=sys.stderr)
 
 
 def compile_now(dec, idx):

@@ -398,6 +398,9 @@ def parse_args(argv=None):
                    help="the precision table's thread counts")
     p.add_argument('--precision_overrides', type=lambda text: text.split(), default=[],
                    help="train.py settings after the precision table's config, e.g. '--batch_size=16'")
+    p.add_argument('--decode_cast', action='store_true',
+                   help="the decode table's weights cast to --dtype (bf16: half the bytes a step reads) where it "
+                        'otherwise runs float32 weights under autocast')
     p.add_argument('--load_config', default='config/tinystories_cpu.py', help='the load table\'s train.py config')
     p.add_argument('--load_data_dir', default='data/tinystories', help='the load table\'s prepared data')
     p.add_argument('--load_steps', type=count, default=150, help='steps of each run of the load table')

@@ -175,7 +175,8 @@ def bench_decode(args):
     printed (and flushed) as soon as it is measured: a run cut short keeps its rows."""
     bandwidth = copy_bandwidth(args.device)
     early, late = args.decode_n_ctx // 4, args.decode_n_ctx - args.decode_tokens
-    print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype}; median ms/token over '
+    how = 'the weights cast to it' if args.decode_cast else 'autocast, float32 weights'
+    print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype} ({how}); median ms/token over '
           f'{args.decode_tokens} tokens after a {early}-token prompt. Weight-read limit = '
           f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '
           f'second of a {fmt_bytes(2 ** 28)} copy): the time to read every weight once. eager: sample.Decoder '
@@ -190,10 +191,12 @@ def bench_decode(args):
             say(f'decode: {name}, d_model {d_model}, n_layer {n_layer}')
             torch._dynamo.reset()
             model = build(name, args, d_model=d_model, n_layer=n_layer, n_ctx=args.decode_n_ctx).eval()
+            if args.decode_cast:                           # the weights themselves in --dtype: no autocast
+                model = model.to(serve_dtype(args))
             prompt = torch.randint(args.vocab_size, (1, early), device=args.device)
             wbytes = nbytes(model.parameters())
             limit = 1e3 * wbytes / bandwidth
-            with machine.autocast(args.device, args.dtype):
+            with machine.autocast(args.device, 'fp32' if args.decode_cast else args.dtype):
                 eager = [eager_ms(model, start, args, wait) for start in (early, late)]
                 dec, graphs = sample.Decoder(model, compile=True), graphs_compiled()
                 dec.prefill(prompt[:, :1])
