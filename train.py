@@ -1,5 +1,5 @@
-"""Train any model of mixer.py on prepared token files: a nanoGPT-style loop, read top to bottom (the settings,
-the data, the model and its optimisers, one step, the loop, main).
+"""Train any model of mixer.py on prepared token files: a nanoGPT-style loop, read top to bottom (the
+settings, the data, the model and its optimisers, one step and the loop, main).
 
     python train.py config/tinystories_cpu.py --variant=toeplitz --max_iters=500
     torchrun --standalone --nproc_per_node=2 train.py config/tinystories_cpu.py
@@ -19,10 +19,11 @@ import sys
 import time
 import warnings
 from dataclasses import asdict
+from datetime import timedelta
 from types import SimpleNamespace
 
 from harness.cli import begin, fail, run_command
-begin('train.py', __name__, keep=True)     # first: Ctrl-C is one line from here; a closed stdout never stops the run
+begin('train.py', __name__, keep=True)     # first: Ctrl-C is one line from here; a closed stdout: no stop
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -72,9 +73,9 @@ run_name = None                 # their run's name (None: out_dir's last folder)
 project = None                  # their project (None: data_dir's last folder)
 # system
 device = 'auto'                 # 'auto', 'cpu', 'cuda', 'cuda:1', ...
-dtype = 'auto'                  # 'auto' (bf16 on CUDA; on a CPU with native bf16 the faster, measured), 'float32', 'bfloat16'
+dtype = 'auto'                  # 'float32', 'bfloat16'; 'auto': bf16 on CUDA, on a CPU the faster, measured
 compile = False                 # torch.compile the model
-threads = None                  # CPU: torch's threads, None: chosen by measuring as the load moves (machine.ThreadChoice)
+threads = None                  # torch's CPU threads; None: chosen by measuring as the load moves
 ddp_timeout = 300               # seconds a DDP rank waits for the others in a collective before the run stops
 DEFAULTS = configurator.collect_defaults(globals())
 
@@ -85,7 +86,8 @@ def draw_windows(gen, n_tokens, n_ctx, batch_size, grad_accum, world):
     """Start positions of one optimiser step's windows for every rank and micro-step: long [world, grad_accum,
     batch_size], uniform over the n_tokens - n_ctx - 1 starts. Every rank holds the same generator (a resumed
     run too: checkpoint.restore) and takes its own row, so the windows of a step depend on the global batch
-    alone: 2 ranks x batch 4 draw exactly what one process with batch 8, or batch 4 and grad_accum 2, draws."""
+    alone: 2 ranks x batch 4 draw exactly what one process with batch 8, or batch 4 and grad_accum 2,
+    draws."""
     n = world * grad_accum * batch_size
     return torch.randint(n_tokens - n_ctx - 1, (n,), generator=gen).view(world, grad_accum, batch_size)
 
@@ -101,8 +103,9 @@ def get_batch(data, starts, n_ctx, task, dev):
 
 @torch.no_grad()
 def evaluate(model, data, cfg, dev, autocast, bytes_per_token, split='val'):
-    """Mean loss (nats/token), bits per byte and token accuracy on eval_windows fixed, evenly spaced windows of
-    data -> {split_loss, split_bpb, split_acc}. Bits per byte = nats / ln 2 / the split's UTF-8 bytes per token."""
+    """Mean loss (nats/token), bits per byte and token accuracy on eval_windows fixed, evenly spaced windows
+    of data -> {split_loss, split_bpb, split_acc}. Bits per byte = nats / ln 2 / the split's UTF-8 bytes per
+    token."""
     model.eval()
     n_ctx, B = cfg['n_ctx'], cfg['batch_size']
     starts = torch.linspace(0, len(data) - n_ctx - 2, cfg['eval_windows']).long()
@@ -122,8 +125,8 @@ def evaluate(model, data, cfg, dev, autocast, bytes_per_token, split='val'):
 
 def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, meta):
     """evaluate() on the validation windows and, with eval_train, on fixed training windows (keys
-    train_windows_loss, _bpb, _acc: the loss on seen text beside the unseen), each split's bits per byte by its
-    own bytes per token (meta: the data's meta.json)."""
+    train_windows_loss, _bpb, _acc: the loss on seen text beside the unseen), each split's bits per byte by
+    its own bytes per token (meta: the data's meta.json)."""
     ev = evaluate(model, val_data, cfg, dev, autocast, meta['val']['bytes_per_token'])
     if cfg['eval_train']:
         ev.update(evaluate(model, train_data, cfg, dev, autocast, meta['train']['bytes_per_token'],
@@ -135,11 +138,12 @@ def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, meta):
 
 def build_run(cfg, ckpt, env, meta):
     """The model, its optimisers and the window generator of the settings (a resumed run: with their saved
-    states) -> SimpleNamespace(model_cfg, raw_model: the model, evaluated and saved; model: what the loop steps,
-    raw_model under DDP and torch.compile; optimizers [(checkpoint key, optimizer)]; batch_gen; flops: training
-    FLOPs per token; step; tokens: tokens seen; best_val: nats/token). A model config the settings make
-    invalid, a model too large for the device's memory (counted on the meta device) or a tokenizer other than
-    the checkpoint's: one line, exit 2; a saved optimiser state that does not fit: checkpoint.CheckpointError."""
+    states) -> SimpleNamespace(model_cfg; raw_model: the model, evaluated and saved; model: what the loop
+    steps, raw_model under DDP and torch.compile; optimizers [(checkpoint key, optimizer)]; batch_gen; flops:
+    training FLOPs per token; step; tokens: tokens seen; best_val: nats/token; last_eval; saved_step: the step
+    ckpt.pt holds, None before the first save; ckpt_path). A model config the settings make invalid, a model
+    too large for the device's memory (counted on the meta device) or a tokenizer other than the
+    checkpoint's: one line, exit 2; a saved optimiser state that does not fit: checkpoint.CheckpointError."""
     tuned = machine.device_tuning(env.dev.split(':')[0])            # fft_threshold, chunk_size: speed only
     try:
         model_cfg = mixer.ModelConfig(vocab_size=meta['vocab_size'], task=cfg['task'], **{
@@ -158,9 +162,9 @@ def build_run(cfg, ckpt, env, meta):
         if env.master:
             print(f'resumed from {os.path.join(cfg["out_dir"], "ckpt.pt")} at step {step}')
     return SimpleNamespace(model_cfg=model_cfg, raw_model=raw_model, model=wrap_model(raw_model, cfg, env),
-                           optimizers=optimizers, batch_gen=batch_gen, step=step, tokens=tokens, best_val=best_val,
-                           flops=machine.flops_per_token(raw_model, cfg['n_ctx']), last_eval=None,
-                           saved_step=step if ckpt is not None else None,
+                           optimizers=optimizers, batch_gen=batch_gen, step=step, tokens=tokens,
+                           best_val=best_val, flops=machine.flops_per_token(raw_model, cfg['n_ctx']),
+                           last_eval=None, saved_step=step if ckpt is not None else None,
                            ckpt_path=os.path.join(cfg['out_dir'], 'ckpt.pt'))
 
 
@@ -172,7 +176,7 @@ def wrap_model(raw_model, cfg, env):
     model = raw_model
     if env.ddp:
         with warnings.catch_warnings():          # torch 2.13 deprecates the argument, but it is still the one
-            warnings.filterwarnings('ignore', message='`broadcast_buffers` is deprecated', category=FutureWarning)
+            warnings.filterwarnings('ignore', '`broadcast_buffers` is deprecated', FutureWarning)
             model = DDP(model, device_ids=[env.local] if env.cuda else None, broadcast_buffers=False)
     return torch.compile(model) if cfg['compile'] else model
 
@@ -217,14 +221,19 @@ def train_step(model, optimizers, data, starts, cfg, env):
 
 def train(run, train_data, val_data, meta, log, requests, cfg, env):
     """The loop: evaluate and save every eval_interval steps and at max_iters (a resumed run does not evaluate
-    its saved step again), save every save_interval steps, log every log_interval steps, until max_iters. Every
-    rank stops together (stop_together: a non-finite loss, Ctrl-C or SIGTERM, a failed save); a stop asked by a
-    signal saves the step reached first. -> speed {'seconds', 'tokens', 'steady_seconds', 'steady_tokens'}."""
+    its saved step again), save every save_interval steps, log every log_interval steps, until max_iters.
+    Every rank stops together (stop_together: a non-finite loss, Ctrl-C or SIGTERM, a failed save); a stop
+    asked by a signal saves the step reached first. -> seconds and tokens of the logged intervals, {'seconds',
+    'tokens', 'steady_seconds', 'steady_tokens'} (steady: after the first interval, whose warm-up it leaves
+    out)."""
     max_iters, tokens_per = cfg['max_iters'], tokens_per_step(cfg, env.world)
     speed = dict.fromkeys(('seconds', 'tokens', 'steady_seconds', 'steady_tokens'), 0)
-    pending, since_log, first_step, t_start = [], 0, run.step, time.perf_counter()    # pending: losses not checked
-    t_log = t_start
+    pending, since_log, first_step, peak = [], 0, run.step, env.tuning.peak()[0]   # pending: losses unchecked
+    t_start = t_log = time.perf_counter()
+    eta = lambda now: timedelta(seconds=round((now - t_start) / max(1, run.step - first_step)     # noqa: E731
+                                              * (max_iters - run.step)))
     while True:
+        # evaluate (rank 0), log and save every eval_interval steps and at the end; not training time
         if (run.step % cfg['eval_interval'] == 0 or run.step == max_iters) and run.step != run.saved_step:
             t_eval = time.perf_counter()
             stop_together(env, pending)
@@ -233,21 +242,20 @@ def train(run, train_data, val_data, meta, log, requests, cfg, env):
                 if env.master else None
             if ev is not None and math.isfinite(ev['val_loss']):
                 run.best_val, run.last_eval = min(run.best_val, ev['val_loss']), {'step': run.step, **ev}
-                eta = machine.hms((t_eval - t_start) / max(1, run.step - first_step) * (max_iters - run.step))
                 log.write({'event': 'eval', 'step': run.step, 'tokens': run.tokens, **ev},
                           f'step {run.step:5d}/{max_iters} | val loss {ev["val_loss"]:.4f} nats/token | '
                           f'{ev["val_bpb"]:.4f} bits/byte | acc {ev["val_acc"]:.3f} | '
                           + (f'train windows {ev["train_windows_loss"]:.4f} | ' if cfg['eval_train'] else '')
-                          + f'ETA {eta if run.step > first_step else "?"}')
+                          + f'ETA {eta(t_eval) if run.step > first_step else "?"}')
             stop_together(env, reason=None if ev is None or math.isfinite(ev['val_loss']) else
                           f'non-finite val loss {ev["val_loss"]} at step {run.step}')
             if cfg['save_checkpoint'] and run.step > 0:
                 save(run, cfg, env, meta)
-            t_log += time.perf_counter() - t_eval                 # evaluation time is not training time
+            t_log += time.perf_counter() - t_eval
         if run.step >= max_iters:
             return speed
-        # every rank stops together (a non-finite loss, Ctrl-C or SIGTERM): checked every step on the CPU, on a GPU
-        # before each log line and save (one device sync); a stop asked by a signal first saves the step reached
+        # every rank stops together (a non-finite loss, Ctrl-C or SIGTERM): checked every step on the CPU,
+        # on a GPU before each log line and save (one device sync); a stop asked by a signal saves its step
         save_due = cfg['save_checkpoint'] and cfg['save_interval'] and run.step % cfg['save_interval'] == 0 \
             and 0 < run.step != run.saved_step
         if not env.cuda or run.step % cfg['log_interval'] == 0 or save_due:
@@ -273,28 +281,26 @@ def train(run, train_data, val_data, meta, log, requests, cfg, env):
         loss = train_step(run.model, run.optimizers, train_data, starts, cfg, env)
         run.step, run.tokens, since_log = run.step + 1, run.tokens + tokens_per, since_log + 1
         pending.append((run.step, loss))
-        if change := env.tuning.stepped(time.perf_counter() - t_step):   # the CPU's precision and threads
-            log.tuned(change, run.step, tokens_per)
+        if change := env.tuning.stepped(time.perf_counter() - t_step):     # the CPU's precision and threads
+            peak = log.tuned(change, run.step, tokens_per)                   # the peak of the precision now
+        # the log line: the loss (the mean over ranks), time per step, tokens/s, MFU against `peak`
         if run.step % cfg['log_interval'] == 0:
             loss = loss.reshape(1).float()
-            if env.ddp:                                    # the mean over ranks, not rank 0's alone
+            if env.ddp:
                 torch.distributed.all_reduce(loss)
                 loss = loss / env.world
             now = time.perf_counter()
-            seconds, t_log = now - t_log, now
-            if speed['seconds']:           # the first interval holds the warm-up (compilation, allocator)
-                speed['steady_seconds'] += seconds
-                speed['steady_tokens'] += since_log * tokens_per
-            speed['seconds'] += seconds
-            speed['tokens'] += since_log * tokens_per
-            tok_s = since_log * tokens_per / seconds
-            mfu = run.flops * tok_s / env.world / env.tuning.peak()[0]
-            eta = machine.hms((now - t_start) / (run.step - first_step) * (max_iters - run.step))
-            log.write({'event': 'train', 'step': run.step, 'tokens': run.tokens, 'loss': loss.item(), 'lr': lr,
-                       'ms_per_step': 1000 * seconds / since_log, 'tokens_per_s': tok_s, 'mfu': mfu},
+            seconds, t_log, tokens = now - t_log, now, since_log * tokens_per
+            if speed['seconds']:
+                speed['steady_seconds'], speed['steady_tokens'] = speed['steady_seconds'] + seconds, \
+                    speed['steady_tokens'] + tokens
+            speed['seconds'], speed['tokens'] = speed['seconds'] + seconds, speed['tokens'] + tokens
+            ms, tok_s = 1000 * seconds / since_log, tokens / seconds
+            mfu = run.flops * tok_s / env.world / peak
+            log.write({'event': 'train', 'step': run.step, 'tokens': run.tokens, 'loss': loss.item(),
+                       'lr': lr, 'ms_per_step': ms, 'tokens_per_s': tok_s, 'mfu': mfu},
                       f'step {run.step:5d}/{max_iters} | loss {loss.item():.4f} | lr {lr:.2e} | '
-                      f'{1000 * seconds / since_log:.1f} ms/step | {tok_s:,.0f} tok/s | MFU {machine.fmt_mfu(mfu)} | '
-                      f'ETA {eta}')
+                      f'{ms:.1f} ms/step | {tok_s:,.0f} tok/s | MFU {100 * mfu:.1f}% | ETA {eta(now)}')
             since_log = 0
 
 

@@ -122,22 +122,24 @@ class RunLog:
 
     def tuned(self, change, step, tokens_per):
         """A change of the precision or the CPU's threads (machine.Tuning.stepped's `change`, rates in steps/s)
-        at `step` -> its line and a 'precision' or 'threads' event (rates in tokens/s)."""
+        at `step` -> its line and a 'precision' or 'threads' event (rates in tokens/s); returns the peak MFU is
+        measured against from now on (FLOP/s: the precision's)."""
         at = f'step {step:5d}/{self.cfg["max_iters"]} | '
+        peak, peak_name = self.env.tuning.peak()
         if change['event'] == 'precision':
             rates = {k: r * tokens_per for k, r in change['rates'].items()}
-            peak, peak_name = self.env.tuning.peak()
             self.write({'event': 'precision', 'step': step, 'dtype': change['dtype'], 'tokens_per_s': rates,
                         'peak_flops': peak, 'peak': peak_name},
                        at + f'precision {change["dtype"]}: ' + ', '.join(f'{k} {r / 1e3:.1f}k' for k, r in
                                                                          rates.items()) + f' tokens/s; MFU now '
                        f'against {peak_name}')
-            return
+            return peak
         rates = [None if r is None else r * tokens_per for r in (change['rate_from'], change['rate'])]
         self.write({'event': 'threads', 'step': step, 'threads': change['threads'], 'from': change['from'],
                     'tokens_per_s': rates[1], 'tokens_per_s_from': rates[0]},
                    at + f'threads {change["from"]} -> {change["threads"]}: '
                    + ' -> '.join('?' if r is None else f'{r / 1e3:.1f}k' for r in rates) + ' tokens/s')
+        return peak
 
     def start(self, run, ckpt, meta):
         """The run's header: the 'config' and 'schedule' events and their lines (the model, the processes, the
