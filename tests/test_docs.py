@@ -4,7 +4,7 @@ The project stands on its own: no file points to the team's private design notes
 (their path or their section numbers), and the README explains every model kind,
 how to read the code, and where the ideas come from. The README and the results
 pages under docs/ name only scripts, flags, configs, variants, models, files and
-code that exist, the README stays short (under 32,000 characters, a Results section of at
+code that exist, the README stays short (under 24,000 characters, a Results section of at
 most 30 lines, no line outside a code block over 200 characters) and links every results page.
 """
 
@@ -23,7 +23,7 @@ NOTE = 'DES' + 'IGN'   # built so that this file does not match its own search
 FORBIDDEN = ('../shared/' + NOTE, NOTE + ' section', NOTE + '.md')
 SKIP_DIRS = {'.git', '__pycache__', 'out', 'tinystories'}
 README_SECTIONS = ('How the models work', 'Reading the code', 'References')
-README_MAX_CHARS = 32_000       # the whole README, in characters: results belong under docs/
+README_MAX_CHARS = 24_000       # the whole README, in characters: results and detail belong under docs/
 RESULTS_MAX_LINES = 30          # its "## Results" section: one short table of headlines
 LINE_MAX_CHARS = 200            # any line outside a fenced code block (prose, tables)
 
