@@ -199,6 +199,18 @@ def save(run, cfg, env, meta):
 
 # ----------------------------------------------------------------------------- one step and the loop
 
+def get_lr(step, cfg):
+    """The learning rate of optimiser step `step` (nanoGPT's schedule): a linear warm-up to learning_rate over
+    warmup_iters steps, then a cosine decay to min_lr at lr_decay_iters (None: max_iters), min_lr after."""
+    decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
+    if step < cfg['warmup_iters']:
+        return cfg['learning_rate'] * (step + 1) / cfg['warmup_iters']
+    if step >= decay_iters:
+        return cfg['min_lr']
+    ratio = (step - cfg['warmup_iters']) / max(1, decay_iters - cfg['warmup_iters'])
+    return cfg['min_lr'] + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg['learning_rate'] - cfg['min_lr'])
+
+
 def train_step(model, optimizers, data, starts, cfg, env):
     """One optimiser step over the windows at starts long [grad_accum, batch_size] -> the mean training loss,
     a 0-d tensor (not synchronised: no .item() per step). Under DDP, gradients are all-reduced on the last
@@ -271,7 +283,7 @@ def train(run, train_data, val_data, meta, log, requests, cfg, env):
             save(run, cfg, env, meta)
             t_log += time.perf_counter() - t_save
         # one optimiser step at this step's learning rate (the token mixings' own: optim.param_groups)
-        lr = optim.lr_at(run.step, cfg)
+        lr = get_lr(run.step, cfg)
         for _, opt in run.optimizers:
             for group in opt.param_groups:
                 group['lr'] = lr * group['lr_mult']
@@ -334,7 +346,7 @@ def main(argv):
         fail(str(e))
     code = 0
     try:
-        log.start(run, ckpt, meta)
+        log.start(run, ckpt, meta, get_lr)
         with StopRequests() as requests:
             speed = train(run, train_data, val_data, meta, log, requests, cfg, env)
         if env.master:

@@ -221,7 +221,7 @@ def lr_at(step, lr, per_epoch, epochs, warmup=0.0):
     most `epochs` epochs of `per_epoch` steps at peak rate lr: Zoology's cosine over SCHEDULE_EPOCHS
     epochs, lr * 0.5 (1 + cos(pi (e - 1) / SCHEDULE_EPOCHS)) in epoch e = step // per_epoch + 1 (constant
     within an epoch), times the warm-up's linear ramp (step + 1) / W over the first W = warmup_steps(warmup,
-    epochs * per_epoch) steps (as optim.lr_at: the first step at lr / W, step W - 1 at the full rate). With
+    epochs * per_epoch) steps (as train.get_lr: the first step at lr / W, step W - 1 at the full rate). With
     warmup 0 it is Zoology's trainer exactly; with the window's 0.1, the first 800 of its 8,000 steps (1.6
     of 16 epochs) ramp, then the cosine, at 0.87 lr in the 16th epoch (issue 58)."""
     rate = lr * 0.5 * (1 + math.cos(math.pi * (step // per_epoch) / SCHEDULE_EPOCHS))

@@ -1,14 +1,11 @@
 """The optimisers of train.py: parameter groups (the token-mixing matrices' own learning rate and weight
-decay), AdamW and Muon, and the learning-rate schedule (linear warm-up, then cosine decay, as nanoGPT).
+decay), AdamW and Muon (the learning-rate schedule is train.py's get_lr).
 
     optimizers = build_optimizers(model, cfg, cuda=False)     # [('optimizer', AdamW)], + ('optimizer_muon', Muon)
-    lr = lr_at(step, cfg)                                      # each group then steps at lr * group['lr_mult']
 
-cfg is train.py's settings dict (learning_rate, min_lr, warmup_iters, lr_decay_iters, max_iters,
-weight_decay, beta1, beta2, optimizer, mixing_lr_mult, mixing_weight_decay).
+cfg is train.py's settings dict (learning_rate, weight_decay, beta1, beta2, optimizer, mixing_lr_mult,
+mixing_weight_decay).
 """
-
-import math
 
 import torch
 
@@ -56,17 +53,6 @@ def build_optimizers(model, cfg, cuda):
                                                        weight_decay=cfg['weight_decay'],
                                                        adjust_lr_fn='match_rms_adamw')))
     return out
-
-
-def lr_at(it, cfg):
-    """Linear warm-up to learning_rate, then cosine decay to min_lr at lr_decay_iters."""
-    decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
-    if it < cfg['warmup_iters']:
-        return cfg['learning_rate'] * (it + 1) / cfg['warmup_iters']
-    if it >= decay_iters:
-        return cfg['min_lr']
-    ratio = (it - cfg['warmup_iters']) / max(1, decay_iters - cfg['warmup_iters'])
-    return cfg['min_lr'] + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg['learning_rate'] - cfg['min_lr'])
 
 
 if __name__ == '__main__':

@@ -19,7 +19,7 @@ from dataclasses import asdict
 import torch
 import torch.distributed as dist
 
-from harness import checkpoint, machine, optim
+from harness import checkpoint, machine
 from harness.cli import own_line
 
 
@@ -141,9 +141,9 @@ class RunLog:
                    + ' -> '.join('?' if r is None else f'{r / 1e3:.1f}k' for r in rates) + ' tokens/s')
         return peak
 
-    def start(self, run, ckpt, meta):
+    def start(self, run, ckpt, meta, get_lr):
         """The run's header: the 'config' and 'schedule' events and their lines (the model, the processes, the
-        peak MFU is measured against, the schedule)."""
+        peak MFU is measured against, the schedule: get_lr(step, settings), train.py's learning rate)."""
         cfg, env, n_params = self.cfg, self.env, run.raw_model.num_params()
         peaks = {d: machine.peak_flops(env.dev, getattr(torch, d)) for d in env.tuning.dtypes}   # measured now
         peak, peak_name = peaks[env.dtype]
@@ -157,10 +157,10 @@ class RunLog:
         decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
         rec = {'event': 'schedule', 'from_step': run.step, 'max_iters': cfg['max_iters'],
                'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'],
-               'lr_decay_iters': decay_iters, 'lr_now': optim.lr_at(run.step, cfg)}
+               'lr_decay_iters': decay_iters, 'lr_now': get_lr(run.step, cfg)}
         saved = ''
         if ckpt is not None:
-            rec['lr_saved_schedule'] = optim.lr_at(run.step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
+            rec['lr_saved_schedule'] = get_lr(run.step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
                 'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'max_iters')}})
             saved = f' (the saved run\'s schedule: {rec["lr_saved_schedule"]:.2e})'
         self.write(rec, f'schedule: steps {run.step} -> {cfg["max_iters"]}; lr warm-up {cfg["warmup_iters"]} steps '
@@ -190,7 +190,7 @@ class RunLog:
                **({'final_train_windows_loss': ev['train_windows_loss']} if self.cfg['eval_train'] else {})}
         line = (f'steady {steady:,.0f} tok/s, MFU {machine.fmt_mfu(rec["steady_mfu"])} (logged steps after the '
                 f'first interval); ' if steady else '')
-        line += f'whole run {tok_s:,.0f} tok/s, MFU {machine.fmt_mfu(rec["mfu"])}'
+        line += f'whole run {tok_s:,.0f} tok/s, MFU {machine.fmt_mfu(rec["mfu"])} (against {peak_name})'
         line += f' | peak GPU memory {rec["peak_memory_gib"]:.1f} GiB' if env.cuda else ''
         self.write(rec, f'summary: final val loss {ev["val_loss"]:.4f} nats/token ({ev["val_bpb"]:.4f} bits/byte, '
                         f'acc {ev["val_acc"]:.3f}), best {run.best_val:.4f} | {run.step} steps, {run.tokens:,} tokens '

@@ -332,7 +332,7 @@ class WandB:
             self.run.finish()
 
 
-KINDS = {'tensorboard': TensorBoard, 'trackio': Trackio, 'wandb': WandB}
+TRACKERS = {'tensorboard': TensorBoard, 'trackio': Trackio, 'wandb': WandB}
 
 
 # ----------------------------------------------------------------------------- what train.py calls
@@ -480,7 +480,7 @@ def open_trackers(cfg, resumed_step, params, world):
                            session=sum(r.get('event') == 'config' for r in history))
     for name in names:
         try:
-            started.append(KINDS[name](cfg, resumed_step, state, past))
+            started.append(TRACKERS[name](cfg, resumed_step, state, past))
         except Exception as e:                  # a library raises many types: one line names it
             for t in started:
                 with contextlib.suppress(Exception), quiet():
