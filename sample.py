@@ -108,30 +108,29 @@ class Decoder(nn.Module):
             mode = 'reduce-overhead' if backend == 'inductor' else None
             self.compiled = torch.compile(self.graph_step, backend=backend, mode=mode, dynamic=False)
 
-    def check(self, idx, seqs=slice(None)):
-        """ValueError unless idx long [b, t] (t >= 1) fits the state's sequences `seqs` (a slice), computed in
-        the dtype the state was made for (the autocast it was made under, or none)."""
-        n = len(range(self.batch)[seqs])
-        if idx.dim() != 2 or idx.shape[0] != n or idx.shape[1] == 0:
-            raise ValueError(f'tokens of shape {list(idx.shape)} for {n} sequences of a decoder whose state holds a batch '
-                             f'of {self.batch}: give long [{n}, t], t >= 1 (another batch size: a new Decoder)')
+    def check(self, idx):
+        """ValueError unless idx long [B, t] (t >= 1) fits the state's batch, computed in the dtype the state
+        was made for (the autocast it was made under, or none)."""
+        if idx.dim() != 2 or idx.shape[0] != self.batch or idx.shape[1] == 0:
+            raise ValueError(f'tokens of shape {list(idx.shape)} for a decoder whose state holds a batch of '
+                             f'{self.batch}: give long [{self.batch}, t], t >= 1 (another batch size: '
+                             'a new Decoder)')
         if (autocast_dtype(self.device) or self.param_dtype) != self.dtype:
             raise ValueError(f"this decoder's state is {self.dtype}, but the model would compute in "
-                             f'{autocast_dtype(self.device) or self.param_dtype}: step it under the autocast it was '
-                             'made under (or outside, if it was made outside), or make a new Decoder')
+                             f'{autocast_dtype(self.device) or self.param_dtype}: step it under the autocast '
+                             'it was made under (or outside, if it was made outside), or make a new Decoder')
 
     @torch.no_grad()
-    def prefill(self, idx, seqs=slice(None)):
-        """Start fresh sequences: the prompt idx long [b, T] at positions 0..T-1 in one parallel, eager step
-        into the sequences `seqs` (a slice: a batch prefilled a slice at a time, each at the same T) of the
-        state -> logits float [b, vocab] after it; the position becomes T. ValueError for T past n_ctx."""
+    def prefill(self, idx):
+        """Start fresh sequences: the prompt idx long [B, T] at positions 0..T-1 in one parallel, eager step
+        on the zeroed state -> logits float [B, vocab] after it; the position becomes T. ValueError for T
+        past n_ctx."""
         if self.max_len is not None and idx.shape[1] > self.max_len:
             raise ValueError(f'prompt of {idx.shape[1]} tokens is longer than n_ctx={self.max_len}')
-        self.check(idx, seqs)
-        views = [_rows(layer, seqs) for layer in self.state]            # those sequences' state, zeroed
-        for tensor in (t for v in views for t in _tensors(v)):
+        self.check(idx)
+        for tensor in state_tensors(self.state):
             tensor.zero_()
-        logits = self.model.step(idx, views, 0)
+        logits = self.model.step(idx, self.state, 0)
         self.pos = idx.shape[1]
         return logits
 
@@ -161,10 +160,6 @@ class Decoder(nn.Module):
         """The one-token step the compiled graph holds: self.token at self.pos_on_device -> logits [B, vocab]."""
         return self.model.step(self.token, self.state, self.pos_on_device)
 
-    def state_tensors(self):
-        """Every tensor of the state, every layer's (what init_state allocated)."""
-        return [t for layer in self.state for t in _tensors(layer)]
-
 
 def autocast_dtype(device):
     """The dtype autocast computes in on `device` (a torch.device), or None outside autocast."""
@@ -193,15 +188,11 @@ def intra_op_threads(n):
         torch.set_num_threads(before)
 
 
-def _tensors(d):
-    """The tensors of a nested state dict."""
-    for v in d.values():
-        yield from _tensors(v) if isinstance(v, dict) else [v]
-
-
-def _rows(d, seqs):
-    """A nested state dict of views of the sequences `seqs` (a slice) of each buffer."""
-    return {k: _rows(v, seqs) if isinstance(v, dict) else v[seqs] for k, v in d.items()}
+def state_tensors(state):
+    """Every tensor of a decoding state: a list of nested dicts of tensors, one dict per layer, as
+    LanguageModel.init_state returns it (Decoder.state)."""
+    for v in (state.values() if isinstance(state, dict) else state):
+        yield from state_tensors(v) if isinstance(v, (dict, list)) else [v]
 
 
 # ----------------------------------------------------------------------------- the command
@@ -315,7 +306,7 @@ def sampling_bytes(model, batch, prompt, new_tokens):
     the meta device: nothing allocated), the tokens (int64, the steps' and their concatenation) and, a step,
     the logits and their softmax (float32 [batch, vocab] each) and the prompt's hidden states (float32
     [batch, prompt, d_model]). For sample.py's check against the device's memory (train.py's rule)."""
-    state = [t for layer in model.init_state(batch, device='meta') for t in _tensors(layer)]
+    state = list(state_tensors(model.init_state(batch, device='meta')))
     held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(), *state])
     return held + batch * (16 * (prompt + new_tokens) + 8 * model.cfg.vocab_size + 4 * prompt * model.cfg.d_model)
 
