@@ -21,7 +21,8 @@ to n_ctx tokens: queries and --pairs targets keep their first tokens, inverse-cl
 n_ctx tokens centred (as far as the story allows) on the place the sentence was taken from. Texts are sorted
 by length and right-padded in batches; a causal model's hidden vector at a position does not depend on later
 (padding) tokens, so each text's vector is read at its own last real token. Embeddings are cached in
---cache_dir/<key>.pt, key = sha256 of the checkpoint file + pairs + options (data/embeddings.py).
+--cache_dir/<key>.pt, the key being the SHA-256 of the checkpoint file, the pairs and the options
+(data/embeddings.py).
 
 Retrieval model (RetrievalMixer, below): a bidirectional (unmasked) mixer over the N + 1 rows [query,
 candidate_1 .. candidate_N], each an embedding projected to width d_r; a head d_r -> 1 scores each candidate;
@@ -58,7 +59,7 @@ import sys
 import time
 
 from harness import cli
-cli.begin('retrieval.py', __name__)    # the first instruction: Ctrl-C is one line from here, torch's import included
+cli.begin('retrieval.py', __name__)    # first, before torch's import: from here Ctrl-C is one line
 
 import numpy as np
 import torch
@@ -80,10 +81,10 @@ fail = failing(PROG)                # 'retrieval.py: error: msg' on stderr, exit
 # ----------------------------------------------------------------------------- retrieval model
 
 class EquivariantMixerBlock(nn.Module):
-    """Pre-norm mixer block over rows [query, c_1 .. c_N], x float [B, 1 + N, d]. A learned dense
-    (N+1) x (N+1) mixing matrix would tie the model to one N and to the candidates' order; this
-    token mixing is the unmasked matrix restricted to the permutation-equivariant family, with
-    per-channel vectors a..e (z = LN(x), m = the mean of the candidate rows):
+    """Pre-norm mixer block over rows [query, c_1 .. c_N]: x float [B, 1 + N, d] -> float [B, 1 + N, d].
+    A learned dense (N+1) x (N+1) mixing matrix would tie the model to one N and to the candidates'
+    order; this token mixing is the unmasked matrix restricted to the permutation-equivariant family,
+    with per-channel vectors a..e (z = LN(x), m = the mean of the candidate rows):
         y_q = a z_q + b m + bias_q,   y_ci = c z_ci + d m + e z_q + bias_c;
     then x += FF(LN(x)), FF = Linear(d, ff d) -> GELU -> Linear(ff d, d)."""
 
@@ -122,7 +123,8 @@ class RetrievalMixer(nn.Module):
 
     @torch.no_grad()
     def set_input_stats(self, emb):
-        """Per-channel mean and std of emb float [M, d_in] (the training embeddings)."""
+        """Store the per-channel mean and standard deviation (at least 1e-6) of emb float [M, d_in], the
+        training embeddings; forward standardises its inputs with them."""
         self.mu.copy_(emb.mean(0))
         self.sd.copy_(emb.std(0).clamp(min=1e-6))
 
@@ -137,8 +139,9 @@ class RetrievalMixer(nn.Module):
 
 def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, weight_decay=0.05,
                     seed=1337, log=None, val_loss=None, test_loss=None, every=50, chance=None, patience=0):
-    """Train `model` on pairs (q [P, d_in], t [P, d_in], stories [P]) with n candidates per query
-    (negatives from other stories, fresh each step); AdamW, cosine decay over `steps`.
+    """Train `model` on pairs (queries q float [P, d_in], targets t float [P, d_in], the story of each pair
+    `stories` int [P]) with n candidates per query (negatives from other stories, drawn afresh at every
+    step); AdamW, the learning rate decaying along a cosine from lr to lr / 10 over `steps`.
 
     Every `every` steps (and at the end) the held-out losses (nats) val_loss() (a float, or (mean, standard
     error)) and test_loss() are measured, when given, and log(step, train loss, val, test) called. Early
@@ -193,8 +196,10 @@ def train_retrieval(model, q, t, stories, n, steps=400, batch_size=64, lr=2e-3, 
 
 
 def scored_draws(score_fn, q, t, draws, batch=256):
-    """Scores of fixed draws (queries [K], cands [K, n], labels [K]) of pairs q [P, d],
-    t [P, d] in batches: yields (score_fn(query [B, d], cands [B, n, d]) -> [B, n], labels [B])."""
+    """Score fixed draws in batches of `batch` queries. `draws` (data/pairs.py's candidate_draws) is
+    (queries int [K], indices into q float [P, d]; cands int [K, n], indices into t float [P, d]; labels
+    int [K]). Yields, per batch, (score_fn(query float [B, d], cands float [B, n, d]) -> scores float
+    [B, n], labels long [B])."""
     qs, cs, ls = draws
     for i in range(0, len(qs), batch):
         yield (score_fn(q[torch.from_numpy(qs[i:i + batch])], t[torch.from_numpy(cs[i:i + batch])]),
@@ -213,14 +218,15 @@ def retrieval_loss(model, q, t, draws, with_se=False):
 
 @torch.no_grad()
 def accuracy(score_fn, q, t, draws):
-    """Top-1 accuracy of score_fn(query [B, d], cands [B, n, d]) -> [B, n] on fixed draws."""
+    """Top-1 accuracy (a float in [0, 1]) of score_fn(query float [B, d], cands float [B, n, d]) -> scores
+    float [B, n] on fixed draws (data/pairs.py's candidate_draws)."""
     hits = sum((s.argmax(-1) == y).sum().item() for s, y in scored_draws(score_fn, q, t, draws))
     return hits / len(draws[0])
 
 
 def cosine_scores(center=None):
-    """A score_fn(query [B, d], cands [B, n, d]) -> [B, n]: cosine similarity, of the
-    vectors less `center` (float [d]) when given."""
+    """A score_fn(query float [B, d], cands float [B, n, d]) -> float [B, n]: the cosine similarity of the
+    query and each candidate, after subtracting `center` (float [d]) from both when it is given."""
     def score(query, cands):
         if center is not None:
             query, cands = query - center, cands - center
@@ -277,23 +283,28 @@ def build_parser():
     g = p.add_argument_group('models')
     g.add_argument('--ckpt', action='append', required=True, metavar='PATH',
                    help='checkpoint from train.py; repeat to compare checkpoints in one table')
-    g.add_argument('--layer', type=int, default=None, help='embed with the hidden vector after this block (0-based, '
-                   'negative counts from the end; None: the last block, before the final norm)')
-    g.add_argument('--prefix_eot', action=argparse.BooleanOptionalAction, default=True, help='start every text with <|endoftext|>')
+    g.add_argument('--layer', type=int, default=None, help='embed with the hidden vector after this block '
+                   '(0-based, negative counts from the end; None: the last block, before the final norm)')
+    g.add_argument('--prefix_eot', action=argparse.BooleanOptionalAction, default=True,
+                   help='start every text with <|endoftext|>')
     g.add_argument('--device', default='cpu')
     g.add_argument('--threads', type=int, default=1,
-                   help='torch CPU threads (the matrices are small: one thread is much faster than two on a busy CPU)')
+                   help='torch CPU threads (the matrices are small: on a busy CPU one thread is much faster '
+                        'than two)')
     g.add_argument('--embed_batch', type=int, default=64, help='texts per embedding forward pass')
     g.add_argument('--pool', nargs='+', choices=('last', 'mean'), default=['last'],
-                   help="text embedding: the last token's hidden vector (the paper's) and/or the mean over tokens")
+                   help="text embedding: the last token's hidden vector (the paper's) and/or the mean over "
+                        "its tokens")
     g.add_argument('--untrained', action='store_true', help="also embed with an untrained model of each "
                    "checkpoint's config (its training seed): the paper's control")
     g = p.add_argument_group('pairs')
     g.add_argument('--data_dir', default='data/tinystories', help='prepared data (stories of --split.bin)')
     g.add_argument('--split', default='val', choices=('val', 'train'),
                    help='which prepared split the stories come from (default val: unseen by the LMs)')
-    g.add_argument('--text', help='raw text file of stories separated by <|endoftext|>, instead of --data_dir')
-    g.add_argument('--pairs', help='JSONL file of {"query": ..., "target": ...} pairs, instead of inverse cloze')
+    g.add_argument('--text',
+                   help='raw text file of stories separated by <|endoftext|>, instead of --data_dir')
+    g.add_argument('--pairs',
+                   help='JSONL file of {"query": ..., "target": ...} pairs, instead of inverse cloze')
     g.add_argument('--max_pairs', type=int, default=2000)
     g.add_argument('--per_story', type=int, default=1, help='inverse cloze pairs per story')
     g.add_argument('--test_frac', type=float, default=0.2, help='fraction of stories held out for testing')
@@ -313,7 +324,8 @@ def build_parser():
                         'followed by this many checks says the retrieval model had budget enough, one nearer '
                         'the end that it may not have')
     g.add_argument('--val_frac', type=float, default=0.1,
-                   help='fraction of the training stories held out for early stopping (0: none, keep the last step)')
+                   help='fraction of the training stories held out for early stopping (0: none, keep the '
+                        'last step)')
     g = p.add_argument_group('evaluation and output')
     g.add_argument('--n_candidates', type=int, nargs='+', metavar='N',
                    help=f'candidate counts to evaluate (default {" ".join(map(str, DEFAULT_NS))}; '
@@ -360,7 +372,8 @@ def check_args(args):
     if args.pairs is not None and os.path.isdir(args.pairs):
         raise UsageError(f'--pairs {args.pairs} is a folder, not a JSONL file')
     if args.pairs is None and args.text is None and os.path.isfile(args.data_dir):
-        raise UsageError(f'--data_dir {args.data_dir} is a file, not a prepared data folder (or pass --text FILE)')
+        raise UsageError(f'--data_dir {args.data_dir} is a file, not a prepared data folder '
+                         '(or pass --text FILE)')
     try:                                    # each check raises a one-line ValueError (CheckpointError is one)
         for path in args.ckpt:
             if not os.path.isfile(path):    # not a file: read_checkpoint's one line says what it is instead
@@ -377,9 +390,10 @@ def check_args(args):
 
 
 def fit_retrieval_model(args, name, q, t, sp):
-    """(model, train_retrieval's dict): a RetrievalMixer (torch seed --seed) trained on the embeddings q, t
-    float [P, d] of plan_splits' `sp`.fit pairs, early-stopped on its val pairs (only a check below chance, ln
-    sp.val_n, is kept; --patience), logged to stderr as `name`."""
+    """Train a RetrievalMixer (torch seed --seed) on the embeddings q, t float [P, d] of the pairs listed
+    in `sp`.fit (plan_splits' plan), early-stopped on the pairs in `sp`.val (only a check below chance,
+    ln sp.val_n, is kept; --patience), with its progress on stderr under `name` -> (model,
+    train_retrieval's dict)."""
     tr, va, te = torch.tensor(sp.fit), torch.tensor(sp.val, dtype=torch.long), torch.tensor(sp.test)
     torch.manual_seed(args.seed)            # same init whether or not embeddings were cached
     model = RetrievalMixer(q.shape[1], args.d_r, args.r_layers, dropout=args.dropout)
@@ -449,21 +463,23 @@ def run(args):
     for path in args.ckpt:
         for untrained in (False, True) if args.untrained else (False,):
             for pool in args.pool:
-                name = path + (' (untrained)' if untrained else '') + (f' [{pool} pool]' if pool != 'last' else '')
+                name = (path + (' (untrained)' if untrained else '')
+                        + (f' [{pool} pool]' if pool != 'last' else ''))
                 q, t, desc = checkpoint_embeddings(path, pairs, pairs_key, args, pool, untrained)
                 model, fit = fit_retrieval_model(args, name, q, t, sp)
-                results.append({'ckpt': path, 'name': name, 'model': desc, 'untrained': untrained, 'pool': pool,
-                                **evaluate(model, fit, q, t, sp)})
+                results.append({'ckpt': path, 'name': name, 'model': desc, 'untrained': untrained,
+                                'pool': pool, **evaluate(model, fit, q, t, sp)})
     return {'source': source, 'pairs': len(pairs), 'train_pairs': len(sp.fit), 'val_pairs': len(sp.val),
             'test_pairs': len(sp.test), 'test_stories': sp.n_test_stories, 'ns': sp.ns, 'train_n': sp.train_n,
             'eval_trials': args.eval_rounds, 'notes': sp.notes, 'results': results, 'args': vars(args)}
 
 
 def main(argv=None):
-    """Command line entry point (argv: list of str; None: sys.argv): exits (SystemExit, as the in-process
-    runner experiments/commands.py reads it) with 0, the tables printed on stdout and --json written; 2,
-    bad input (one line); 1, --json could not be written at the end (the tables are printed) or stdout
-    closed; 130, Ctrl-C (one line naming the embedding cache: cli.run_command)."""
+    """Command line entry point (argv: list of str; None: sys.argv). Exits (SystemExit, which the
+    in-process runner experiments/commands.py reads) with 0 when the tables are printed on stdout and
+    --json is written; 2 for bad input (one line); 1 when --json could not be written at the end (the
+    tables are printed) or stdout is closed; 130 on Ctrl-C (one line naming the embedding cache:
+    cli.run_command)."""
     args = build_parser().parse_args(argv)
     kept = None if args.no_cache else f'the embeddings computed so far are cached in {args.cache_dir}'
     sys.exit(run_command(PROG, run_and_report, args, kept=kept))

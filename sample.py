@@ -1,9 +1,9 @@
 """Generate text from a checkpoint written by train.py: the command, the sampling loop, and the decoder
-that drives each token mixing's step (gpt-fast's generate.py, for every model kind).
+that drives each token mixing's step (as gpt-fast's generate.py does, for every model kind).
 
     python sample.py --ckpt out/ckpt.pt --start "Once upon a time" --num_samples 2
     python sample.py --ckpt out/ckpt.pt --start FILE:prompt.txt --temperature 0.8 --top_k 40 --compile
-    python sample.py --ckpt out/ckpt.pt --stop_at_eot --max_new_tokens 1000     # each sample one story
+    python sample.py --ckpt out/ckpt.pt --stop_at_eot --max_new_tokens 1000     # one story per sample
 
     out = generate(model, idx, 100, temperature=0.8, top_k=40)       # idx long [B, T] -> long [B, T + 100]
     dec = Decoder(model, batch_size=B, compile=True)    # every layer's state, allocated once
@@ -11,11 +11,12 @@ that drives each token mixing's step (gpt-fast's generate.py, for every model ki
     logits = dec.step(next_token)    # long [B, 1] -> float [B, vocab]
 
 Generation is incremental: the prompt is read once, then each new token is one step of every layer's
-token mixing on the state its init_state allocated (mixer.py): eager, a step at position p reads
-positions 0..p; --compile runs it through torch.compile with the position a 0-dim tensor, one graph
-over n_ctx for every position (compiled before the first new token, a line on stderr saying so: seconds
-to a minute). Every LanguageModel kind; the Autoencoder has no decoding. The samples go to stdout; the
-new tokens a second (the prompt's prefill included, the compilation not) to stderr at the end.
+token mixing on the state that the mixing's init_state allocated (mixer.py). In eager mode a step at
+position p reads positions 0..p. With --compile the step runs through torch.compile with the position
+held in a 0-dim tensor, so that one graph over n_ctx serves every position; it is compiled before the
+first new token, with a line on stderr saying so (seconds to a minute). Every LanguageModel kind decodes
+this way; the Autoencoder does not decode. The samples go to stdout; at the end, stderr gets the new
+tokens per second (the prompt's prefill included, the compilation not).
 """
 
 import contextlib
@@ -23,7 +24,7 @@ import sys
 import time
 
 from harness import cli
-cli.begin('sample.py', __name__)       # the first instruction: Ctrl-C is one line from here, torch's import included
+cli.begin('sample.py', __name__)       # first, before torch's import: from here Ctrl-C is one line
 
 import torch
 import torch.nn as nn
@@ -42,9 +43,10 @@ fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 def sample_next(logits, temperature=1.0, top_k=None):
     """Draw one token per row from logits float [B, vocab] -> long [B, 1].
 
-    temperature 0 -> argmax; top_k -> sample among the k largest logits. Safe at any temperature > 0: the row's
-    largest logit is subtracted first (no inf), and it divides by at least float32's smallest normal number
-    (a smaller one is 0 there: 0 / 0): near 0, a draw among the best tokens, the limit."""
+    Temperature 0 takes the argmax; top_k samples among the k largest logits. Any temperature > 0 is safe:
+    the row's largest logit is subtracted first (so no exp overflows to inf), and the logits are divided by
+    at least float32's smallest normal number (a smaller divisor rounds to 0 there, giving 0 / 0). Near 0
+    the draw is among the best tokens, the limit of sampling as the temperature goes to 0."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
     logits = logits.float()
@@ -56,13 +58,15 @@ def sample_next(logits, temperature=1.0, top_k=None):
 
 
 @torch.no_grad()
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None, stop=None):
-    """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long [B, T + max_new_tokens]:
-    one parallel prefill of the prompt, then one Decoder step a token (compiled with `compile`; `decoder`
-    reuses one, its compiled graph too), on the decoder's threads. Once a position-indexed model holds
-    n_ctx tokens its window slides: a fresh prefill of the last n_ctx / 2. temperature 0 is greedy; top_k
-    keeps the k most likely tokens; stop(new long [B, t]) -> True ends it early, after t new tokens (fewer
-    columns then). ValueError for a prompt longer than n_ctx (a position-indexed model)."""
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=False, decoder=None,
+             stop=None):
+    """Sample max_new_tokens after idx long [B, T] from a mixer.LanguageModel -> long [B, T +
+    max_new_tokens]: one parallel prefill of the prompt, then one Decoder step per token (compiled with
+    `compile`; `decoder` reuses a Decoder, and its compiled graph too), on the decoder's threads. Once a
+    position-indexed model holds n_ctx tokens, its window slides: a fresh prefill of the last n_ctx / 2.
+    Temperature 0 is greedy; top_k keeps the k most likely tokens; stop(new long [B, t]) -> True ends the
+    generation early, after t new tokens (the output then has fewer columns). ValueError for a prompt
+    longer than n_ctx (a position-indexed model)."""
     dec = decoder or Decoder(model, idx.shape[0], compile=compile)
     logits, out = dec.prefill(idx), [idx]
     with intra_op_threads(dec.threads):
@@ -80,17 +84,20 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, compile=Fa
 # ----------------------------------------------------------------------------- the decoder
 
 class Decoder(nn.Module):
-    """Incremental decoding of batch_size sequences by one LanguageModel (in eval mode), as gpt-fast's
-    generate.py drives its model: the model's state (its init_state, allocated once here, in the dtype the
-    model computes in: its weights', or autocast's if made under autocast) and the model's step on it.
-    prefill(idx long [b, T]) starts fresh sequences: the prompt in one parallel step -> logits float
-    [b, vocab] after it; step(idx long [B, t]) -> the logits after those tokens, the position advanced by t.
-    A step at position p reads positions 0..p (mixer.span). compile=True: a one-token step goes through
-    compiled_step instead, one torch.compile'd graph for every position (`backend` another torch.compile
-    backend, e.g. 'eager' to trace only). `threads`: the torch threads a step of this size runs best on,
-    for generate (on the CPU one for batch_size x d_model <= ONE_THREAD_WIDTH, else None: as they are).
-    ValueError for what it cannot take: another batch size, an empty prompt, a position past n_ctx
-    (max_len), a dtype other than its state's (another autocast than the one it was made under)."""
+    """Incremental decoding of batch_size sequences by one LanguageModel in eval mode, driven the way
+    gpt-fast's generate.py drives its model. The Decoder holds the model's state (its init_state, allocated
+    once here, in the dtype the model computes in: the weights' dtype, or autocast's when the Decoder is
+    made under autocast) and runs the model's step on it.
+
+    prefill(idx long [B, T]) starts fresh sequences: the prompt in one parallel step -> logits float
+    [B, vocab] after it. step(idx long [B, t]) -> the logits after those t tokens; the position advances
+    by t. A step at position p reads positions 0..p (mixer.span). With compile=True a one-token step goes
+    through compiled_step instead: one torch.compile'd graph for every position (`backend` names another
+    torch.compile backend, e.g. 'eager' to trace only). `threads` is the number of torch threads a step of
+    this size runs best on, which generate steps on: on the CPU, 1 when batch_size x d_model <=
+    ONE_THREAD_WIDTH, else None (the threads as they are). ValueError for what it cannot take: another
+    batch size, an empty prompt, a position past n_ctx (max_len), or a dtype other than its state's
+    (another autocast than the one it was made under)."""
 
     def __init__(self, model, batch_size=1, compile=False, backend='inductor'):
         super().__init__()
@@ -100,38 +107,38 @@ class Decoder(nn.Module):
         self.dtype = autocast_dtype(p.device) or p.dtype
         self.state = model.init_state(batch_size, dtype=self.dtype)
         self.pos = 0                       # the next position
-        self.threads = 1 if p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH else None
+        small = p.device.type == 'cpu' and batch_size * model.cfg.d_model <= ONE_THREAD_WIDTH
+        self.threads = 1 if small else None
         self.compiled = None
-        if compile:                        # the graph's inputs are attributes: torch.compile keeps their addresses
+        if compile:     # the graph's inputs are attributes, so that torch.compile keeps their addresses
             self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=p.device)
             self.pos_on_device = torch.zeros((), dtype=torch.long, device=p.device)
             mode = 'reduce-overhead' if backend == 'inductor' else None
             self.compiled = torch.compile(self.graph_step, backend=backend, mode=mode, dynamic=False)
 
-    def check(self, idx, seqs=slice(None)):
-        """ValueError unless idx long [b, t] (t >= 1) fits the state's sequences `seqs` (a slice), computed in
-        the dtype the state was made for (the autocast it was made under, or none)."""
-        n = len(range(self.batch)[seqs])
-        if idx.dim() != 2 or idx.shape[0] != n or idx.shape[1] == 0:
-            raise ValueError(f'tokens of shape {list(idx.shape)} for {n} sequences of a decoder whose state holds a batch '
-                             f'of {self.batch}: give long [{n}, t], t >= 1 (another batch size: a new Decoder)')
+    def check(self, idx):
+        """ValueError unless idx long [B, t] (t >= 1) fits the state's batch, computed in the dtype the state
+        was made for (the autocast it was made under, or none)."""
+        if idx.dim() != 2 or idx.shape[0] != self.batch or idx.shape[1] == 0:
+            raise ValueError(f'tokens of shape {list(idx.shape)} for a decoder whose state holds a batch of '
+                             f'{self.batch}: give long [{self.batch}, t], t >= 1 (another batch size: '
+                             'a new Decoder)')
         if (autocast_dtype(self.device) or self.param_dtype) != self.dtype:
             raise ValueError(f"this decoder's state is {self.dtype}, but the model would compute in "
-                             f'{autocast_dtype(self.device) or self.param_dtype}: step it under the autocast it was '
-                             'made under (or outside, if it was made outside), or make a new Decoder')
+                             f'{autocast_dtype(self.device) or self.param_dtype}: step it under the autocast '
+                             'it was made under (or outside, if it was made outside), or make a new Decoder')
 
     @torch.no_grad()
-    def prefill(self, idx, seqs=slice(None)):
-        """Start fresh sequences: the prompt idx long [b, T] at positions 0..T-1 in one parallel, eager step
-        into the sequences `seqs` (a slice: a batch prefilled a slice at a time, each at the same T) of the
-        state -> logits float [b, vocab] after it; the position becomes T. ValueError for T past n_ctx."""
+    def prefill(self, idx):
+        """Start fresh sequences: the prompt idx long [B, T] at positions 0..T-1 in one parallel, eager step
+        on the zeroed state -> logits float [B, vocab] after it; the position becomes T. ValueError for T
+        past n_ctx."""
         if self.max_len is not None and idx.shape[1] > self.max_len:
             raise ValueError(f'prompt of {idx.shape[1]} tokens is longer than n_ctx={self.max_len}')
-        self.check(idx, seqs)
-        views = [_rows(layer, seqs) for layer in self.state]            # those sequences' state, zeroed
-        for tensor in (t for v in views for t in _tensors(v)):
+        self.check(idx)
+        for tensor in state_tensors(self.state):
             tensor.zero_()
-        logits = self.model.step(idx, views, 0)
+        logits = self.model.step(idx, self.state, 0)
         self.pos = idx.shape[1]
         return logits
 
@@ -141,7 +148,8 @@ class Decoder(nn.Module):
         advances by t. ValueError past n_ctx."""
         self.check(idx)
         if self.max_len is not None and self.pos + idx.shape[1] > self.max_len:
-            raise ValueError(f'positions {self.pos}..{self.pos + idx.shape[1] - 1} are past n_ctx={self.max_len}')
+            raise ValueError(f'positions {self.pos}..{self.pos + idx.shape[1] - 1} are past '
+                             f'n_ctx={self.max_len}')
         if self.compiled is not None and idx.shape[1] == 1:
             logits = self.compiled_step(idx)
         else:
@@ -150,20 +158,18 @@ class Decoder(nn.Module):
         return logits
 
     def compiled_step(self, idx):
-        """One token idx long [B, 1] through the compiled graph (graph_step): on CUDA a CUDA graph, one launch
-        a token (mode='reduce-overhead'). Its inputs are written in place: the token, and the position as a
-        0-dim tensor on the device (a step then reads its state at n_ctx, masked: mixer.span)."""
+        """One token idx long [B, 1] through the compiled graph (graph_step) -> logits float [B, vocab]; on
+        CUDA the graph is a CUDA graph, one launch per token (mode='reduce-overhead'). Its inputs are
+        written in place: the token, and the position as a 0-dim tensor on the device (a step then reads
+        all n_ctx positions of a cache, those past the token masked: mixer.span)."""
         self.token.copy_(idx)
         self.pos_on_device.fill_(self.pos)
         return self.compiled().clone()            # a CUDA graph's output is overwritten by its next replay
 
     def graph_step(self):
-        """The one-token step the compiled graph holds: self.token at self.pos_on_device -> logits [B, vocab]."""
+        """The one-token step the compiled graph holds: self.token at self.pos_on_device -> logits float
+        [B, vocab]."""
         return self.model.step(self.token, self.state, self.pos_on_device)
-
-    def state_tensors(self):
-        """Every tensor of the state, every layer's (what init_state allocated)."""
-        return [t for layer in self.state for t in _tensors(layer)]
 
 
 def autocast_dtype(device):
@@ -172,12 +178,8 @@ def autocast_dtype(device):
     return torch.get_autocast_dtype(device.type) if on else None
 
 
-# A decode step on the CPU is many small ops on one token's vectors; with 2 OpenMP threads each op ends
-# at a barrier, where a thread the OS has descheduled (a loaded laptop) holds the other for a time slice.
-# Measured on 2 cores (bench.py --tables loaded; docs/performance.md, "Decoding now"): the eager flat step
-# at d_model 128, batch 1, beside two busy processes took 1.6 to 32 ms on 2 threads (14 tries of 14 over
-# 1.5 ms), 1.05 to 2.31 ms on one; quiet, 0.85 to 2.08 and 0.83 to 2.02 ms. Quiet, one thread is as fast
-# up to batch x d_model = 1024 (batch 4 at d_model 256, batch 1 at 1024); wider, 2 threads may gain.
+# The widest decode step (batch_size x d_model) run on one CPU thread: on a busy CPU, a step's threads
+# wait for each other at every small op (measured in docs/performance.md, "Decoding on a loaded CPU").
 ONE_THREAD_WIDTH = 1024
 
 
@@ -193,37 +195,35 @@ def intra_op_threads(n):
         torch.set_num_threads(before)
 
 
-def _tensors(d):
-    """The tensors of a nested state dict."""
-    for v in d.values():
-        yield from _tensors(v) if isinstance(v, dict) else [v]
-
-
-def _rows(d, seqs):
-    """A nested state dict of views of the sequences `seqs` (a slice) of each buffer."""
-    return {k: _rows(v, seqs) if isinstance(v, dict) else v[seqs] for k, v in d.items()}
+def state_tensors(state):
+    """Every tensor of a decoding state, one after another (a generator): `state` is a list with one nested
+    dict of tensors per layer, as LanguageModel.init_state returns it (Decoder.state), or one such dict."""
+    for v in (state.values() if isinstance(state, dict) else state):
+        yield from state_tensors(v) if isinstance(v, (dict, list)) else [v]
 
 
 # ----------------------------------------------------------------------------- the command
 
 def main(argv=None):
-    """Command line entry point (argv: list of str; None: sys.argv): exits (SystemExit, as the in-process
-    runner experiments/commands.py reads it) with 0, the samples printed; 2, bad input (one line); 130,
-    Ctrl-C (one line: cli.run_command); 1, stdout closed."""
+    """Command line entry point (argv: list of str; None: sys.argv). Exits (SystemExit, which the
+    in-process runner experiments/commands.py reads) with 0 when the samples are printed; 2 for bad input
+    (one line); 130 on Ctrl-C (one line: cli.run_command); 1 when stdout is closed."""
     sys.exit(run_command('sample.py', sample, argv))
 
 
 def sample(argv):
-    """Parse `argv`, load the checkpoint, check the sizes against the device's memory (sampling_bytes), print
-    --num_samples samples on stdout and, on stderr, a line while --compile compiles and the new tokens a
-    second at the end."""
+    """Parse `argv`, load the checkpoint, check the sizes against the device's memory (sampling_bytes),
+    and print --num_samples samples on stdout; on stderr, a line while --compile compiles and the new
+    tokens per second at the end."""
     p = ArgumentParser('sample.py', __doc__, formatter_class=DocHelpFormatter)  # errors: one line
     p.description = __doc__                                 # --help: the whole docstring, as written
     p.add_argument('--ckpt', default='out/ckpt.pt', help='checkpoint from train.py (or a folder convert.py '
                                                          'exported)')
-    p.add_argument('--start', default='<|endoftext|>', help='prompt text, or FILE:path to read it from a file')
+    p.add_argument('--start', default='<|endoftext|>',
+                   help='prompt text, or FILE:path to read it from a file')
     p.add_argument('--num_samples', type=number(int, 1), default=2, help='samples, drawn as one batch')
-    p.add_argument('--max_new_tokens', type=number(int, 0), default=200, help='new tokens a sample, at most')
+    p.add_argument('--max_new_tokens', type=number(int, 0), default=200,
+                   help='new tokens per sample, at most')
     p.add_argument('--stop_at_eot', action='store_true', help='end each sample at the end of its story: its '
                    'first <|endoftext|> after the prompt')
     p.add_argument('--temperature', type=number(float, 0), default=0.8, help='0 means greedy')
@@ -233,8 +233,8 @@ def sample(argv):
                                                     "'cuda', 'cuda:N'")
     p.add_argument('--compile', action='store_true', help='torch.compile the decoding step (Decoder)')
     p.add_argument('--dtype', choices=('float32', 'bfloat16'), default='float32',
-                   help='the weights and the decoding state: bfloat16 reads half the bytes a token (on a CPU with '
-                        'native bf16, or a GPU); float32, the checkpoint as trained')
+                   help='the weights and the decoding state: bfloat16 reads half the bytes per token (on a '
+                        'CPU with native bf16, or a GPU); float32, the checkpoint as trained')
     args = p.parse_args(argv)
     if args.device == 'auto':
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -263,8 +263,9 @@ def sample(argv):
         print(f'sample.py: warning: the prompt is {len(ids)} tokens, longer than the model context '
               f'n_ctx={model.cfg.n_ctx}: keeping its last {model.cfg.n_ctx} tokens', file=sys.stderr)
         ids = ids[-model.cfg.n_ctx:]
-    if why := memory_error(sampling_bytes(model, args.num_samples, len(ids), args.max_new_tokens), args.device,
-                           f'sampling {args.num_samples:,} sequences of {len(ids) + args.max_new_tokens:,} tokens'):
+    need = sampling_bytes(model, args.num_samples, len(ids), args.max_new_tokens)
+    what = f'sampling {args.num_samples:,} sequences of {len(ids) + args.max_new_tokens:,} tokens'
+    if why := memory_error(need, args.device, what):
         fail(f'{why}: give a smaller --num_samples or --max_new_tokens')     # before anything is allocated
 
     torch.manual_seed(args.seed)
@@ -296,9 +297,10 @@ def sample(argv):
 
 
 def compile_now(dec, idx):
-    """Compile a Decoder's one-token step (compile=True) before sampling, with a line on stderr while it
-    compiles and its seconds after, so that the tokens a second count decoding alone: one prefill and one step
-    of the prompt's first token (the state they leave is reset by the next prefill)."""
+    """Compile a Decoder's one-token step (made with compile=True) before sampling, so that the tokens per
+    second count decoding alone: one prefill and one step of the prompt's first token (the next prefill
+    resets the state they leave). A line on stderr says so while it compiles, and one gives its seconds
+    after."""
     print('sample.py: compiling the decoding step (torch.compile, once: seconds to a minute) ...',
           file=sys.stderr, flush=True)
     started = time.perf_counter()
@@ -310,14 +312,16 @@ def compile_now(dec, idx):
 
 
 def sampling_bytes(model, batch, prompt, new_tokens):
-    """The least memory in bytes that sampling `batch` sequences of a `prompt`-token prompt and `new_tokens`
-    new tokens takes: the model's weights, the decoding state of `batch` sequences (its init_state, read off
-    the meta device: nothing allocated), the tokens (int64, the steps' and their concatenation) and, a step,
-    the logits and their softmax (float32 [batch, vocab] each) and the prompt's hidden states (float32
-    [batch, prompt, d_model]). For sample.py's check against the device's memory (train.py's rule)."""
-    state = [t for layer in model.init_state(batch, device='meta') for t in _tensors(layer)]
+    """The least memory in bytes that sampling `batch` sequences takes, each a `prompt`-token prompt and
+    `new_tokens` new tokens: the model's weights; the decoding state of `batch` sequences (its init_state,
+    read off the meta device, so nothing is allocated); the tokens (int64: the steps' and their
+    concatenation); per step, the logits and their softmax (float32 [batch, vocab] each); and the prompt's
+    hidden states (float32 [batch, prompt, d_model]). For sample.py's check against the device's memory
+    (the same rule as train.py's)."""
+    state = list(state_tensors(model.init_state(batch, device='meta')))
     held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(), *state])
-    return held + batch * (16 * (prompt + new_tokens) + 8 * model.cfg.vocab_size + 4 * prompt * model.cfg.d_model)
+    per_sequence = 16 * (prompt + new_tokens) + 8 * model.cfg.vocab_size + 4 * prompt * model.cfg.d_model
+    return held + batch * per_sequence
 
 
 if __name__ == '__main__':

@@ -91,7 +91,8 @@ def time_generation(model, prompt_len, n_new, recompute, args):
             machine.sync(args.device)
             times.append(1e3 * (time.perf_counter() - t0))
             idx = torch.cat([idx, sample.sample_next(logits, temperature=0)], dim=1)
-    return times[0], statistics.median(times[1:]), 0 if recompute else nbytes(dec.state_tensors())
+    state_bytes = 0 if recompute else nbytes(sample.state_tensors(dec.state))
+    return times[0], statistics.median(times[1:]), state_bytes
 
 
 def bench_generation(args):
@@ -230,7 +231,8 @@ def serve_bytes(name, n_ctx, args):
 def meta_bytes(model):
     """(bytes of its parameters and buffers, of a sample.Decoder's state at batch 1) of a model on the meta
     device (the serving table's cells, bench.py's memory check)."""
-    return nbytes([*model.parameters(), *model.buffers()]), nbytes(sample.Decoder(model).state_tensors())
+    state = sample.Decoder(model).state
+    return nbytes([*model.parameters(), *model.buffers()]), nbytes(sample.state_tensors(state))
 
 
 def step_bytes(args):
@@ -259,10 +261,34 @@ def serve_estimate(name, n_ctx, batch, model_bytes, per_seq, args):
 
 
 @torch.no_grad()
+def prefill_rows(dec, idx, rows):
+    """sample.Decoder.prefill for some of the decoder's sequences: the prompt idx long [b, T] at positions
+    0..T-1 in one parallel step into the sequences `rows` (a slice of its batch, b of them; their state
+    zeroed first, the other sequences' untouched) -> logits float [b, vocab]; the position becomes T. The
+    serving table prefills a batch a slice at a time, every slice at the same T, so that one pass's
+    activations stay small. ValueError for idx of another number of sequences than `rows` holds."""
+    n = len(range(dec.batch)[rows])
+    if idx.dim() != 2 or idx.shape[0] != n:
+        raise ValueError(f'tokens of shape {list(idx.shape)} for a slice of the batch that holds {n}: '
+                         f'give long [{n}, T]')
+    views = [view_rows(layer, rows) for layer in dec.state]
+    for tensor in sample.state_tensors(views):
+        tensor.zero_()
+    logits = dec.model.step(idx, views, 0)
+    dec.pos = idx.shape[1]
+    return logits
+
+
+def view_rows(state, rows):
+    """A layer's nested state dict of views of the sequences `rows` (a slice) of each of its tensors."""
+    return {k: view_rows(v, rows) if isinstance(v, dict) else v[rows] for k, v in state.items()}
+
+
+@torch.no_grad()
 def serve_cell(model, batch, n_ctx, args):
     """Serve `batch` random sequences to context n_ctx through one sample.Decoder (compiled with
     --serve_compile): its buffers allocated at n_ctx, a parallel prefill of the first n_ctx -
-    serve_tokens - SERVE_WARM tokens (Decoder.prefill, a slice of the batch of about PREFILL_TOKENS
+    serve_tokens - SERVE_WARM tokens (prefill_rows, a slice of the batch of about PREFILL_TOKENS
     tokens a pass), SERVE_WARM tokens stepped untimed, then serve_tokens
     greedy steps timed (the last at position n_ctx - 1) -> dict(prefill_ms, ms (median ms a step
     of the whole batch), per_seq (buffer bytes a sequence), peak (allocator peak bytes on CUDA,
@@ -280,11 +306,11 @@ def serve_cell(model, batch, n_ctx, args):
     machine.sync(args.device)
     t0 = time.perf_counter()
     for r in range(0, batch, rows):
-        dec.prefill(tokens[r:r + rows, :prompt_len], slice(r, r + rows))
+        prefill_rows(dec, tokens[r:r + rows, :prompt_len], slice(r, r + rows))
     machine.sync(args.device)
     prefill_ms = 1e3 * (time.perf_counter() - t0)
     ms = decode_ms(dec.step, tokens[:, prompt_len:], args.serve_tokens, lambda: machine.sync(args.device), dec.threads)
-    return dict(prefill_ms=prefill_ms, ms=ms, per_seq=nbytes(dec.state_tensors()) // batch,
+    return dict(prefill_ms=prefill_ms, ms=ms, per_seq=nbytes(sample.state_tensors(dec.state)) // batch,
                 peak=torch.cuda.max_memory_allocated(args.device) if cuda else None)
 
 

@@ -189,6 +189,23 @@ class TestDecoderInputs(unittest.TestCase):
             dec.step(torch.zeros(2, 1, dtype=torch.long))
         self.assertEqual(dec.pos, 3)
 
+    def test_a_prefill_starts_fresh_sequences(self):
+        """A decoder that has read other sequences (a prefill and steps) prefills new ones as a fresh decoder
+        would: the logits after the prompt and after the next tokens are the forward's, for every kind
+        (the recurrent and linear-attention states are zeroed first, not added to)."""
+        idx = torch.randint(0, 64, (2, 12))
+        for name in ('flat', 'toeplitz', 'recurrent', 'transformer', 'linear_attention', 'hybrid'):
+            model = tiny_model(name)
+            dec = sample.Decoder(model, 2)
+            with torch.no_grad():
+                full = model(idx)[0]
+                dec.prefill(torch.randint(0, 64, (2, 9)))
+                dec.step(torch.randint(0, 64, (2, 1)))
+                got = torch.stack([dec.prefill(idx[:, :5])] + [dec.step(idx[:, t:t + 1]) for t in range(5, 12)],
+                                  1)
+            with self.subTest(variant=name):
+                torch.testing.assert_close(got, full[:, 4:], atol=1e-5, rtol=1e-5)
+
     def test_a_step_of_t_tokens_advances_t(self):
         """step(idx [B, t]) reads t tokens and moves the position by t, eager and compiled (a step of more
         than one token runs eager): the logits after it, and after the next token, are the forward's."""

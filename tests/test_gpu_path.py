@@ -203,18 +203,19 @@ class TestDecoder(unittest.TestCase):
             dec = sample.Decoder(model, compile=True, backend=backend)
             dec.step(torch.zeros(1, 1, dtype=torch.long))
             with self.subTest(variant=name):
-                self.assertTrue(dec.state_tensors())
-                self.assertLessEqual({id(t) for t in [*dec.state_tensors(), dec.token]}, set(static))
+                self.assertTrue(list(sample.state_tensors(dec.state)))
+                held = [*sample.state_tensors(dec.state), dec.token]
+                self.assertLessEqual({id(t) for t in held}, set(static))
                 with mock.patch('torch.tensor', side_effect=AssertionError('torch.tensor in a decode step')):
                     for t in range(5):
                         dec.step(torch.ones(1, 1, dtype=torch.long))
                 self.assertEqual(int(dec.pos_on_device), dec.pos - 1)     # the last token's position
 
     def test_a_prefill_a_slice_of_the_batch_at_a_time_equals_the_full_forward(self):
-        """Decoder.prefill of rows: three sequences prefilled in two slices of an allocated batch (one
+        """bench_decode.prefill_rows: three sequences prefilled in two slices of an allocated batch (one
         parallel pass each, as bench's serving table does; the buffers of another sequence there before),
         then stepped: the logits of every later token equal the full forward pass's, for every kind; a
-        batch of another size is a ValueError."""
+        slice given the tokens of another number of sequences, or a batch of another size, is a ValueError."""
         idx = torch.randint(0, 64, (3, 14))
         for name in ('flat', 'expanded', 'toeplitz', 'recurrent', 'transformer', 'linear_attention', 'hybrid'):
             model = tiny_model(name)
@@ -223,11 +224,13 @@ class TestDecoder(unittest.TestCase):
                 full = model(idx)[0]
                 dec.prefill(torch.randint(0, 64, (3, 12)))                 # an earlier sequence's state
                 for rows in (slice(0, 2), slice(2, 3)):
-                    dec.prefill(idx[rows, :9], rows)
+                    bench_decode.prefill_rows(dec, idx[rows, :9], rows)
                 logits = torch.stack([dec.step(idx[:, t:t + 1]) for t in range(9, 14)], 1)
             with self.subTest(variant=name):
                 self.assertEqual(dec.pos, 14)
                 torch.testing.assert_close(logits, full[:, 9:], atol=1e-5, rtol=1e-5)
+        with self.assertRaisesRegex(ValueError, 'that holds 1'):
+            bench_decode.prefill_rows(dec, idx[:2, :9], slice(2, 3))
         with self.assertRaisesRegex(ValueError, 'batch of 3'):
             dec.prefill(idx[:2, :9])
         with self.assertRaisesRegex(ValueError, 'batch of 3'):

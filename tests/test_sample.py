@@ -14,7 +14,7 @@ import torch
 from tests.common import TINY, assert_samples, run, run_in_process, tiny_checkpoint, tiny_model
 
 SPEED = re.compile(r'^sample.py: ([\d,]+) new tokens in [\d.]+ s, [\d,.]+ tokens/s \((\d+) sample\(s\) as '
-                   r"one batch, the prompt's (\d+) tokens read first, on (\w+)\)$")
+                   r"one batch, the prompt's (\d+) tokens read first, on (\w+), (\w+)(?:, compiled)?\)$")
 
 
 class TestSample(unittest.TestCase):
@@ -67,7 +67,7 @@ class TestSample(unittest.TestCase):
         for s in stopped[:2]:
             self.assertTrue(s.strip().endswith('<|endoftext|>'), s)
         self.assertEqual(plain_speed[:2], ('30', '3'))
-        self.assertEqual(speed, ('19', '3', '1', 'cpu'))
+        self.assertEqual(speed, ('19', '3', '1', 'cpu', 'float32'))
         self.assertEqual((plain_calls, stopped_calls, all_ended), (10, 10, 8))
 
     def test_help_shows_every_default(self):
