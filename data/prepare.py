@@ -200,12 +200,18 @@ def token_dtype(data_dir):
 
 
 def lock_out(out):
-    """Make the folder `out` and lock it for this run (flock on the folder itself: no extra file; the
+    """Make the folder `out` and lock it for this run (hold_lock on the folder itself: no extra file; the
     OS releases it when the process dies) -> the locked file descriptor. Raises ValueError when another
-    prepare.py holds it (naming its pid when its temporary files show it), OSError if out can't be made."""
+    prepare.py holds it (naming its pid when its temporary files show it), OSError if out can't be made
+    or locked."""
     os.makedirs(out, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
-    if not hold_lock(fd):
+    try:
+        taken = hold_lock(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not taken:
         os.close(fd)
         pids = sorted({int(m.group(2)) for m in map(TEMP_NAME.match, os.listdir(out)) if m})
         raise ValueError(f"{out} is being written by another prepare.py run"
