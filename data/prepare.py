@@ -34,6 +34,7 @@ if __name__ == "__main__":     # run as data/prepare.py: the repository root on 
     from harness import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
+import contextlib
 import json
 import time
 import urllib.request
@@ -165,8 +166,8 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
     threads = num_threads or os.cpu_count() or 1
     n_tok = n_bytes = n_stories = 0
     size = getattr(stream, "size", 0)
-    progress = Progress(label, size / 1e6, progress_s)
-    with ThreadPoolExecutor(threads) as ex:
+    progress = Progress(label, size / 1e6, progress_s) if size else contextlib.nullcontext()
+    with ThreadPoolExecutor(threads) as ex, progress:
         for stories in stream:
             if not stories:
                 continue
@@ -181,8 +182,6 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
             n_stories += len(stories)
             if size:
                 progress.update(stream.bytes_read / 1e6)
-    if size:
-        progress.end()
     return {"tokens": n_tok, "bytes": n_bytes, "stories": n_stories}
 
 
