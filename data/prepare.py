@@ -37,7 +37,6 @@ import argparse  # noqa: E402
 import contextlib
 import json
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -45,12 +44,13 @@ import numpy as np
 from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_seed, remove_stale_temps,  # noqa: E402
                          run_command, written)
 from data.tokenizer import EOT, check_file, file_sha256, load_tokenizer, tokenizer_sha256  # noqa: E402
-from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, read_tokenizer, write_outputs,  # noqa: E402
-                          write_tokenizer)
+from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, progress_bar,  # noqa: E402
+                          read_tokenizer, write_outputs, write_tokenizer)
+from data.source import hub_unreachable, offline_asked, why  # noqa: E402
 from data import corpus  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
-URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
+REPO = "roneneldan/TinyStories"        # the Hugging Face Hub dataset the default text is downloaded from
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -64,20 +64,21 @@ def split_stories(text):
 
 
 def download(name, raw_dir):
-    """Download URL+name into raw_dir (skipped if already there), via a temporary file
-    renamed when complete (cli.written). Returns the local path; raises OSError on failure."""
+    """TinyStories' file `name` (TinyStories-train.txt, -valid.txt) into raw_dir, skipped if already there,
+    from the Hugging Face Hub: huggingface_hub's hf_hub_download (a stopped download resumed, the file checked
+    against the hub's, HF_ENDPOINT and HF_HUB_OFFLINE honoured, renamed into place when whole), its progress
+    outputs.progress_bar's. -> the local path. Raises the hub's errors (OSError and others) when it fails,
+    ConnectionError at once when the hub does not answer (source.hub_unreachable) or HF_HUB_OFFLINE is set."""
     path = os.path.join(raw_dir, name)
     if os.path.exists(path):
         return path
-    with written(path) as tmp, urllib.request.urlopen(URL + name, timeout=30) as r, open(tmp, "wb") as f:
-        total, done = int(r.headers.get("Content-Length") or 0), 0
-        while chunk := r.read(1 << 20):
-            f.write(chunk)
-            done += len(chunk)
-            pct = f" ({100 * done / total:.1f}%)" if total else ""
-            print(f"\rdownloading {name}: {done / 1e6:.1f} MB{pct}", end="", flush=True)
-    print()
-    return path
+    reason = "HF_HUB_OFFLINE asks for no network" if offline_asked() else hub_unreachable()
+    if reason is not None:
+        raise ConnectionError(f"the Hugging Face Hub is not reached: {reason}")
+    from huggingface_hub import hf_hub_download
+    return hf_hub_download(REPO, name, repo_type="dataset", local_dir=raw_dir,
+                           endpoint=os.environ.get("HF_ENDPOINT"),
+                           tqdm_class=lambda desc=None, **kw: progress_bar(f"downloading {desc}", **kw))
 
 
 class StoryStream:
@@ -306,8 +307,9 @@ def text_paths(args):
     try:
         raw = os.path.join(args.out, "raw")
         return [download(f"TinyStories-{s}.txt", raw) for s in ("train", "valid")]
-    except OSError as e:
-        raise ValueError(f"download failed ({e}); pass --train/--valid to use local files")
+    except Exception as e:                  # the hub's errors are of many types (offline, not found, HTTP)
+        raise ValueError(f"download failed ({str(e) if isinstance(e, ConnectionError) else why(e)}); pass "
+                         "--train/--valid to use local files") from None
 
 
 def encode_splits(enc, streams, tmp):
