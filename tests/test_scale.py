@@ -255,7 +255,8 @@ class TestStreamingPrepare(unittest.TestCase):
         it (the command's own line is then the last; tqdm printed its final state after it, at exit)."""
         from data.outputs import Progress
         for stop in (None, KeyboardInterrupt, OSError):
-            with self.subTest(stop=stop), contextlib.redirect_stdout(io.StringIO()) as out:
+            name = getattr(stop, '__name__', None)              # a subtest's parameters travel as text
+            with self.subTest(stop=name), contextlib.redirect_stdout(io.StringIO()) as out:
                 with contextlib.suppress(KeyboardInterrupt, OSError), Progress('val', 2.0, every=600) as progress:
                     progress.update(1.0)                # its line not yet due (every 600 s)
                     if stop:
