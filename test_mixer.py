@@ -5,8 +5,8 @@ and CI:
 
     python test_mixer.py                  # everything (what CI runs): two processes, a module's tests on one
     python test_mixer.py test_model       # some modules of tests/ (one: in one process)
-    python test_mixer.py --fast           # the edit loop, in one process: a test that starts a Python
-                                          # process, compiles or runs past 1 s is skipped
+    python test_mixer.py --fast           # the edit loop, about 40 s: a test that starts a Python process,
+                                          # compiles or runs past 1 s is skipped
     python test_mixer.py --repeat 20 test_faults   # 20 runs: each test that failed, how often, its message
     pytest tests/test_model.py -k causal  # pytest itself, from the repository root
 
@@ -64,7 +64,7 @@ def run_pytest(fast, names, out=None, *more):
     if sys.platform.startswith('linux'):
         import ctypes
         ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)        # PR_SET_CHILD_SUBREAPER: the tests' orphans come here
-    n = 2 if len(names) != 1 and not fast and (os.cpu_count() or 1) > 1 else 0
+    n = 2 if len(names) != 1 and (os.cpu_count() or 1) > 1 else 0
     p = subprocess.Popen([sys.executable, '-m', 'pytest', *[f'tests/{m}.py' for m in names], '-n', str(n),
                           '--durations=10', '--continue-on-collection-errors', *(['--fast'] if fast else []),
                           *more], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=out, process_group=0)
