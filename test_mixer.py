@@ -69,7 +69,7 @@ def run_pytest(fast, names, out=None, *more):
                           '--durations=10', '--continue-on-collection-errors', *(['--fast'] if fast else []),
                           *more], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=out, process_group=0)
     try:
-        return p.wait()
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)    # ended, not reaped: its group id is still its
     finally:
         with deferred_interrupt():                      # a second Ctrl-C waits until every process is stopped
             pids = [p.pid]
@@ -79,12 +79,13 @@ def run_pytest(fast, names, out=None, *more):
                         send(pid, signal.SIGKILL)
                 for pid in pids:
                     with contextlib.suppress(ChildProcessError):
-                        os.waitpid(pid, 0)
+                        p.wait() if pid == p.pid else os.waitpid(pid, 0)
                 try:
                     with open(f'/proc/{os.getpid()}/task/{os.getpid()}/children') as f:
                         pids = [int(pid) for pid in f.read().split()]
                 except OSError:                         # not Linux: no subreaper, nothing came here
                     pids = []
+    return p.returncode
 
 
 def repeat(runs, fast, names):
