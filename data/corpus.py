@@ -178,15 +178,19 @@ def produce(args, folder, part, split, submit, ahead):
     if n:
         print(f"{part}: going on after shard {n - 1}: {n} shards written by an earlier run are not tokenized "
               "again", flush=True)
-    progress = Progress(f"{split} (training and held out)" if part == "all" else f"{part} ({split})")
-    count = dict.fromkeys(("docs", "empty", "train_tokens", "val_tokens", "bytes"), 0)
+    label = f"{split} (training and held out)" if part == "all" else f"{part} ({split})"
+    count, progress = dict.fromkeys(("docs", "empty", "train_tokens", "val_tokens", "bytes"), 0), None
 
-    def add(s):             # a shard's summary, in order; done: of the documents (if known) or of --max_tokens
-        for key, v in s.items():
-            count[key] += v
+    def now():              # (MB, documents, tokens, fraction done: of the documents if known, or the goal)
         done = max((count["docs"] + count["empty"]) / total if total else 0,
                    count["train_tokens"] / goal if goal else 0)
-        progress.update(count["bytes"] / 1e6, count["docs"], count["train_tokens"] + count["val_tokens"], min(done, 1))
+        return count["bytes"] / 1e6, count["docs"], count["train_tokens"] + count["val_tokens"], min(done, 1)
+
+    def add(s):             # a shard's summary, in order
+        for key, v in s.items():
+            count[key] += v
+        if progress:
+            progress.update(*now())
 
     def take():
         task = pending.popleft()
@@ -197,10 +201,10 @@ def produce(args, folder, part, split, submit, ahead):
     for s in kept:
         add(s)
     pending = deque()
-    with contextlib.closing(read_shards(args, split, n, state)) as shards:
+    with contextlib.closing(read_shards(args, split, n, state)) as shards, contextlib.ExitStack() as bar:
         for k, docs, position in () if reached() else shards:
-            if k == n:
-                progress.begin()              # the rates count from the stream's first shard
+            if k == n:                        # the rates count from the stream's first shard to tokenize
+                progress = bar.enter_context(Progress(label, done=now(), fractions=bool(total or goal)))
             path = shard_path(folder, part, k)
             pending.append(read_shard(path)[0] if os.path.exists(path) else
                            submit(path, docs, held_out(args, part, k, len(docs)), position))
@@ -209,9 +213,9 @@ def produce(args, folder, part, split, submit, ahead):
                 take()
             if reached():
                 break
-    while pending and not reached():          # shards past the --max_tokens cut are not counted
-        take()
-    progress.end()
+        while pending and not reached():          # shards past the --max_tokens cut are not counted
+            take()
+        progress = progress or bar.enter_context(Progress(label, done=now(), fractions=bool(total or goal)))
 
 
 # ----------------------------------------------------------------------------- the run
@@ -224,27 +228,29 @@ def assemble(args, folder, parts, train_path, val_path):
     stats = {s: dict.fromkeys(("tokens", "bytes", "stories", "empty"), 0) for s in ("train", "val")}
     with open(train_path, "wb") as ftrain, open(val_path, "wb") as fval:
         for part, _ in parts:
-            goal, progress, k = args.max_tokens if part != "val" else None, Progress(f"assembling {part}"), 0
-            while os.path.exists(shard_path(folder, part, k)) and not (goal and stats["train"]["tokens"] >= goal):
-                with np.load(shard_path(folder, part, k)) as z:
-                    tokens, lengths, nbytes, val = z["tokens"], z["lengths"], z["nbytes"], z["val"]
-                if goal:
-                    room = goal - stats["train"]["tokens"]
-                    hit = np.nonzero(np.cumsum(np.where(val, 0, lengths).astype(np.int64)) >= room)[0]
-                    keep = int(hit[0]) + 1 if hit.size else len(lengths)
-                    lengths, nbytes, val = lengths[:keep], nbytes[:keep], val[:keep]
-                mask = np.repeat(val, lengths)
-                tokens = tokens[:mask.size]
-                ftrain.write(tokens[~mask].tobytes())
-                fval.write(tokens[mask].tobytes())
-                for split, sel in (("train", ~val), ("val", val)):
-                    st = stats[split]
-                    st["tokens"] += int(lengths[sel].sum())
-                    st["bytes"] += int(nbytes[sel].sum())
-                    st["stories"] += int((lengths[sel] > 0).sum())
-                    st["empty"] += int((lengths[sel] == 0).sum())
-                k += 1
-                progress.update((ftrain.tell() + fval.tell()) / 1e6)
+            goal, k = args.max_tokens if part != "val" else None, 0
+            with Progress(f"assembling {part}") as progress:
+                while os.path.exists(shard_path(folder, part, k)) and not (goal and stats["train"]["tokens"]
+                                                                          >= goal):
+                    with np.load(shard_path(folder, part, k)) as z:
+                        tokens, lengths, nbytes, val = z["tokens"], z["lengths"], z["nbytes"], z["val"]
+                    if goal:
+                        room = goal - stats["train"]["tokens"]
+                        hit = np.nonzero(np.cumsum(np.where(val, 0, lengths).astype(np.int64)) >= room)[0]
+                        keep = int(hit[0]) + 1 if hit.size else len(lengths)
+                        lengths, nbytes, val = lengths[:keep], nbytes[:keep], val[:keep]
+                    mask = np.repeat(val, lengths)
+                    tokens = tokens[:mask.size]
+                    ftrain.write(tokens[~mask].tobytes())
+                    fval.write(tokens[mask].tobytes())
+                    for split, sel in (("train", ~val), ("val", val)):
+                        st = stats[split]
+                        st["tokens"] += int(lengths[sel].sum())
+                        st["bytes"] += int(nbytes[sel].sum())
+                        st["stories"] += int((lengths[sel] > 0).sum())
+                        st["empty"] += int((lengths[sel] == 0).sum())
+                    k += 1
+                    progress.update((ftrain.tell() + fval.tell()) / 1e6)
     cut = bool(args.max_tokens) and stats["train"]["tokens"] >= args.max_tokens
     for split, st in stats.items():
         if not st["tokens"]:

@@ -1,14 +1,14 @@
 """What both halves of data/prepare.py write, and how: the tokenizer file (this project's BPE trained on a
 sample of the text, or --tokenizer's), the output folder's four files written whole (tokenizer.tiktoken,
-train.bin, val.bin, meta.json), the keep/--overwrite rule over a folder that holds prepared data, and the
-one progress line; a write that finds no room (NoRoom: a run that could not finish). data/prepare.py's text
-files and data/corpus.py's --dataset both use them (each imports this module; neither imports the other's back)."""
+train.bin, val.bin, meta.json), the keep/--overwrite rule over a folder that holds prepared data, the
+progress lines (tqdm); a write that finds no room (NoRoom: a run that could not finish). data/prepare.py's
+text files and data/corpus.py's --dataset both use them (each imports this module; neither imports the other's
+back)."""
 import contextlib
 import errno
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -66,43 +66,76 @@ def bpe_sample(chunks, max_bytes):
     return out, total
 
 
+def progress_bar(label, total=None, unit="it", every=5.0, file=None, **kw):
+    """A tqdm progress bar of a command's work on `file` (default stdout): on a terminal, redrawn in place;
+    elsewhere (a log, a pipe) one whole line every `every` seconds (and tqdm's first and last), so that a log
+    reads line by line. tqdm's monitor thread is off: a command's Ctrl-C leaves no thread behind.
+    -> tqdm (update(n), set_postfix_str, close)."""
+    from tqdm import tqdm
+    file = file or sys.stdout
+    tty = file.isatty()
+    tqdm.monitor_interval = 0
+    return tqdm(total=total, desc=label, unit=unit, file=file if tty else _Lines(file), miniters=0,
+                mininterval=min(0.5, every) if tty else every, dynamic_ncols=True, **kw)
+
+
+class _Lines:
+    """A stream for tqdm where it is not a terminal: each redraw ('\\r' and the line) written as a line,
+    unless it repeats the line before (tqdm's last, at close)."""
+
+    def __init__(self, file):
+        self.file, self.last = file, None
+
+    def write(self, text):
+        text = text.replace("\r", "").rstrip()
+        if text and text != self.last:
+            self.file.write(text + "\n")
+            self.last = text
+
+    def flush(self):
+        self.file.flush()
+
+
 class Progress:
-    """The one progress line of prepare.py, printed by update() at most every `every` seconds and by end():
-    'LABEL: [N documents, ]MB[/TOTAL] MB, [M tokens, ]MB/s[, M tokens/s]', then the ETA where the fraction done
-    is known (of total_mb, or as given), or at the end the seconds taken. The rates and the ETA count from
-    begin() (what was done before, an earlier run's shards, counts in the totals only)."""
+    """The progress line of prepare.py's work (progress_bar), a context: 'LABEL: P% [elapsed<ETA, MB[/TOTAL]
+    MB, MB/s[, N documents][, M tokens, M tokens/s]]', the fraction done and its ETA only where known (of
+    total_mb MB, or as update() gives it when `fractions`). `done`: (MB, documents, tokens, fraction) an
+    earlier run made (its shards), counted in the totals, not in the rates or the ETA."""
 
-    def __init__(self, label, total_mb=0.0, every=5.0):
-        self.label, self.total_mb, self.every = label, total_mb, every
-        self.now = (0.0, None, 0, 0.0)             # MB, documents, tokens, fraction done
-        self.begin()
+    def __init__(self, label, total_mb=0.0, every=5.0, done=(0.0, None, None, 0.0), fractions=False):
+        self.total_mb, self.start = total_mb, done
+        known = bool(total_mb) or fractions
+        line = "{desc}: " + ("{n:.0f}% [{elapsed}<{remaining}{postfix}]" if known else "[{elapsed}{postfix}]")
+        self.bar = progress_bar(label, 100 if known else None, "%", every, bar_format=line,
+                                initial=100 * done[3] if known else 0, postfix=self.counts(*done[:3], 0.0))
 
-    def begin(self):
-        """Start the clock of the rates and the ETA here."""
-        self.t0 = self.last = time.time()
-        self.base = self.now
+    def counts(self, mb, docs, tokens, seconds):
+        """The line's counts and rates after `seconds` (float) of work."""
+        (mb0, _, tokens0, _), dt = self.start, max(seconds, 1e-9)
+        return (f"{mb:.1f}" + (f"/{self.total_mb:.1f}" if self.total_mb else "")
+                + f" MB, {(mb - mb0) / dt:.1f} MB/s"
+                + (f", {docs:,} documents" if docs is not None else "")
+                + (f", {tokens / 1e6:,.2f} M tokens, {(tokens - (tokens0 or 0)) / 1e6 / dt:.3f} M tokens/s"
+                   if tokens is not None else ""))
 
     def update(self, mb, docs=None, tokens=None, fraction=None):
-        """Count mb (float) MB read, docs and tokens (int) made, the fraction (0..1) done (default: of total_mb);
-        print the line if `every` seconds have passed since the last one."""
-        self.now = (mb, docs, tokens, fraction if fraction is not None else mb / self.total_mb if self.total_mb else 0)
-        if time.time() - self.last >= self.every:
-            self.end(final=False)
+        """Count mb (float) MB read, docs and tokens (int) made, the fraction (0..1) done (default: of
+        total_mb); the line is printed when its time comes (progress_bar)."""
+        seconds = self.bar.format_dict["elapsed"]
+        self.bar.set_postfix_str(self.counts(mb, docs, tokens, seconds), refresh=False)
+        if self.bar.total:
+            fraction = fraction if fraction is not None else mb / self.total_mb
+            self.bar.update(100 * fraction - self.bar.n)
+        else:
+            self.bar.update(0)
 
-    def end(self, final=True):
-        """Print the line now (the last one, with the seconds taken, if `final`)."""
-        (mb, docs, tokens, fraction), (mb0, _, tokens0, fraction0) = self.now, self.base
-        self.last = time.time()
-        dt = max(self.last - self.t0, 1e-9)
-        line = (f"{self.label}: " + (f"{docs:,} documents, " if docs is not None else "") + f"{mb:.1f}"
-                + (f"/{self.total_mb:.1f}" if self.total_mb else "") + " MB, "
-                + (f"{tokens / 1e6:,.2f} M tokens, " if tokens is not None else "") + f"{(mb - mb0) / dt:.1f} MB/s"
-                + (f", {(tokens - (tokens0 or 0)) / 1e6 / dt:.3f} M tokens/s" if tokens is not None else ""))
-        if final:
-            line += f", done in {dt:.1f}s"
-        elif fraction > fraction0:
-            line += f", ETA {dt * (1 - fraction) / (fraction - fraction0):.0f}s"
-        print(line, flush=True)
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, *exception):
+        """The last line, unless an error or a Ctrl-C ended the work (then none: nothing after its line)."""
+        self.bar.leave = self.bar.leave and kind is None
+        self.bar.close()
 
 
 def held_outputs(out, settings):

@@ -34,9 +34,9 @@ if __name__ == "__main__":     # run as data/prepare.py: the repository root on 
     from harness import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
+import contextlib
 import json
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -44,12 +44,13 @@ import numpy as np
 from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_seed, remove_stale_temps,  # noqa: E402
                          run_command, written)
 from data.tokenizer import EOT, check_file, file_sha256, load_tokenizer, tokenizer_sha256  # noqa: E402
-from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, read_tokenizer, write_outputs,  # noqa: E402
-                          write_tokenizer)
+from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, progress_bar,  # noqa: E402
+                          read_tokenizer, write_outputs, write_tokenizer)
+from data.source import hub_unreachable, offline_asked, why  # noqa: E402
 from data import corpus  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
-URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
+REPO = "roneneldan/TinyStories"        # the Hugging Face Hub dataset the default text is downloaded from
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -63,20 +64,21 @@ def split_stories(text):
 
 
 def download(name, raw_dir):
-    """Download URL+name into raw_dir (skipped if already there), via a temporary file
-    renamed when complete (cli.written). Returns the local path; raises OSError on failure."""
+    """TinyStories' file `name` (TinyStories-train.txt, -valid.txt) into raw_dir, skipped if already there,
+    from the Hugging Face Hub: huggingface_hub's hf_hub_download (a stopped download resumed, the file checked
+    against the hub's, HF_ENDPOINT and HF_HUB_OFFLINE honoured, renamed into place when whole), its progress
+    outputs.progress_bar's. -> the local path. Raises the hub's errors (OSError and others) when it fails,
+    ConnectionError at once when the hub does not answer (source.hub_unreachable) or HF_HUB_OFFLINE is set."""
     path = os.path.join(raw_dir, name)
     if os.path.exists(path):
         return path
-    with written(path) as tmp, urllib.request.urlopen(URL + name, timeout=30) as r, open(tmp, "wb") as f:
-        total, done = int(r.headers.get("Content-Length") or 0), 0
-        while chunk := r.read(1 << 20):
-            f.write(chunk)
-            done += len(chunk)
-            pct = f" ({100 * done / total:.1f}%)" if total else ""
-            print(f"\rdownloading {name}: {done / 1e6:.1f} MB{pct}", end="", flush=True)
-    print()
-    return path
+    reason = "HF_HUB_OFFLINE asks for no network" if offline_asked() else hub_unreachable()
+    if reason is not None:
+        raise ConnectionError(f"the Hugging Face Hub is not reached: {reason}")
+    from huggingface_hub import hf_hub_download
+    return hf_hub_download(REPO, name, repo_type="dataset", local_dir=raw_dir,
+                           endpoint=os.environ.get("HF_ENDPOINT"),
+                           tqdm_class=lambda desc=None, **kw: progress_bar(f"downloading {desc}", **kw))
 
 
 class StoryStream:
@@ -165,8 +167,8 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
     threads = num_threads or os.cpu_count() or 1
     n_tok = n_bytes = n_stories = 0
     size = getattr(stream, "size", 0)
-    progress = Progress(label, size / 1e6, progress_s)
-    with ThreadPoolExecutor(threads) as ex:
+    progress = Progress(label, size / 1e6, progress_s) if size else contextlib.nullcontext()
+    with ThreadPoolExecutor(threads) as ex, progress:
         for stories in stream:
             if not stories:
                 continue
@@ -181,8 +183,6 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
             n_stories += len(stories)
             if size:
                 progress.update(stream.bytes_read / 1e6)
-    if size:
-        progress.end()
     return {"tokens": n_tok, "bytes": n_bytes, "stories": n_stories}
 
 
@@ -200,12 +200,18 @@ def token_dtype(data_dir):
 
 
 def lock_out(out):
-    """Make the folder `out` and lock it for this run (flock on the folder itself: no extra file; the
+    """Make the folder `out` and lock it for this run (hold_lock on the folder itself: no extra file; the
     OS releases it when the process dies) -> the locked file descriptor. Raises ValueError when another
-    prepare.py holds it (naming its pid when its temporary files show it), OSError if out can't be made."""
+    prepare.py holds it (naming its pid when its temporary files show it), OSError if out can't be made
+    or locked."""
     os.makedirs(out, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
-    if not hold_lock(fd):
+    try:
+        taken = hold_lock(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not taken:
         os.close(fd)
         pids = sorted({int(m.group(2)) for m in map(TEMP_NAME.match, os.listdir(out)) if m})
         raise ValueError(f"{out} is being written by another prepare.py run"
@@ -301,8 +307,9 @@ def text_paths(args):
     try:
         raw = os.path.join(args.out, "raw")
         return [download(f"TinyStories-{s}.txt", raw) for s in ("train", "valid")]
-    except OSError as e:
-        raise ValueError(f"download failed ({e}); pass --train/--valid to use local files")
+    except Exception as e:                  # the hub's errors are of many types (offline, not found, HTTP)
+        raise ValueError(f"download failed ({str(e) if isinstance(e, ConnectionError) else why(e)}); pass "
+                         "--train/--valid to use local files") from None
 
 
 def encode_splits(enc, streams, tmp):

@@ -8,8 +8,6 @@ import json
 import os
 import sys
 import threading
-import urllib.error
-import urllib.request
 
 if __name__ == "__main__":       # before the imports that need the repository root on the path
     print("source.py: error: data/prepare.py's --dataset source, not a command: python data/prepare.py --help",
@@ -96,21 +94,24 @@ def offline_asked():
                                                                                   "HF_DATASETS_OFFLINE"))
 
 
-def hub_unreachable(timeout=10):
-    """Why the Hugging Face Hub (HF_ENDPOINT) does not answer an HTTP request within `timeout` seconds (one short
-    line), or None when it answers (any status: it answered). Here and in experiments/eval_tasks.py, so that an
+def hub_unreachable(timeout=10, dataset="roneneldan/TinyStories"):
+    """Why the Hugging Face Hub (HF_ENDPOINT) does not answer within `timeout` seconds (one short line), or
+    None when it answers: huggingface_hub's dataset_info of `dataset`, where any HTTP status (a dataset not
+    found too) is an answer. Here, in data/prepare.py's download and in experiments/eval_tasks.py, so that an
     unreachable hub fails or goes offline at once instead of after the hub client's retries (about 25 s)."""
-    endpoint, result = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/"), []
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+    result = []
 
     def probe():
         try:
-            urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
-        except urllib.error.HTTPError:          # a status: it answered
+            HfApi(endpoint=os.environ.get("HF_ENDPOINT")).dataset_info(dataset, timeout=timeout)
+        except HfHubHTTPError:                  # a status: it answered
             pass
-        except Exception as e:                  # URLError, a timeout, a bad proxy: all mean "not reached"
+        except Exception as e:                  # no connection, a timeout, a bad proxy: "not reached"
             result.append(why(e))
         result.append(None)
-    t = threading.Thread(target=probe, daemon=True)   # a name lookup can outlast urlopen's timeout
+    t = threading.Thread(target=probe, daemon=True)   # a name lookup can outlast the request's timeout
     t.start()
     t.join(timeout + 1)
     return result[0] if result else f"no answer in {timeout:.0f} s"

@@ -53,6 +53,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 import sample
+from data.outputs import progress_bar
 from data.source import hub_unreachable, offline_asked
 from experiments.tasks import tinystories
 from harness import checkpoint, machine
@@ -71,6 +72,12 @@ def _no_metadata_hint(record):
     return 'Custom kwargs can be passed' not in record.getMessage()
 
 
+def progress(label, total):
+    """A kind of work's progress bar on stdout (data.outputs.progress_bar; elsewhere than a terminal a line
+    every 10 s), from its 10th second: requests done of `total`, a second, ETA; gone when the work ends."""
+    return progress_bar(f'  {label}', total, 'request', every=10.0, delay=10.0, leave=False)
+
+
 class BadRequest(ValueError):
     """A request the model cannot score: an empty continuation (log-probability 0 and greedy, above any real
     answer: lm-eval's own HFLM refuses it too), or one longer than its n_ctx (TooLong)."""
@@ -78,22 +85,6 @@ class BadRequest(ValueError):
 
 class TooLong(BadRequest):
     """A request the model cannot read: a continuation longer than its n_ctx."""
-
-
-class Meter:
-    """A kind of work's progress on stdout every `every` seconds: done / total, per second, ETA."""
-
-    def __init__(self, label, total, every=10.0):
-        self.label, self.total, self.every, self.done = label, total, every, 0
-        self.start = self.last = time.perf_counter()
-
-    def update(self, n):
-        self.done += n
-        now = time.perf_counter()
-        if now - self.last >= self.every and self.done < self.total:
-            self.last, rate = now, self.done / (now - self.start)
-            print(f'  {self.label}: {self.done}/{self.total}, {rate:.1f}/s, ETA {(self.total - self.done) / rate:.0f} s',
-                  flush=True)
 
 
 class ProjectLM(TemplateLM):
@@ -168,7 +159,7 @@ class ProjectLM(TemplateLM):
                 raise TooLong(f'a continuation of {len(cont)} tokens is longer than the model context n_ctx={n_ctx}')
             rows.append(((ctx + cont)[-(n_ctx + 1):], cont))
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
-        out, meter = [None] * len(rows), Meter(label, len(rows))
+        out, meter = [None] * len(rows), progress(label, len(rows))
         for b in range(0, len(order), self.batch_size):
             batch = order[b:b + self.batch_size]
             width = len(rows[batch[0]][0]) - 1
@@ -185,6 +176,7 @@ class ProjectLM(TemplateLM):
                 target = torch.tensor(cont, device=logp.device)
                 out[i] = (float(logp.gather(1, target[:, None]).sum()), bool((logp.argmax(-1) == target).all()))
             meter.update(len(batch))
+        meter.close()
         return out
 
     def loglikelihood_rolling(self, requests, disable_tqdm=False):
@@ -215,7 +207,7 @@ class ProjectLM(TemplateLM):
                 until = handle_stop_sequences(kw.pop('until', None), eos=self.tok_decode(self.eot_token_id))
                 ids = self.tok_encode(context)[-self.max_length:] or [self.eot_token_id]
                 groups.setdefault((len(ids), tuple(until), kw['max_gen_toks']), []).append((i, ids))
-            meter = Meter('generations', len(requests))
+            meter = progress('generations', len(requests))
             for (_, until, max_new), items in groups.items():
                 for b in range(0, len(items), self.batch_size):
                     batch = items[b:b + self.batch_size]
@@ -223,6 +215,7 @@ class ProjectLM(TemplateLM):
                     for (i, _), text in zip(batch, texts):
                         out[i] = postprocess_generated_text(text, list(until), None)
                     meter.update(len(batch))
+            meter.close()
             return out
 
     @torch.inference_mode()

@@ -169,13 +169,19 @@ def kept_on_resume(records, step):
 def lock_run(out_dir):
     """Hold an exclusive lock on the run folder for this process's life -> the open lock file (keep it). The
     OS releases the lock when the process dies, however it dies, so a killed run never blocks the next.
-    Raises CheckpointError naming the run (its pid) that holds it, or when the folder cannot be written."""
+    Raises CheckpointError naming the run (its pid) that holds it, or when the folder cannot be written or
+    locked."""
     try:
         os.makedirs(out_dir, exist_ok=True)
         f = open(os.path.join(out_dir, '.lock'), 'a+')
     except OSError as e:
         raise CheckpointError(f'cannot write to the run folder {out_dir!r} ({one_line(e)})') from None
-    if not hold_lock(f.fileno()):
+    try:
+        taken = hold_lock(f.fileno())
+    except OSError as e:                    # a file system that cannot lock
+        f.close()
+        raise CheckpointError(f'cannot lock the run folder {out_dir!r} ({one_line(e)})') from None
+    if not taken:
         f.seek(0)
         pid = f.read().strip() or '?'
         f.close()

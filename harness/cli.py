@@ -384,19 +384,12 @@ def _remove(path):
 
 
 def hold_lock(fd):
-    """Take an exclusive lock on the open file or folder descriptor fd (flock) for this process's life: the OS
-    releases it when the process dies, however it dies, so a killed run never blocks the next -> True, or
-    False when another process holds it (not POSIX: no lock, True). train.py's run folder and
-    data/prepare.py's --out are locked so."""
-    try:
-        import fcntl
-    except ImportError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
+    """Take an exclusive lock on the open file or folder descriptor fd for this process's life (filelock's
+    lock_descriptor: flock on POSIX, LockFileEx on Windows): the OS releases it when the process dies, however
+    it dies, so a killed run never blocks the next -> True, or False when another process holds it. Raises
+    OSError when the file system cannot lock. train.py's run folder and data/prepare.py's --out are locked so."""
+    from filelock import lock_descriptor
+    return lock_descriptor(fd, blocking=False)
 
 
 def pid_alive(pid):

@@ -6,7 +6,7 @@ import: a few seconds less a command).
 Real text comes from $TINYSTORIES_DIR (train.txt, valid.txt), by default
 ../shared/data/tinystories beside the repository; tests that need it are skipped
 with the reason NO_TEXT if it is absent, and with CI=true such a skip counts as a
-failure (test_mixer.summarize).
+failure (tests/conftest.py).
 """
 
 import atexit
@@ -252,7 +252,7 @@ def run_experiment(name, *args):
     return run_in_process('-m', f'experiments.{name}', *args, '--workers', '1')
 
 
-# ----------------------------------------------------------------------------- test_mixer.py --fast
+# ----------------------------------------------------------------------------- --fast (tests/conftest.py)
 
 FAST_SKIP = '--fast: starts a Python process (python test_mixer.py runs it)'
 
@@ -269,13 +269,13 @@ _REFUSED = [0]          # Python processes python_processes_forbidden() refused 
 def refused_python_processes():
     """How many Python processes python_processes_forbidden() has refused to start so far: a test
     (or class setup) during which this grew tried to start one, and whatever error followed is
-    that (test_mixer.TimedResult reports it as --fast's skip)."""
+    that (tests/conftest.py reports it as --fast's skip)."""
     return _REFUSED[0]
 
 
 @contextlib.contextmanager
 def python_processes_forbidden():
-    """test_mixer.py --fast: inside, a test that starts a Python process (a project script, torchrun, a
+    """--fast (tests/conftest.py): inside, a test that starts a Python process (a project script, torchrun, a
     spawned pool process, inductor's compiler probes and workers) is stopped at that moment by
     unittest.SkipTest(FAST_SKIP), and counted (refused_python_processes): the edit loop runs what runs
     in this process, and no test needs marking (a new module's tests sort themselves). Other
@@ -305,20 +305,37 @@ def python_processes_forbidden():
 
 
 _DATA = {}
-SHARED_ENV = 'TEST_MIXER_FIXTURES'     # where test_mixer.py made prepared_data() and tiny_checkpoint() for every module
+SHARED_ENV = 'TEST_MIXER_FIXTURES'     # where shared_fixtures() made prepared_data() and tiny_checkpoint()
+
+
+def shared_fixtures():
+    """prepared_data() and tiny_checkpoint() made once, in this process, for every process of a parallel run
+    (tests/conftest.py, before pytest-xdist starts its workers), where each process made its own (a few CPU
+    seconds each): their folder put in $TEST_MIXER_FIXTURES, which the workers inherit, and removed at this
+    process's exit -> that folder; None without the real text or when making them failed (each process then
+    makes its own, and fails there)."""
+    try:
+        root = os.path.dirname(prepared_data())
+        tiny_checkpoint()
+    except (unittest.SkipTest, AssertionError) as e:
+        print(f'tests: the shared fixtures were not made ({str(e).strip()[-300:] or type(e).__name__}); '
+              'each process makes its own', file=sys.stderr)
+        return None
+    os.environ[SHARED_ENV] = root
+    return root
 
 
 def shared_fixture(*parts):
-    """The path under $TEST_MIXER_FIXTURES of a fixture the suite's runner made once, before every module's
-    process started (test_mixer.shared_fixtures: read only, as every fixture here), or None where there is none."""
+    """The path under $TEST_MIXER_FIXTURES of a fixture made once before every test process started
+    (shared_fixtures: read only, as every fixture here), or None where there is none."""
     root = os.environ.get(SHARED_ENV)
     path = os.path.join(root, *parts) if root else None
     return path if path and os.path.exists(path) else None
 
 
 def prepared_data(whole=False):
-    """The tests' data dir, prepared once by data/prepare.py (in this process, or once for every module's
-    process by the suite's runner: shared_fixture; 512-token BPE): from slices of the real text (400 kB
+    """The tests' data dir, prepared once by data/prepare.py (in this process, or once for every process
+    of a parallel run: shared_fixtures; 512-token BPE): from slices of the real text (400 kB
     train.txt and 100 kB valid.txt, beside the dir), or with whole=True from all of it (claims.py's retrieval
     rows need its 1,841 validation stories). -> path of a dir with train.bin, val.bin, meta.json,
     tokenizer.tiktoken."""
@@ -350,8 +367,8 @@ def tiny_checkpoint():
     """A checkpoint made once by train.py (in this process) on prepared_data(): a flat mixer, d_model 32,
     2 layers, n_ctx 128, after 2 steps (still in the learning-rate warm-up, so close to
     its init, whose uniform causal mixing makes the last token's vector a bag of the
-    text's words: a small but clear retrieval signal); made once for every module's process where the suite's
-    runner made it (shared_fixture). -> path of ckpt.pt"""
+    text's words: a small but clear retrieval signal); made once for every process of a parallel run where
+    shared_fixtures made it. -> path of ckpt.pt"""
     if 'tiny_ckpt' not in _DATA and shared_fixture('tiny_ckpt', 'ckpt.pt'):
         _DATA['tiny_ckpt'] = shared_fixture('tiny_ckpt', 'ckpt.pt')
     if 'tiny_ckpt' not in _DATA:

@@ -405,6 +405,33 @@ class TestFinewebConfig(unittest.TestCase):
 
 
 class TestHubOffline(CorpusCase):
+    def test_a_hub_that_answers_an_error_status_is_reached(self):
+        """source.hub_unreachable (huggingface_hub's dataset_info): a hub (HF_ENDPOINT, a local server here)
+        that answers 404 for the dataset answered (None: datasets then says what is missing); a refused
+        connection did not (its reason, one line)."""
+        import http.server
+        import threading
+        from data.source import hub_unreachable
+
+        class NotFound(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_error(404)
+
+            def log_message(self, *args):
+                pass
+        server = http.server.HTTPServer(('127.0.0.1', 0), NotFound)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        endpoint = f'http://127.0.0.1:{server.server_address[1]}'
+        online = mock.patch('huggingface_hub.constants.HF_HUB_OFFLINE', False)    # as read at its import
+        with mock.patch.dict(os.environ, {'HF_ENDPOINT': endpoint}), online:
+            self.assertIsNone(hub_unreachable(5, 'someone/no-such-corpus'))
+        server.shutdown()
+        server.server_close()
+        with mock.patch.dict(os.environ, {'HF_ENDPOINT': endpoint}), online:
+            reason = hub_unreachable(5)
+        self.assertRegex(reason or '', r'^\w+: ')
+        self.assertEqual(len(reason.splitlines()), 1)
+
     def test_unreachable_hub_name_fails_in_one_line(self):
         """A hub name offline: with HF_HUB_OFFLINE=1 (datasets' own check), and without it on a machine whose
         hub does not answer (the probe, its request failing here): one line saying the dataset could not be
@@ -418,9 +445,8 @@ class TestHubOffline(CorpusCase):
                                             'reached'), r.stderr)
         self.assertEqual(os.listdir(out), [])
         env = {k: v for k, v in os.environ.items() if k not in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE')}
-        import urllib.error
         with mock.patch.dict(os.environ, env, clear=True), \
-                mock.patch('urllib.request.urlopen', side_effect=urllib.error.URLError('no network')):
+                mock.patch('huggingface_hub.HfApi.dataset_info', side_effect=OSError('no network')):
             rc, _, err = prepare_('--dataset', 'someone/no-such-corpus', '--out', out, '--num_proc', '1')
         self.assertEqual(rc, 2, err)
         self.assertEqual(err.count('\n'), 1, err)

@@ -397,7 +397,8 @@ class TestCommand(unittest.TestCase):
         def only_ours(include_path=None, include_defaults=True):        # lm-eval's 14,000 tasks unindexed
             return real(include_path=include_path, include_defaults=False)
         online = {k: v for k, v in ENV.items() if k not in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE')}
-        no_answer = mock.patch('urllib.request.urlopen', side_effect=OSError('staged: no network'))
+        staged = OSError('staged: no network')
+        no_answer = mock.patch('huggingface_hub.HfApi.dataset_info', side_effect=staged)
         for args, env, words in (
                 (['--tasks', 'no_such_task'], None, ["unknown task 'no_such_task'"]),
                 (['--tasks', 'not_cached_here', '--include_path', hub], None, ["task 'not_cached_here'", 'offline']),

@@ -1,8 +1,8 @@
 """Faults at every entry point, second part (issue #35; the first and the shared helpers:
 tests/test_faults.py, tests/faults.py): python test_mixer.py test_faults_outputs
 
-    TestCachesAndOutputs prepare.py's stale temporary files, its lock and Ctrl-C; the runner's
-                         damaged caches and torn logs; write_atomic; retrieval's --json failing
+    TestCachesAndOutputs prepare.py's stale temporary files, its lock and Ctrl-C; the run folder's
+                         lock; the runner's damaged caches and torn logs; write_atomic; retrieval's --json failing
                          at the end and its cache failing (Ctrl-C during claims' pool: test_faults_ctrl_c)
     TestWritten          cli.written (an output whole, or as it was; the umask's modes) and
                          remove_stale_temps (a killed process's temporaries; an old folder put back)
@@ -84,6 +84,24 @@ class TestCachesAndOutputs(Base):
             os.close(fd)
         self.assert_fault(r, 2, ['another prepare.py', f'pid {os.getpid()}'])
         self.assertEqual(hashes(out), before)
+
+    def test_a_lock_is_held_once_and_a_file_system_that_cannot_lock_is_named(self):
+        """hold_lock (filelock's lock_descriptor): while one open file of a run folder's .lock holds it,
+        another is refused (two runs, as the OS sees them); closed (its process gone, however it died), the
+        next takes it. A file system that cannot lock is lock_run's one line naming the folder, not 'in use by
+        another run' (every OSError read so) nor a traceback."""
+        from harness.checkpoint import CheckpointError, lock_run
+        from harness.cli import hold_lock
+        out = os.path.join(self.f.tmp, 'lock_once')
+        first = lock_run(out)
+        with open(os.path.join(out, '.lock')) as second:
+            self.assertFalse(hold_lock(second.fileno()))
+            first.close()
+            self.assertTrue(hold_lock(second.fileno()))
+        cannot = OSError(errno.ENOLCK, 'No locks available')
+        with mock.patch('harness.checkpoint.hold_lock', side_effect=cannot):
+            with self.assertRaisesRegex(CheckpointError, f"^cannot lock the run folder '{out}' .*No locks"):
+                lock_run(out)
 
     def test_runner_reruns_a_job_whose_cached_result_is_damaged(self):
         """A torn result.json: one warning line, the job runs again and its result is cached whole. (The pool

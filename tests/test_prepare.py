@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import unittest
-import urllib.error
 from collections import Counter
 from unittest import mock
 
@@ -296,17 +295,49 @@ class TestPrepareCLI(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertNotIn("Traceback", r.stderr)
 
+    def test_download_goes_through_the_hub_client_with_our_progress_line(self):
+        """prepare.download: huggingface_hub's hf_hub_download of the TinyStories file into --out/raw (a
+        stand-in here, with the arguments the hub client gives its progress class: desc, total, initial, unit,
+        unit_scale), its progress on our line ('downloading NAME: ...'); a file already there is not
+        fetched."""
+        calls, raw = [], os.path.join(self.out, "raw")
+
+        def fake(repo, name, repo_type, local_dir, endpoint, tqdm_class):
+            calls.append((repo, name, repo_type))
+            with tqdm_class(desc=name, total=2_000_000, initial=0, unit="B", unit_scale=True) as bar:
+                bar.update(2_000_000)
+            os.makedirs(local_dir, exist_ok=True)
+            with open(os.path.join(local_dir, name), "w") as f:
+                f.write("a story<|endoftext|>")
+            return f.name
+        reached = mock.patch.object(prepare, "hub_unreachable", return_value=None)
+        with mock.patch("huggingface_hub.hf_hub_download", fake), reached, \
+                contextlib.redirect_stdout(io.StringIO()) as out:
+            path = prepare.download("TinyStories-valid.txt", raw)
+            self.assertEqual(prepare.download("TinyStories-valid.txt", raw), path)
+        self.assertEqual(calls, [("roneneldan/TinyStories", "TinyStories-valid.txt", "dataset")])
+        self.assertEqual(path, os.path.join(raw, "TinyStories-valid.txt"))
+        last = out.getvalue().splitlines()[-1]
+        self.assertRegex(last, r"^downloading TinyStories-valid\.txt: 100%.*2\.00M/2\.00M")
+
     def test_offline_download_fails_cleanly(self):
-        err = io.StringIO()
-        with mock.patch.object(prepare.urllib.request, "urlopen",
-                               side_effect=urllib.error.URLError("no network")), \
-                contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            rc = prepare.main(["--out", self.out])
-        self.assertEqual(rc, 2)
-        self.assertIn("--train/--valid", err.getvalue())
-        self.assertEqual(len(err.getvalue().strip().splitlines()), 1)
-        raw = os.path.join(self.out, "raw")
-        self.assertEqual(os.listdir(raw) if os.path.isdir(raw) else [], [])
+        """The TinyStories download with HF_HUB_OFFLINE=1, and with a hub that does not answer (its probe, the
+        hub client's dataset_info, failing here): one line naming the cause and --train/--valid, exit 2,
+        nothing in --out/raw (not the hub client's cache folders either)."""
+        online = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+        for env, why in (({**online, "HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE"),
+                         (online, "OSError: no network")):
+            err = io.StringIO()
+            with self.subTest(why), mock.patch.dict(os.environ, env, clear=True), \
+                    mock.patch("huggingface_hub.HfApi.dataset_info", side_effect=OSError("no network")), \
+                    contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                rc = prepare.main(["--out", self.out])
+            self.assertEqual(rc, 2)
+            self.assertIn("--train/--valid", err.getvalue())
+            self.assertIn(why, err.getvalue())
+            self.assertEqual(len(err.getvalue().strip().splitlines()), 1)
+            raw = os.path.join(self.out, "raw")
+            self.assertEqual(os.listdir(raw) if os.path.isdir(raw) else [], [])
 
     def test_success_outputs_agree(self):
         train, valid = self.small_real()

@@ -1,329 +1,294 @@
-"""The suite's runner itself (test_mixer.py): it finds every module, refuses unknown ones, counts every test
-once, CI cannot pass by skipping, --fast skips what starts a Python process or runs past its clock, a
-parallel run counts every module and a dead process fails, --repeat counts each test's failures and keeps
-its first message, and the times it reports add up.
+"""What python test_mixer.py and tests/conftest.py add to pytest: bad command lines are one line; each test
+has one outcome and the last line counts them; CI=true fails a skip for missing data; --fast skips what starts
+a Python process, compiles or runs past its clock; a module ends with a line; a dead worker fails its test;
+--repeat counts each test's failures in fresh processes; a Ctrl-C stops every process the tests started, in
+one line.
 
     python test_mixer.py test_runner
 """
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
+import textwrap
 import unittest
+from types import SimpleNamespace
 from unittest import mock
 
 import test_mixer
+from tests.common import ROOT
+from tests.conftest import FAST_SECONDS, InTestProcess
+from tests.faults import ENV, LINUX, alive, assert_interrupted, interrupt, session_alive, write
 
-from test_mixer import (EXIT_IN_ENV, FAST_SECONDS, FAST_SLOW, TESTS, TimedResult, Workers, by_module, fast_clock,
-                        repeated, run_parallel, run_quietly, slowest, summarize, tally, test_modules)
-from tests.common import FAST_SKIP, NO_TEXT, python_processes_forbidden
+# A module of every kind of outcome, run with CI=true under --fast (TestConftest)
+OUTCOMES = '''
+import os, subprocess, sys, time, unittest
+from tests.common import NO_TEXT
 
 
-class TestRunner(unittest.TestCase):
-    """The runner itself: it finds every module, refuses unknown ones, and CI cannot pass by skipping."""
+def finished(name):
+    with open(os.environ['FINISHED'], 'a') as f:
+        f.write(name + '\\n')
 
-    def test_discovers_every_test_module(self):
-        names = {m.__name__.split('.')[-1] for m in test_modules()}
-        on_disk = {f[:-3] for f in os.listdir(TESTS) if f.startswith('test_') and f.endswith('.py')}
-        self.assertEqual(names, on_disk)
-        self.assertIn('test_train', names)
-        self.assertIn('test_model', names)
 
-    def test_unknown_module_is_refused(self):
-        with self.assertRaisesRegex(ValueError, 'no test module test_nope'):
-            test_modules(['test_nope'])
-        self.assertEqual([m.__name__ for m in test_modules(['test_docs.py'])], ['tests.test_docs'])
+class Fake(unittest.TestCase):
+    def test_passes(self):
+        pass
 
-    def test_ci_counts_a_data_skip_as_a_failure(self):
-        class Fake(unittest.TestCase):
-            def test_needs_text(self):
-                raise unittest.SkipTest(NO_TEXT)
+    def test_fails(self):
+        self.assertEqual(1, 2, 'one is not two')
 
-            def test_other_skip(self):
-                raise unittest.SkipTest('needs CUDA')
+    def test_needs_text(self):
+        raise unittest.SkipTest(NO_TEXT)
 
-            def test_passes(self):
-                pass
-        result = run_quietly(Fake)
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            self.assertEqual(summarize(result, ci=False), (0, '1 passed, 0 failed, 2 skipped (of 3 tests)'))
-            self.assertEqual(summarize(result, ci=True), (1, '1 passed, 1 failed, 1 skipped (of 3 tests)'))
-        self.assertIn('test_needs_text', out.getvalue())
+    def test_needs_cuda(self):
+        self.skipTest('needs CUDA')
 
-    def test_counts_add_up_with_subtests_and_class_setups(self):
-        """passed + failed + skipped = tests: a class whose setup skips or fails is one test, a test is one
-        whatever its subtests did (the count went negative when skips came from these)."""
-        class SkipsInSetup(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                raise unittest.SkipTest('needs CUDA')
+    def test_fails_two_subtests(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.assertEqual(i, 0)
 
-            def test_a(self):
-                pass
+    def test_skips_its_subtests(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.skipTest('not here')
 
-            def test_b(self):
-                pass
+    def test_starts_python(self):
+        subprocess.run([sys.executable, '-c', 'pass'])
 
-        class FailsInSetup(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                raise RuntimeError('no data')
+    def test_starts_another_program(self):
+        subprocess.run(['true'], check=True)
 
-            def test_c(self):
-                pass
-
-        class Subtests(unittest.TestCase):
-            def test_skips_three(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        self.skipTest('not here')
-
-            def test_fails_two(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        self.assertEqual(i, 0)
-
-            def test_passes(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        pass
-        result = run_quietly(SkipsInSetup, FailsInSetup, Subtests)
-        code, line = summarize(result, ci=False)
-        self.assertEqual((code, line), (1, '1 passed, 2 failed, 2 skipped (of 5 tests)'))
-
-    def test_fast_skips_a_test_that_starts_python_and_only_that(self):
-        from tests.common import run
-
-        class Fake(unittest.TestCase):
-            def test_starts_python(self):
-                run('-c', 'pass')
-
-            def test_starts_a_pool(self):
-                import concurrent.futures
-                import multiprocessing
-                with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn')) as p:
-                    p.submit(int, 1).result()
-
-            def test_starts_another_program(self):
-                self.assertEqual(subprocess.run(['true']).returncode, 0)
-
-            def test_a_library_wraps_the_skip(self):          # as inductor does
-                try:
-                    run('-c', 'pass')
-                except Exception as e:
-                    raise RuntimeError('wrapped') from e
-
-            def test_fails_by_itself(self):
-                self.fail('a real failure')
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
-        with open(os.devnull, 'w') as devnull, python_processes_forbidden():
-            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
-                         [('test_a_library_wraps_the_skip', FAST_SKIP), ('test_starts_a_pool', FAST_SKIP),
-                          ('test_starts_python', FAST_SKIP)])
-        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
-        self.assertEqual((result.testsRun, len(result.errors)), (5, 0))
-        self.assertEqual(run('-c', 'print(6 * 7)').stdout, '42\n')        # outside, processes start again
-        self.assertIn('(3 of them --fast skips: they start a Python process or take over', summarize(result, ci=True)[1])
-
-    def test_fast_stops_a_slow_test_and_only_that_one(self):
-        """--fast's clock: a test still running after FAST_SECONDS is stopped there and counted as --fast's
-        skip, also when the code under it turns the stop into another error; a quick test passes, a real
-        failure stays a failure, and the clock is off after the run. (Stopped, not let finish: the line after
-        the sleep never runs. No wall-clock bound: a loaded machine takes longer to get there.)"""
-        finished = []
-
-        class Fake(unittest.TestCase):
-            def test_slow(self):
-                time.sleep(FAST_SECONDS + 5)
-                finished.append('test_slow')
-
-            def test_slow_under_a_broad_except(self):
-                try:
-                    time.sleep(FAST_SECONDS + 5)
-                    finished.append('test_slow_under_a_broad_except')
-                except Exception as e:
-                    raise RuntimeError('wrapped') from e
-
-            def test_quick(self):
-                pass
-
-            def test_fails_by_itself(self):
-                self.fail('a real failure')
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Fake)
-        TimedResult.fast = True
+    def test_a_library_wraps_the_skip(self):            # as inductor does
         try:
-            with open(os.devnull, 'w') as devnull:
-                result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        finally:
-            TimedResult.fast = False
-            fast_clock(0)
-        self.assertEqual(finished, [])
-        self.assertEqual(sorted((t.id().split('.')[-1], r) for t, r in result.skipped),
-                         [('test_slow', FAST_SLOW), ('test_slow_under_a_broad_except', FAST_SLOW)])
-        self.assertEqual([t.id().split('.')[-1] for t, _ in result.failures], ['test_fails_by_itself'])
-        self.assertEqual(len(result.errors), 0)
-        self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
+            subprocess.run([sys.executable, '-c', 'pass'])
+        except Exception as e:
+            raise RuntimeError('wrapped') from e
 
-    def test_names_the_slowest_tests(self):
-        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2)
-        self.assertEqual(lines[0], 'slowest 2 tests (90% of 10 s):')
-        self.assertEqual([x.split()[-1] for x in lines[1:]], ['c', 'b'])
-        lines = slowest({'a': 1.0, 'b': 3.0, 'c': 6.0}, n=2, cpu={'a': 0.5, 'b': 2.5, 'c': 1.0})
-        self.assertEqual(lines, ['slowest 2 tests (90% of 10 s; 4 s of CPU):', '     6.0 s    1.0 s CPU  c',
-                                 '     3.0 s    2.5 s CPU  b'])
+    def test_compiles(self):
+        import torch
+        torch.compile(lambda x: x)
 
-    def test_sums_the_seconds_a_module(self):
-        line = by_module({'tests.test_a.C.test_x': 1.0, 'tests.test_a.C (class setup)': 2.0,
-                          'tests.test_b.D.test_y': 4.0, '__main__.TestRunner.test_z': 0.4})
-        self.assertEqual(line, 'seconds a module: test_b 4, test_a 3, test_mixer 0')
+    def test_slow(self):
+        time.sleep(60)
+        finished('slow')
 
-    def test_parallel_run_counts_every_module_and_a_dead_process_fails(self):
-        """Modules on worker processes, each run twice (--repeat 2): a module's tests' outcomes come back under their
-        ids; a module that does not import is a failed test; so is one whose worker process dies (here it exits as
-        it is given test_nope the first time: TEST_MIXER_EXIT_IN), not a gap, and the run after it gets a new
-        worker; each run of a module has a process of its own (its fixtures are cached in the one it ran in, as
-        in the suite, where it runs once). quiet: only a run with a failure prints its output. repeated() counts
-        each test's failures out of its module's runs, with its first message."""
-        with mock.patch.dict(os.environ, {EXIT_IN_ENV: 'test_nope@1'}), \
-                contextlib.redirect_stdout(io.StringIO()) as printed:
-            out, fast, seconds, cpu, runs = run_parallel(['test_docs', 'test_nope'] * 2, 1, fast=False, quiet=True)
-        ids = {t.id() for c in unittest.defaultTestLoader.loadTestsFromModule(test_modules(['test_docs'])[0])
-               for t in c}
-        self.assertEqual({t for t in out if t.startswith('tests.test_docs.')}, ids)
-        self.assertEqual({out[t] for t in ids}, {'passed'})
-        self.assertEqual((out['test_nope (its import)'], out['test_nope (its process)']), ('failed', 'failed'))
-        self.assertEqual(tally(out, fast)[0], 1)
-        self.assertLessEqual(ids, set(seconds))
-        self.assertEqual(set(cpu), set(seconds))
-        docs = [got for name, got in runs if name == 'test_docs']
-        self.assertEqual([set(got['outcomes'].values()) for got in docs], [{'passed'}, {'passed'}])
-        self.assertNotEqual(docs[0]['pid'], docs[1]['pid'])
-        self.assertEqual(printed.getvalue().count('== test_docs ('), 2)
-        self.assertIn('no test module test_nope', printed.getvalue())
-        self.assertIn('test_nope: its process ended (exit code 3)', printed.getvalue())
-        self.assertNotIn('test_readme_is_short', printed.getvalue())        # test_docs passed: its output not shown
-        code, lines = repeated(runs, 2)
-        self.assertEqual(code, 1)
-        self.assertEqual(lines[0], '  1 of 2  test_nope (its import)')
-        self.assertIn('ValueError: no test module test_nope', lines[1])
-        self.assertEqual(lines[2:], ['  1 of 2  test_nope (its process)',
-                                     '          its process ended (exit code 3) before reporting its tests',
-                                     f'--repeat 2: 2 of {len(ids) + 2} tests failed at least once (2 modules, 4 runs)'])
+    def test_slow_under_a_broad_except(self):
+        try:
+            time.sleep(60)
+            finished('slow_under_a_broad_except')
+        except Exception as e:
+            raise RuntimeError('wrapped') from e
 
-    def test_a_worker_whose_runner_is_gone_ends_without_a_traceback(self):
-        """A worker whose runner was killed (SIGTERM, kill -9) finishes its module and finds no one to reply to:
-        it ends with exit 0 and writes nothing to stderr (it wrote BrokenPipeError's traceback into the terminal).
-        The runner's end of the reply pipe is closed before the worker is given its module."""
-        worker = subprocess.Popen([sys.executable, os.path.abspath(test_mixer.__file__), '--worker'],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        worker.stdout.close()
+    def test_slow_subtests(self):
+        for i in range(60):
+            with self.subTest(i=i):
+                time.sleep(0.5)
+                finished('subtest')
+
+
+class SkipsInSetup(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        raise unittest.SkipTest('needs CUDA')
+
+    def test_a(self):
+        pass
+
+    def test_b(self):
+        pass
+
+
+class FailsInSetup(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        raise RuntimeError('no data')
+
+    def test_c(self):
+        pass
+'''
+
+
+def pytest_of(*args, env=None):
+    """python -m pytest args... from the repository root with tests/conftest.py as a plugin (for modules
+    outside tests/) -> CompletedProcess (text)."""
+    return subprocess.run([sys.executable, '-m', 'pytest', '-c', 'pytest.ini', '-p', 'tests.conftest', '-p',
+                           'no:cacheprovider', *args], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def ids_of(module):
+    """The test ids of tests/`module`.py -> list (unittest's loader: its TestCase classes' test methods)."""
+    suite = unittest.defaultTestLoader.loadTestsFromName(f'tests.{module}')
+    return [t.id() for c in suite for t in c]
+
+
+class TestCommandLine(unittest.TestCase):
+    def test_bad_command_lines_are_one_line(self):
+        """An unknown option or module, a --repeat that is not a whole number of runs from 1 to 1000 in ASCII
+        digits (int() takes '٣' and '1_0'; 10**20 runs would never end), a flag or a module given twice: one
+        line naming it, exit 2, before anything runs."""
+        cases = [(['--nonsense'], "unknown option '--nonsense'"), (['test_nope'], 'no test module test_nope'),
+                 (['--repeat', '٣'], "not '٣'"), (['--repeat', '1_0'], "not '1_0'"),
+                 (['--repeat', '1' + '0' * 20], 'from 1 to 1000'), (['--repeat', '1001'], 'from 1 to 1000'),
+                 (['--repeat', '0'], 'from 1 to 1000'), (['--repeat=-3'], "not '-3'"),
+                 (['--repeat'], "not ''"), (['--repeat', ' 2'], "not ' 2'"),
+                 (['--fast', 'test_docs', '--fast'], '--fast given twice'),
+                 (['--repeat', '2', '--repeat=3'], '--repeat=3 given twice'),
+                 (['test_docs', 'tests/test_docs.py'], 'tests/test_docs.py given twice')]
+        taken = mock.patch.object(test_mixer, 'run_command', side_effect=AssertionError('taken: it ran'))
+        for argv, want in cases:
+            with self.subTest(argv=argv), contextlib.redirect_stderr(io.StringIO()) as err, taken:
+                with self.assertRaises(SystemExit) as stop:
+                    test_mixer.main(argv)
+                self.assertEqual(stop.exception.code, 2)
+                self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
+                self.assertIn(want, err.getvalue())
+                self.assertTrue(err.getvalue().startswith('test_mixer.py: error: '), err.getvalue())
+
+    def test_the_slowest_modules_come_first(self):
+        """Sorted by MODULE_SECONDS (a module not listed counts 60 s), each module's tests in their order."""
+        ids = ['tests/test_docs.py::A::x', 'tests/test_compile.py::B::y', 'other/test_new.py::z',
+               'tests/test_docs.py::A::w', 'tests/test_compile.py::B::v']
+        items = [SimpleNamespace(nodeid=i) for i in ids]
+        InTestProcess(fast=False).pytest_collection_modifyitems(items)
+        self.assertEqual([i.nodeid for i in items], [ids[1], ids[4], ids[2], ids[0], ids[3]])
+
+
+@unittest.skipUnless(LINUX, 'reads /proc')
+class TestConftest(unittest.TestCase):
+    def test_outcomes_ci_fast_module_lines_and_a_dead_worker(self):
+        """OUTCOMES and two more modules (one that does not import; one whose worker dies in its first test)
+        on one pytest-xdist worker with CI=true and --fast: each test one outcome (a subtest or its class's
+        setup decides it), a skip for missing data failed, a test that starts a Python process, compiles or
+        runs past FAST_SECONDS (stopped there, not let finish, also under a broad except and in its subtests)
+        skipped, a real failure kept with its first message, the test whose worker died failed and the next
+        one run by a new worker, a line a module, and the counts on the last line; exit 1."""
         with tempfile.TemporaryDirectory() as tmp:
-            _, err = worker.communicate(f'test_card\t{os.path.join(tmp, "out.txt")}\t1\n', timeout=600)
-            self.assertTrue(os.path.exists(os.path.join(tmp, 'out.txt')), 'the module did not run')
-        self.assertEqual((worker.returncode, err), (0, ''))
+            write(os.path.join(tmp, 'test_outcomes.py'), OUTCOMES)
+            write(os.path.join(tmp, 'test_dies.py'), 'import os\n\n\ndef test_dies():\n    os._exit(3)\n\n\n'
+                  'def test_after():\n    pass\n')
+            write(os.path.join(tmp, 'test_broken.py'), "raise ImportError('broken')\n")
+            finished = os.path.join(tmp, 'finished')
+            r = pytest_of(tmp, '-n', '1', '--fast', '--outcomes', os.path.join(tmp, 'out.json'),
+                          '--continue-on-collection-errors', '--rootdir', tmp,
+                          env={**ENV, 'CI': 'true', 'FINISHED': finished, 'TEST_MIXER_FIXTURES': tmp})
+            with open(os.path.join(tmp, 'out.json')) as f:
+                got = json.load(f)
+            done = open(finished).read().split() if os.path.exists(finished) else []
+        out = {t.split('::', 1)[-1]: o for t, o in got['outcomes'].items()}
+        messages = {t.split('::', 1)[-1]: m for t, m in got['messages'].items()}
+        want = {'Fake::test_passes': 'passed', 'Fake::test_fails': 'failed',
+                'Fake::test_needs_text': 'failed', 'Fake::test_needs_cuda': 'skipped',
+                'Fake::test_fails_two_subtests': 'failed', 'Fake::test_skips_its_subtests': 'skipped',
+                'Fake::test_starts_python': 'skipped', 'Fake::test_starts_another_program': 'passed',
+                'Fake::test_a_library_wraps_the_skip': 'skipped', 'Fake::test_compiles': 'skipped',
+                'Fake::test_slow': 'skipped',
+                'Fake::test_slow_under_a_broad_except': 'skipped', 'Fake::test_slow_subtests': 'skipped',
+                'SkipsInSetup::test_a': 'skipped', 'SkipsInSetup::test_b': 'skipped',
+                'FailsInSetup::test_c': 'failed', 'test_dies': 'failed', 'test_after': 'passed',
+                'test_broken.py': 'failed'}
+        self.assertEqual(out, want, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(messages['Fake::test_fails'], 'AssertionError: 1 != 2 : one is not two')
+        self.assertIn('CI=true', messages['Fake::test_needs_text'])
+        self.assertIn('crashed', messages['test_dies'])
+        self.assertIn('broken', messages['test_broken.py'])
+        self.assertLessEqual(done.count('subtest'), 2 * FAST_SECONDS, 'the subtests went on past the clock')
+        self.assertEqual([d for d in done if d != 'subtest'], [], 'a slow test ran to its end')
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[-1], '3 passed, 6 failed, 10 skipped (6 of them --fast skips: they start a '
+                                    f'Python process or take over {FAST_SECONDS} s) (of 19 tests)')
+        module_lines = [line for line in lines if line.startswith('== test_')]
+        self.assertEqual(len(module_lines), 2, r.stdout[-3000:])
+        self.assertRegex(module_lines[-1], r'^== test_\w+ \(2 of 2 modules\): .*; \d+ s so far, about 0 s to '
+                                           'go$')
+        self.assertIn('== test_dies (', r.stdout)
+        self.assertIn('1 passed, 1 failed, 0 skipped (of 2 tests)', r.stdout)
 
-    def test_a_background_start_gives_the_commands_a_ctrl_c(self):
-        """Started with SIGINT ignored (nohup, `python test_mixer.py &` in a script), the suite's processes take
-        SIGINT as Python does by default: the commands they start inherit an ignored SIGINT through exec, ignore
-        the Ctrl-C the tests send them, and those tests fail (test_faults' Ctrl-C during a save ran to its end).
-        Read from the worker's /proc status after its module has run."""
-        worker = subprocess.Popen([sys.executable, os.path.abspath(test_mixer.__file__), '--worker'],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                worker.stdin.write(f'test_card\t{os.path.join(tmp, "out.txt")}\t1\n')
-                worker.stdin.flush()
-                self.assertIn('outcomes', worker.stdout.readline())
-            with open(f'/proc/{worker.pid}/status') as f:
-                ignored = int(next(line for line in f if line.startswith('SigIgn:')).split()[1], 16)
-        finally:
-            worker.stdin.close()
-            worker.wait(timeout=600)
-        self.assertFalse(ignored & 1 << (signal.SIGINT - 1), 'SIGINT still ignored')
 
-    def test_repeat_counts_each_test_s_failures_and_keeps_the_first_message(self):
-        """repeated(): each test that failed in any run, 'K of N' and its first failure's message, the most failures
-        first; exit 1; none failed: only the count line, exit 0. The messages come from TimedResult: a failure's,
-        an error's and a failed subtest's first, none for a test that passed or skipped."""
-        class Fake(unittest.TestCase):
-            def test_fails(self):
-                self.assertEqual(1, 2, 'one is not two')
+@unittest.skipUnless(LINUX, 'reads /proc')
+class TestCommand(unittest.TestCase):
+    """python test_mixer.py as a process, a module of the test's own added through PYTEST_ADDOPTS."""
 
-            def test_raises(self):
-                raise OSError('disk full')
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix='mixer_runner_')
+        self.addCleanup(__import__('shutil').rmtree, self.tmp, ignore_errors=True)
 
-            def test_subtests(self):
-                for i in range(3):
-                    with self.subTest(i=i):
-                        self.assertEqual(i, 0, f'subtest {i}')
+    def test_repeat_counts_failures_over_fresh_processes_with_ctrl_c_at_its_default(self):
+        """--repeat 2 of test_docs and a module whose one test fails in its first run only and another that
+        reads its process's signal mask, the command started with SIGINT ignored (nohup, a script's `&`): each
+        run in a process of its own, the failed run's output printed, the other's not, then '1 of 2' and the
+        first message, a count, exit 1; and the tests' processes take SIGINT at Python's default (inherited
+        ignored, the commands the Ctrl-C tests start would ignore it)."""
+        write(os.path.join(self.tmp, 'test_flaky.py'), textwrap.dedent(f'''
+            import os
 
-            def test_passes(self):
-                pass
+            def test_flaky():
+                with open({self.tmp!r} + '/runs', 'a') as f:
+                    f.write(f'{{os.getpid()}}\\n')
+                assert len(open({self.tmp!r} + '/runs').read().split()) > 1, 'fails in its first run'
 
-            def test_skips(self):
-                self.skipTest('needs CUDA')
-        messages = run_quietly(Fake).messages
-        name = f'{__name__}.{Fake.__qualname__}'
-        self.assertEqual(messages, {f'{name}.test_fails': 'AssertionError: 1 != 2 : one is not two',
-                                    f'{name}.test_raises': 'OSError: disk full',
-                                    f'{name}.test_subtests': 'AssertionError: 1 != 0 : subtest 1'})
-        runs = [('m', {'outcomes': {'a': 'passed', 'b': 'failed', 'c': 'skipped'}, 'messages': {'b': 'E: first b'}}),
-                ('m', {'outcomes': {'a': 'failed', 'b': 'failed', 'c': 'skipped'},
-                       'messages': {'a': 'E: a\nits second line', 'b': 'E: second b'}}),
-                ('m', {'outcomes': {'a': 'passed', 'b': 'passed', 'c': 'skipped'}, 'messages': {}})]
-        self.assertEqual(repeated(runs, 3), (1, ['  2 of 3  b', '          E: first b', '  1 of 3  a', '          E: a',
-                                                 '          its second line',
-                                                 '--repeat 3: 2 of 3 tests failed at least once (1 modules, 3 runs)']))
-        self.assertEqual(repeated(runs[2:], 1),
-                         (0, ['--repeat 1: 0 of 3 tests failed at least once (1 modules, 1 runs)']))
+            def test_sigint_at_its_default():
+                with open('/proc/self/status') as f:
+                    ignored = int(next(l for l in f if l.startswith('SigIgn:')).split()[1], 16)
+                assert not ignored & 2, 'SIGINT ignored'
+            '''))
+        r = subprocess.run([sys.executable, 'test_mixer.py', '--repeat', '2', 'test_docs'], cwd=ROOT,
+                           text=True, capture_output=True, timeout=600,
+                           env={**ENV, 'PYTEST_ADDOPTS': self.tmp},
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        lines = r.stdout.splitlines()
+        self.assertEqual(r.returncode, 1, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertEqual(len(set(open(os.path.join(self.tmp, 'runs')).read().split())), 2)
+        self.assertEqual(r.stdout.count('FAILED'), 1, r.stdout[-3000:])
+        n = len(ids_of('test_docs')) + 2
+        self.assertEqual([line for line in lines if line.startswith('--repeat: run')],
+                         [f'--repeat: run 1 of 2: 1 of {n} failed', f'--repeat: run 2 of 2: 0 of {n} failed'])
+        first = next(i for i, line in enumerate(lines) if line.startswith('  1 of 2  '))
+        self.assertRegex(lines[first], r'^  1 of 2  .*test_flaky\.py::test_flaky$')
+        self.assertEqual(lines[first + 1], '          AssertionError: fails in its first run')
+        self.assertEqual(lines[-1], f'--repeat 2: 1 of {n} tests failed at least once (2 runs)')
 
-    def test_two_runs_of_one_module_never_overlap(self):
-        """--repeat's runs of one module wait for each other (its tests may share a fixture's path), while another
-        module takes the free worker: every run of a module starts after its previous one ended. Workers.run stood in
-        by a stand-in that records when each run starts and ends (no process)."""
-        events, lock = [], threading.Lock()
+    def test_ctrl_c_stops_every_process_the_tests_started(self):
+        """SIGINT to the command's group, as a terminal's Ctrl-C: while its two workers import torch (a normal
+        run of two modules), and during --repeat's first run while a test's process runs in a session of its
+        own (as the fault tests start torchrun): exit 130, one line, no traceback (a worker importing torch
+        printed KeyboardInterrupt's), no process of its session left, nor the test's own (they outlived the
+        runner by 15 to 19 s); the signal reached the command only (pytest runs in a process group of its
+        own), which stopped the rest."""
+        pid_file = os.path.join(self.tmp, 'pid')
+        write(os.path.join(self.tmp, 'test_sleeper.py'), textwrap.dedent(f'''
+            import signal, subprocess, sys, time
 
-        def fake_run(self, p, name, run=1):
-            with lock:
-                events.append(('start', name, run))
-            time.sleep(0.1)
-            with lock:
-                events.append(('end', name, run))
-            return None, '', {'outcomes': {f'{name}.t': 'passed'}, 'fast': [], 'seconds': {}, 'cpu': {},
-                              'messages': {}, 'module_cpu': None}
-        with mock.patch.object(Workers, 'run', fake_run), contextlib.redirect_stdout(io.StringIO()):
-            runs = run_parallel(['test_a'] * 3 + ['test_b'] * 2, 2, fast=False, quiet=True)[4]
-        self.assertEqual(len(runs), 5)
-        for name, n in (('test_a', 3), ('test_b', 2)):
-            mine = [(kind, run) for kind, m, run in events if m == name]
-            self.assertEqual(mine, [(kind, r) for r in range(1, n + 1) for kind in ('start', 'end')], events)
-        self.assertIn(('start', 'test_b', 1), events[:events.index(('end', 'test_a', 1))], 'a worker stood idle')
+            def test_sleeps():
+                signal.signal(signal.SIGINT, lambda *a: open({pid_file!r} + '.sigint', 'w').close())
+                p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],
+                                     start_new_session=True)
+                with open({pid_file!r}, 'w') as f:
+                    f.write(str(p.pid))
+                time.sleep(600)
+            '''))
 
-    def test_class_setup_time_is_counted(self):
-        """A class's setup time is its own entry, not its first test's: timed on a clock that only the setup
-        moves (a real sleep would make the verdict hang on the machine's load)."""
-        now = [100.0]
-
-        class Slow(unittest.TestCase):
-            @classmethod
-            def setUpClass(cls):
-                now[0] += 0.2
-
-            def test_a(self):
-                pass
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Slow)
-        with open(os.devnull, 'w') as devnull, mock.patch('time.perf_counter', lambda: now[0]):
-            result = unittest.TextTestRunner(stream=devnull, resultclass=TimedResult).run(suite)
-        self.assertAlmostEqual(result.seconds[f'{__name__}.Slow (class setup)'], 0.2, places=9)
-        self.assertEqual(result.seconds[next(k for k in result.seconds if k.endswith('test_a'))], 0)
+        def workers_started(p, lines):          # the command, pytest and a worker
+            return len(session_alive(p.pid)) >= 3
+        moments = [(['test_card', 'test_docs'], {}, workers_started, 0.3),
+                   (['--repeat', '2', 'test_docs'], {'PYTEST_ADDOPTS': self.tmp},
+                    lambda p, lines: os.path.exists(pid_file), 0.0)]
+        for argv, env, ready, settle in moments:
+            with self.subTest(argv=argv):
+                env = {**ENV, 'TEST_MIXER_FIXTURES': self.tmp, **env}      # no shared fixtures: made sooner
+                got = interrupt(['test_mixer.py', *argv], ready, settle, env=env)
+                assert_interrupted(self, got, ready, allow=())
+                self.assertIn('every test process stopped', ''.join(got.lines))
+        self.assertFalse(alive(int(open(pid_file).read())), "the test's process outlived the command")
+        self.assertFalse(os.path.exists(pid_file + '.sigint'), 'the Ctrl-C reached the tests too')
 
 
 if __name__ == '__main__':

@@ -5,6 +5,7 @@ checkpoint carries its tokenizer, and the papers' configs build and train.
 
 Real text comes from $TINYSTORIES_DIR or ../shared/data/tinystories (skipped if absent).
 """
+import contextlib
 import hashlib
 import io
 import json
@@ -243,10 +244,27 @@ class TestStreamingPrepare(unittest.TestCase):
             prepare.encode_stream(enc, st, io.BytesIO(), label='val', progress_s=0)
         finally:
             sys.stdout = sys_stdout
-        lines = buf.getvalue().splitlines()
+        lines = buf.getvalue().splitlines()         # tqdm's, a line each (stdout is not a terminal here)
         self.assertGreater(len(lines), 5)
-        self.assertRegex(lines[0], r'^val: [\d.]+/[\d.]+ MB, [\d.]+ MB/s, ETA \d+s$')
-        self.assertRegex(lines[-1], r'done in')
+        self.assertRegex(lines[1], r'^val: \d+% \[\d\d:\d\d<\d\d:\d\d, [\d.]+/[\d.]+ MB, [\d.]+ MB/s\]$')   # ETA
+        self.assertRegex(lines[-1], r'^val: 100% \[\d\d:\d\d<00:00, ([\d.]+)/\1 MB, [\d.]+ MB/s\]$')      # done
+        self.assertEqual(len(set(lines)), len(lines))
+
+    def test_progress_ended_by_an_error_or_ctrl_c_prints_no_last_line(self):
+        """outputs.Progress as a context: its last line when the work ends, none when an error or a Ctrl-C ends
+        it (the command's own line is then the last; tqdm printed its final state after it, at exit)."""
+        from data.outputs import Progress
+        for stop in (None, KeyboardInterrupt, OSError):
+            name = getattr(stop, '__name__', None)              # a subtest's parameters travel as text
+            with self.subTest(stop=name), contextlib.redirect_stdout(io.StringIO()) as out:
+                with contextlib.suppress(KeyboardInterrupt, OSError), Progress('val', 2.0, every=600) as progress:
+                    progress.update(1.0)                # its line not yet due (every 600 s)
+                    if stop:
+                        raise stop
+                lines = out.getvalue().splitlines()
+                self.assertRegex(lines[0], r'^val: 0% ')          # tqdm's first
+                self.assertEqual(len(lines), 1 if stop else 2, lines)
+                self.assertRegex(lines[-1], r'^val: 0% ' if stop else r'^val: 50% \[.*, 1\.0/2\.0 MB, ')
 
     def test_peak_memory_does_not_grow_with_input(self):
         tok, _ = tokenizer()
