@@ -5,8 +5,14 @@ data/prepare.py writes (data/outputs.py), checked against each other before a st
 """
 import json
 import os
+import sys
 
-import numpy as np
+if __name__ == "__main__":       # before numpy: a module of train.py's, not a command
+    print("tokens.py: error: the prepared data's reader, not a command: python data/prepare.py --help",
+          file=sys.stderr)
+    sys.exit(2)
+
+import numpy as np  # noqa: E402
 
 
 def read_prepared(data_dir, n_ctx):

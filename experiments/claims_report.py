@@ -439,8 +439,10 @@ def plot_budgets(extras, path):
     plt = pyplot()
     if plt is None:
         return NO_PLOT
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
     bs, sec = sorted(extras['budgets']), extras['budget_s']
+    if not any(m in extras['budgets'][b] for b in bs for m in BUDGET_MODELS):
+        return f'plot not written: {path} (no budget run finished)'
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
     for i, m in enumerate(BUDGET_MODELS):
         have = [b for b in bs if m in extras['budgets'][b]]
         if not have:

@@ -137,8 +137,8 @@ def window_loss_job(argv, run_dir):
     try:
         model, _, ckpt = load_checkpoint(argv[0])
         cfg = {**ckpt['config'], 'eval_train': True}
-        _, train_data, val_data = read_prepared(cfg['data_dir'], cfg['n_ctx'])
-        ev = train.evaluate_splits(model, train_data, val_data, cfg, 'cpu', contextlib.nullcontext(), 1.0)
+        meta, train_data, val_data = read_prepared(cfg['data_dir'], cfg['n_ctx'])
+        ev = train.evaluate_splits(model, train_data, val_data, cfg, 'cpu', contextlib.nullcontext(), meta)
     except (Exception, SystemExit) as e:        # reported as a failed job, not a crashed experiment
         return {'rc': 1, 'line': f'{type(e).__name__}: {e}'}
     return {'rc': 0, 'train_loss': ev['train_windows_loss'], 'val_loss': ev['val_loss'],
