@@ -29,9 +29,9 @@ An --out that already holds prepared data is kept: a run with the same settings 
 import os
 import sys
 
-if __name__ == "__main__":     # run as data/prepare.py: the repository root on the path, for data.tokenizer and cli;
+if __name__ == "__main__":     # as data/prepare.py: the repository root on the path (data.tokenizer, cli);
     sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from harness import cli                 # then Ctrl-C is one line from here, and a closed stdout never stops the run
+    from harness import cli                 # then Ctrl-C is one line from here; a closed stdout stops no run
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
 import contextlib
@@ -41,8 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_seed, remove_stale_temps,  # noqa: E402
-                         run_command, written)
+from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_seed,  # noqa: E402
+                         remove_stale_temps, run_command, written)
 from data.tokenizer import EOT, check_file, file_sha256, load_tokenizer, tokenizer_sha256  # noqa: E402
 from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, progress_bar,  # noqa: E402
                           read_tokenizer, write_outputs, write_tokenizer)
@@ -147,7 +147,7 @@ class StoryStream:
                 buf = b"".join(pending) + data if pending else data
                 start = self.bytes_read - len(buf)
                 cut = buf.rfind(EOT_BYTES)
-                self.saw_separator = True                      # (the one at `cut` is not in the part before it)
+                self.saw_separator = True          # (the one at `cut` is not in the part before it)
                 pending = [buf[cut + L:]]
                 pending_len = len(pending[0])
                 tail = pending[0][-(L - 1):]
@@ -158,7 +158,8 @@ class StoryStream:
 def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
     """Encode the stories of `stream` (an iterable of lists of str, e.g. a StoryStream), each followed by
     <|endoftext|>, writing uint16 token ids to the binary file object `out` as they come: the result
-    equals encoding all the stories at once (tested). Each list is joined into a few texts "s1<|endoftext|>s2<|endoftext|>..."
+    equals encoding all the stories at once (tested). Each list is joined into a few texts
+    "s1<|endoftext|>s2<|endoftext|>..."
     that tiktoken encodes on num_threads threads (default: all cores) straight into numpy (tiktoken encodes
     the pieces between special tokens independently, so this is per-story encoding). Prints progress (MB
     done, MB/s, ETA: Progress) every progress_s seconds when the stream has a `size`. Returns {"tokens",
@@ -238,10 +239,11 @@ def prepare_settings(args, paths):
 def parse_args(argv=None):
     """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv); an unknown
     option, a bad type, a number out of its range (--vocab_size outside [257, 65536], --chunk_bytes,
-    --max_tokens, --num_proc or --shard_docs < 1, a --seed outside [0, 2**32)) or a flag given twice: one line,
-    exit 2 (cli.ArgumentParser). Raises ValueError for --bpe_max_bytes < 0, an empty path, an --out that is a
-    file, only one of --train and --valid, or a --tokenizer that is malformed, disagrees with --vocab_size or,
-    without --dataset, has over 65536 tokens (read_tokenizer: a tokenizer.json is converted); FileNotFoundError
+    --max_tokens, --num_proc or --shard_docs < 1, a --seed outside [0, 2**32)) or a flag given twice: one
+    line, exit 2 (cli.ArgumentParser). Raises ValueError for --bpe_max_bytes < 0, an empty path, an --out that
+    is a file, only one of --train and --valid, or a --tokenizer that is malformed, disagrees with
+    --vocab_size or, without --dataset, has over 65536 tokens (read_tokenizer: a tokenizer.json is
+    converted); FileNotFoundError
     if it is not a file (check_file). --dataset and its flags: corpus.check_args."""
     p = ArgumentParser("prepare.py", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written
@@ -267,7 +269,8 @@ def parse_args(argv=None):
                    help="a Hugging Face dataset (streamed) or a local parquet/jsonl/arrow file or folder")
     c.add_argument("--name", help="the dataset's config (e.g. sample-10BT)")
     c.add_argument("--split", default="train", help="the split to train on (default train)")
-    c.add_argument("--text_field", default="text", help="the field of a record that holds its text (default text)")
+    c.add_argument("--text_field", default="text",
+                   help="the field of a record that holds its text (default text)")
     c.add_argument("--val_split", help="validate on this split of the dataset (default: hold documents out)")
     c.add_argument("--val_fraction", type=float, default=0.005,
                    help="documents held out for validation, seeded (default 0.005)")
@@ -294,8 +297,8 @@ def parse_args(argv=None):
             raise ValueError(f"--vocab_size {args.vocab_size} but tokenizer {args.tokenizer} "
                              f"has {enc.n_vocab} tokens")
         if args.dataset is None and enc.n_vocab > 65536:
-            raise ValueError(f"tokenizer {args.tokenizer} has {enc.n_vocab} tokens; the text files' path writes "
-                             "uint16 files (65536 tokens at most; --dataset writes uint32 past them)")
+            raise ValueError(f"tokenizer {args.tokenizer} has {enc.n_vocab} tokens; the text files' path "
+                             "writes uint16 files (65536 tokens at most; --dataset writes uint32 past them)")
     return args
 
 
@@ -344,9 +347,9 @@ def main(argv=None):
 
 
 def prepare_text(args):
-    """The text files' path of run(): keep what --out holds (keep_outputs), or else train or copy the tokenizer
-    and encode the splits into the four outputs (write_outputs) -> True, or False if --out holds this data
-    already. Raises ValueError (bad input, one line), OSError."""
+    """The text files' path of run(): keep what --out holds (keep_outputs), or else train or copy the
+    tokenizer and encode the splits into the four outputs (write_outputs) -> True, or False if --out holds
+    this data already. Raises ValueError (bad input, one line), OSError."""
     paths = text_paths(args)
     streams = {"val": StoryStream(paths[1], args.chunk_bytes, args.skip_bad_utf8),
                "train": StoryStream(paths[0], args.chunk_bytes, args.skip_bad_utf8)}
@@ -365,10 +368,10 @@ def prepare_text(args):
 
 
 def run(argv):
-    """main's work on argv (list of str): check, lock --out, then its text files' (prepare_text) or --dataset's
-    work (data/corpus.py) -> 0; after a one-line error 2 (bad input), or 1 (a write found no room: NO_ROOM,
-    naming the file or --out). Temporary files are removed however it stops (KeyboardInterrupt included), and
-    --out's outputs replaced only whole (write_outputs)."""
+    """main's work on argv (list of str): check, lock --out, then its text files' (prepare_text) or
+    --dataset's work (data/corpus.py) -> 0; after a one-line error 2 (bad input), or 1 (a write found no
+    room: NO_ROOM, naming the file or --out). Temporary files are removed however it stops
+    (KeyboardInterrupt included), and --out's outputs replaced only whole (write_outputs)."""
     t0 = time.time()
     lock = None
     try:
@@ -380,9 +383,10 @@ def run(argv):
     except (OSError, ValueError) as e:
         if isinstance(e, OSError) and e.errno in NO_ROOM:     # a run that could not finish, not bad input
             what = e if isinstance(e, NoRoom) else f"could not write in {args.out} ({e.strerror or e})"
-            print(f"prepare.py: error: {what}; " + ("the shards written are kept: make room and run the same command "
-                  "again to go on" if args.dataset is not None else "--out is as it was: make room and run the same "
-                  "command again"), file=sys.stderr)
+            then = ("the shards written are kept: make room and run the same command again to go on"
+                    if args.dataset is not None else
+                    "--out is as it was: make room and run the same command again")
+            print(f"prepare.py: error: {what}; {then}", file=sys.stderr)
             return 1
         print(f"prepare.py: error: {e}", file=sys.stderr)
         return 2

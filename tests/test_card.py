@@ -337,6 +337,15 @@ def imports(path):
 
 class TestLayers(unittest.TestCase):
 
+    def test_the_teaching_files_fit_a_laptop_screen(self):
+        """No line of the teaching files (mixer.py, attention.py, train.py, sample.py, retrieval.py,
+        data/prepare.py) is over 110 characters: a student reads them on a laptop screen."""
+        for path in ('mixer.py', 'attention.py', 'train.py', 'sample.py', 'retrieval.py', 'data/prepare.py'):
+            with open(os.path.join(ROOT, path), encoding='utf-8') as f:
+                long = [n for n, line in enumerate(f.read().splitlines(), 1) if len(line) > 110]
+            with self.subTest(path=path):
+                self.assertEqual(long, [], 'lines over 110 characters')
+
     def test_what_each_layer_imports(self):
         """mixer.py and attention.py import torch, einops and each other only (no harness module); data/
         imports nothing of experiments/ (the tokenizer.json conversion is data/tokenizer.py's)."""
