@@ -69,9 +69,9 @@ import torch.nn.functional as F
 from harness.checkpoint import CheckpointError, read_checkpoint
 from data.embeddings import checkpoint_embeddings
 from data.pairs import DEFAULT_NS, UsageError, draw_candidates, load_pairs, pairs_sha256, plan_splits
-from harness.cli import (ArgumentParser, DocHelpFormatter, check_folder_writable, check_writable,
-                         device_error, distinct_files, failing, number, random_seed, run_command,
-                         save_results, write_atomic)
+from harness.cli import failing, run_command, save_results, write_atomic
+from harness.flags import (ArgumentParser, DocHelpFormatter, check_folder_writable, check_writable,
+                           device_error, distinct_files, number, random_seed)
 
 PROG = 'retrieval.py'
 CHANCE_SE = 2           # a validation loss beats chance (ln N) below it by more than this many std. errors
@@ -277,7 +277,7 @@ def loss_table(results, ns, steps):
 
 
 def build_parser():
-    """The command line parser (cli.ArgumentParser: a bad flag or value is one line, exit 2)."""
+    """The command line parser (flags.ArgumentParser: a bad flag or value is one line, exit 2)."""
     p = ArgumentParser(PROG, __doc__, formatter_class=DocHelpFormatter)
     p.description = __doc__                                 # --help: the whole docstring, as written
     g = p.add_argument_group('models')

@@ -32,8 +32,8 @@ import torch.nn.functional as F
 
 from harness.checkpoint import CheckpointError, load_checkpoint
 from harness.machine import memory_error
-from harness.cli import (ArgumentParser, DocHelpFormatter, device_error, failing, number, random_seed,
-                         run_command)
+from harness.cli import failing, run_command
+from harness.flags import ArgumentParser, DocHelpFormatter, device_error, number, random_seed
 
 fail = failing('sample.py')            # 'PROG: error: msg' on stderr, exit 2
 

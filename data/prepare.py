@@ -41,8 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from harness.cli import (TEMP_NAME, ArgumentParser, hold_lock, number, random_seed,  # noqa: E402
-                         remove_stale_temps, run_command, written)
+from harness.cli import TEMP_NAME, hold_lock, remove_stale_temps, run_command, written  # noqa: E402
+from harness.flags import ArgumentParser, number, random_seed  # noqa: E402
 from data.tokenizer import EOT, check_file, file_sha256, load_tokenizer, tokenizer_sha256  # noqa: E402
 from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, progress_bar,  # noqa: E402
                           read_tokenizer, write_outputs, write_tokenizer)
@@ -240,8 +240,8 @@ def parse_args(argv=None):
     """prepare.py's checked options (argparse.Namespace) from argv (list of str; None: sys.argv); an unknown
     option, a bad type, a number out of its range (--vocab_size outside [257, 65536], --chunk_bytes,
     --max_tokens, --num_proc or --shard_docs < 1, a --seed outside [0, 2**32)) or a flag given twice: one
-    line, exit 2 (cli.ArgumentParser). Raises ValueError for --bpe_max_bytes < 0, an empty path, an --out that
-    is a file, only one of --train and --valid, or a --tokenizer that is malformed, disagrees with
+    line, exit 2 (flags.ArgumentParser). Raises ValueError for --bpe_max_bytes < 0, an empty path, an --out
+    that is a file, only one of --train and --valid, or a --tokenizer that is malformed, disagrees with
     --vocab_size or, without --dataset, has over 65536 tokens (read_tokenizer: a tokenizer.json is
     converted); FileNotFoundError
     if it is not a file (check_file). --dataset and its flags: corpus.check_args."""

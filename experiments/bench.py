@@ -47,8 +47,8 @@ from experiments.bench_decode import (GEN_METHODS, SERVE_KINDS, SERVE_WARM, benc
                                       bench_loaded, bench_sdpa, bench_serving, build, meta_bytes)
 from experiments.bench_load import bench_load
 from experiments.bench_precision import bench_precision
-from harness.cli import ArgumentParser, number
-from experiments.flags import listing
+from harness.flags import ArgumentParser, number
+from harness.flags import listing
 from experiments.runner import ROOT, md_row, md_table, say, time_calls
 
 TABLES = ('train', 'memory', 'generation', 'paths', 'decode', 'serving', 'sdpa', 'loaded', 'load', 'precision')
@@ -346,7 +346,7 @@ def device_and_dtype(p, args):
 
 
 def parse_args(argv=None):
-    """Command-line flags (cli.ArgumentParser: a bad flag is one line, exit 2)."""
+    """Command-line flags (flags.ArgumentParser: a bad flag is one line, exit 2)."""
     p = ArgumentParser('bench.py', __doc__)
     count, positive, variants = number(int, 1), number(float, 0, above=True), tuple(mixer.VARIANTS)
     counts = listing(count)

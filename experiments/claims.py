@@ -65,8 +65,9 @@ import numpy as np
 # the compared models (MODELS, ...) are claims_report's, which turns the finished runs into the report
 from experiments.claims_report import (AE_MODELS, BUDGET_MODELS, MEMORY_VARIANTS, MODELS, REGULARISE,
                                        REPRESENT_MODELS, RETRIEVAL_MODELS, final_loss, write_report)
-from harness.cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
-from experiments.flags import listing
+from harness.cli import fail, write_atomic
+from harness.flags import ArgumentParser, check_folder_writable, number
+from harness.flags import listing
 from harness.configurator import read_config_file
 from data.prepare import token_dtype
 from experiments.runner import (ROOT, Runner, command, fmt_s, job, reset_dir, say, step_times, train_job, train_run,

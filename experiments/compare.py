@@ -55,8 +55,8 @@ from types import SimpleNamespace
 
 from experiments.run_log import AXES, LogError, check_same_data, differences, group_runs, read_run, value_at
 from experiments.runner import NO_PLOT, md_table, mean_range, pyplot, save_figure
-from harness.cli import (ArgumentParser, DocHelpFormatter, check_folder_writable, check_writable,
-                         distinct_files, failing, number, run_command, write_atomic, written)
+from harness.cli import failing, run_command, write_atomic, written
+from harness.flags import ArgumentParser, DocHelpFormatter, check_folder_writable, check_writable, distinct_files, number
 from harness.cli import fail as cli_fail
 
 fail = failing('compare.py')            # 'compare.py: error: msg' on stderr, exit 2

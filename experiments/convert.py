@@ -70,8 +70,8 @@ import torch
 
 from harness import checkpoint, configurator
 import mixer
-from harness.cli import (ArgumentParser, check_folder_writable, check_writable, failing, one_line, remove_stale_temps,
-                         run_command, written)
+from harness.cli import failing, one_line, remove_stale_temps, run_command, written
+from harness.flags import ArgumentParser, check_folder_writable, check_writable
 from data.tokenizer import ConvertError, read_tokenizer_json
 
 fail = failing('convert.py')

@@ -57,7 +57,8 @@ from data.outputs import progress_bar
 from data.source import hub_unreachable, offline_asked
 from experiments.tasks import tinystories
 from harness import checkpoint, machine
-from harness.cli import ArgumentParser, check_writable, device_error, failing, number, run_command, save_results
+from harness.cli import failing, run_command, save_results
+from harness.flags import ArgumentParser, check_writable, device_error, number
 
 fail = failing('eval_tasks.py')
 TASKS_DIR = os.path.dirname(os.path.abspath(tinystories.__file__))     # the shipped tasks, always included

@@ -52,7 +52,8 @@ if __name__ == '__main__':       # run as a file too (python experiments/gpu_che
 import torch
 
 from harness import machine
-from harness.cli import ArgumentParser, failing, number, write_atomic
+from harness.cli import failing, write_atomic
+from harness.flags import ArgumentParser, number
 from experiments.runner import ROOT, fmt_s, md_table, read_log, say
 
 BUDGET_S = 480                 # the whole check, so that it fits a 15-minute GPU loan with the start-up

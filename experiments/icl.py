@@ -39,8 +39,9 @@ if __name__ == '__main__':       # run as a file too (python experiments/icl.py)
 
 import torch
 
-from harness.cli import ArgumentParser, check_folder_writable, fail, number, write_atomic
-from experiments.flags import listing
+from harness.cli import fail, write_atomic
+from harness.flags import ArgumentParser, check_folder_writable, number
+from harness.flags import listing
 from experiments import icl_compute, icl_ladder, icl_mixers, icl_report
 from experiments.icl_report import PAPER_MODELS
 from experiments.regression import (NOISE_NAMES, PARAMS, SIGMA_GRID, VERSION, build, check_noise, fixed_prompts,

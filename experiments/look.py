@@ -63,7 +63,8 @@ import attention
 import mixer
 from mixer import causal_mask
 from data.prepare import token_dtype
-from harness.cli import ArgumentParser, check_writable, failing, number, run_command
+from harness.cli import failing, run_command
+from harness.flags import ArgumentParser, check_writable, number
 
 fail = failing('look.py')            # 'PROG: error: msg' on stderr, exit 2
 

@@ -57,8 +57,9 @@ import torch
 import torch.nn.functional as F
 
 import mixer
-from harness.cli import ArgumentParser, check_folder_writable, fail, number
-from experiments.flags import assignments, listing
+from harness.cli import fail
+from harness.flags import ArgumentParser, check_folder_writable, number
+from harness.flags import assignments, listing
 from experiments import mqar_report
 from experiments.mqar_data import FILLER, POWER_A, check_cell, load_split, make_data, mqar, split_files
 from experiments.mqar_report import N_LAYER, best

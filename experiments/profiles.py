@@ -39,8 +39,8 @@ from torch.profiler import ProfilerActivity, profile
 from harness import machine
 import mixer
 import sample
-from harness.cli import ArgumentParser, number
-from experiments.flags import listing
+from harness.flags import ArgumentParser, number
+from harness.flags import listing
 from experiments.bench import device_and_dtype
 from experiments.bench_decode import build, decode_ms, graphs_compiled
 from experiments.runner import md_table, say, time_calls, train_run
@@ -156,7 +156,7 @@ def profile_train(args):
 
 
 def parse_args(argv=None):
-    """Command-line flags (cli.ArgumentParser: a bad flag is one line, exit 2)."""
+    """Command-line flags (flags.ArgumentParser: a bad flag is one line, exit 2)."""
     p = ArgumentParser('profiles.py', __doc__)
     count = number(int, 1)
     p.add_argument('--what', type=listing(str, ('decode', 'train'), what='profile'), default='decode,train',

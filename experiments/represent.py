@@ -50,9 +50,9 @@ import torch
 
 import mixer
 from harness.checkpoint import CheckpointError, load_checkpoint
-from harness.cli import (ArgumentParser, check_writable, distinct_files, failing, number, random_seed, run_command,
-                 save_results)
-from experiments.flags import listing
+from harness.cli import failing, run_command, save_results
+from harness.flags import ArgumentParser, check_writable, distinct_files, number, random_seed
+from harness.flags import listing
 from experiments.runner import md_table
 from data.prepare import token_dtype
 

@@ -1,27 +1,22 @@
 """What every command of the project shares, a leaf that imports nothing of the project: the one-line
 error and its exit status (`fail`), its first instruction (`begin`: Ctrl-C and stdout's faults), the one
-Ctrl-C handler of its work (`run_command`), the flags' parser and types (`ArgumentParser`, `number`,
-`random_seed`, `distinct_files`; the experiments' lists: experiments/flags.py), the device check, and
-outputs written whole (`written`, the one way a file or folder is written; `write_atomic`, `save_results`)
-and what a killed process left of them (`remove_stale_temps`).
+Ctrl-C handler of its work (`run_command`), outputs written whole (`written`, the one way a file or folder
+is written; `write_atomic`, `save_results`), what a killed process left of them (`remove_stale_temps`) and
+the lock of a run's folder (`hold_lock`). The commands' flags are harness/flags.py's.
 
     fail('no such file', 'sample.py')          # 'sample.py: error: no such file' on stderr, exit 2
     begin('sample.py', __name__)               # the first instruction, before torch: Ctrl-C one line from here
     sys.exit(run_command('sample.py', sample, argv))   # Ctrl-C: one line, exit 130
-    p = ArgumentParser('sample.py', __doc__); p.add_argument('--temperature', type=number(float, 0))
     with written(path) as tmp: torch.save(state, tmp)      # path replaced whole, or left as it was
 """
 
-import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 
 
@@ -185,134 +180,7 @@ def deferred_interrupt():
             signal.raise_signal(signal.SIGINT)
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """The project's command lines (the experiments, their tools): argparse with the description the
-    first line of `doc`, each flag's default in --help (unless formatter_class says otherwise), and a
-    bad flag or value one line 'PROG: error: msg' and exit 2 (fail: no usage block above it), a flag of
-    one value given twice included (argparse keeps the last, the first dropped without a word)."""
-
-    def __init__(self, prog, doc, **kw):
-        kw.setdefault('formatter_class', argparse.ArgumentDefaultsHelpFormatter)
-        super().__init__(prog=prog, description=doc.split('\n')[0], **kw)
-        for name in (None, 'store'):                        # a flag's default action, and by its name
-            self.register('action', name, _StoreOnce)
-
-    def parse_known_args(self, args=None, namespace=None):
-        self.given = set()
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message):
-        fail(message, self.prog)
-
-    def check(self, fn, *args, prefix=''):
-        """fn(*args) -> its value; its ValueError is the command's one-line error (`prefix` before it), exit 2."""
-        try:
-            return fn(*args)
-        except ValueError as e:
-            self.error(f'{prefix}{e}')
-
-
-class DocHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """--help as a command's docstring, written (its line breaks kept), then each flag with its default."""
-
-
-class _StoreOnce(argparse._StoreAction):
-    """argparse's 'store' action, which refuses its flag a second time (ArgumentParser)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string and self.dest in parser.given:
-            parser.error(f'argument {"/".join(self.option_strings)}: given twice; give it once')
-        parser.given.add(self.dest)
-        super().__call__(parser, namespace, values, option_string)
-
-
-def number(cast=int, low=1, above=False, high=None):
-    """An argparse type: a finite number of type `cast` (int or float) >= low (> low when `above`;
-    'positive' when that is 0) and, when given, <= high -> the number; anything else
-    argparse.ArgumentTypeError (one line)."""
-    def parse(text):
-        try:
-            x = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'expected {"an integer" if cast is int else "a number"}, '
-                                             f'got {text!r}') from None
-        if not math.isfinite(x) or x < low or above and x == low:
-            bound = 'positive' if above and low == 0 else f'> {low}' if above else f'>= {low}'
-            raise argparse.ArgumentTypeError(f'must be {bound}, got {text}')
-        if high is not None and x > high:
-            raise argparse.ArgumentTypeError(f'must be <= {high}, got {text}')
-        return x
-    parse.__name__ = cast.__name__                  # argparse's name for the type in its own messages
-    return parse
-
-
-# An argparse type for a --seed: an integer in [0, 2**32 - 1], which every generator takes (torch's, numpy's)
-random_seed = number(int, 0, high=2 ** 32 - 1)
-
-
-def distinct_files(paths, flag):
-    """Raise ValueError (one line) when the file paths `paths` (str, given by a repeatable `flag`, e.g.
-    '--ckpt') name one file twice, also through two spellings (os.path.realpath: 'a/x' and './a/../a/x', a
-    link and its target): the project refuses a duplicate rather than computing it twice."""
-    seen = {}
-    for path in paths:
-        real = os.path.realpath(path)
-        if real in seen:
-            same = f'{seen[real]!r} and {path!r} are one file' if seen[real] != path else f'names {path!r} twice'
-            raise ValueError(f'{flag}: {same}; give each once')
-        seen[real] = path
-
-
-# ----------------------------------------------------------------------------- devices
-
-def device_error(dev):
-    """Why the torch device named `dev` cannot be used on this machine (one line: an unknown name, CUDA
-    absent, a CUDA index beyond the GPUs, a type other than cpu / cuda / an available mps), or None."""
-    import torch                        # here, not above: data/prepare.py runs without importing torch
-    try:
-        d = torch.device(dev)
-    except (RuntimeError, ValueError):
-        return f"unknown device {dev!r}: use 'cpu', 'cuda' or 'cuda:N'"
-    if d.type == 'cpu' or d.type == 'mps' and torch.backends.mps.is_available():
-        return None
-    if d.type != 'cuda':
-        return f"device {dev!r} is not available here: use 'cpu', 'cuda' or 'cuda:N'"
-    if not torch.cuda.is_available():
-        return f'device {dev!r}: CUDA is not available on this machine; use --device cpu'
-    if d.index is not None and d.index >= torch.cuda.device_count():
-        return f'device {dev!r}: this machine has {torch.cuda.device_count()} CUDA device(s)'
-    return None
-
-
 # ----------------------------------------------------------------------------- results written whole
-
-def check_folder_writable(folder, what="output folder"):
-    """Raise ValueError (one line) unless files can be made in `folder` now: it, or its nearest existing
-    ancestor (the folders are made when written), is a folder that takes a new file. Makes nothing; call
-    it before the work, so that a long run never ends unable to save its results."""
-    folder = os.path.abspath(folder)
-    probe = folder
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise ValueError(f"cannot write the {what} {folder}: {probe} is a file, not a folder")
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        raise ValueError(f"cannot write the {what} {folder} ({e.strerror or e})") from None
-
-
-def check_writable(path, overwrite=True, what="output file"):
-    """Raise ValueError (one line) unless the file `path` can be written now (check_folder_writable on its
-    folder); an empty path is refused, an existing file unless `overwrite`, and a folder always."""
-    if not path:
-        raise ValueError(f"the {what} is an empty path; give a file's path")
-    if os.path.isdir(path):
-        raise ValueError(f"the {what} {path} is a folder")
-    if os.path.lexists(path) and not overwrite:
-        raise ValueError(f"{path} exists; remove it, choose another path, or pass --overwrite")
-    check_folder_writable(os.path.dirname(os.path.abspath(path)), f"folder of the {what}")
 
 
 TEMP_NAME = re.compile(r"^\.(.+)\.(?:tmp|old)(\d+)$")    # written()'s names beside NAME: .NAME.tmpPID, .NAME.oldPID

@@ -27,10 +27,11 @@ from harness.machine import MAX_THREADS
 
 # train.py's settings with a fixed set of values, and the numeric settings' lower bounds (the model's are
 # mixer.ModelConfig's own, mixer.CHOICES).
-SETTING_CHOICES = {'init_from': ('scratch', 'resume'), 'optimizer': ('adamw', 'muon'), 'dtype': ('auto', 'float32', 'bfloat16')}
+SETTING_CHOICES = {'init_from': ('scratch', 'resume'), 'optimizer': ('adamw', 'muon'),
+                   'dtype': ('auto', 'float32', 'bfloat16')}
 AT_LEAST = {'batch_size': 1, 'grad_accum': 1, 'max_iters': 0, 'warmup_iters': 0, 'eval_interval': 1,
-            'eval_windows': 1, 'log_interval': 1, 'save_interval': 0, 'weight_decay': 0, 'grad_clip': 0, 'mixing_lr_mult': 0,
-            'min_lr': 0, 'ddp_timeout': 1}
+            'eval_windows': 1, 'log_interval': 1, 'save_interval': 0, 'weight_decay': 0, 'grad_clip': 0,
+            'mixing_lr_mult': 0, 'min_lr': 0, 'ddp_timeout': 1}
 
 
 # The model's settings: mixer.ModelConfig's fields but vocab_size (the data's) and task (which the model's

@@ -185,9 +185,10 @@ def memory_error(need, device, what):
 def setup_device(cfg):
     """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is started here, NCCL
     on CUDA, gloo on CPU) and the precision of train.py's settings cfg -> SimpleNamespace(dev, cuda, ddp,
-    rank, world, local, master, dtype ('float32' | 'bfloat16'), autocast context, threads: a ThreadChoice,
-    fixed by cfg['threads'] or OMP_NUM_THREADS set by the user (not torchrun's 1), on CUDA as they are). dev always names its GPU
-    ('cuda:N'): a bare 'cuda' or 'auto' on a CUDA machine is the current device (cuda:0 unless
+    rank, world, local, master, dtype ('float32' | 'bfloat16': float32 with dtype='auto' on a CPU until the
+    tuning chooses), autocast context, tuning: a Tuning (the CPU's precision with dtype='auto', and its threads:
+    fixed by cfg['threads'] or OMP_NUM_THREADS set by the user, not torchrun's 1; on CUDA as they are)). dev
+    always names its GPU ('cuda:N'): a bare 'cuda' or 'auto' on a CUDA machine is the current device (cuda:0 unless
     CUDA_VISIBLE_DEVICES or the caller chose another), under torchrun cuda:LOCAL_RANK; CUDA calls that want
     an index (torch.cuda.set_device) get one. An unavailable device: one-line error, exit 2."""
     ddp = int(os.environ.get('RANK', -1)) != -1

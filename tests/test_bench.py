@@ -14,7 +14,7 @@ import torch
 import mixer
 import sample
 from harness import machine
-from harness.cli import ArgumentParser
+from harness.flags import ArgumentParser
 from experiments import bench, bench_decode, bench_load
 from experiments.runner import fmt_bytes
 

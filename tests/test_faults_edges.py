@@ -185,7 +185,7 @@ class TestStdout(WithData):
 class TestSampling(WithData):
 
     def test_a_flag_of_one_value_given_twice_is_refused(self):
-        """cli.ArgumentParser's one rule: sample.py --ckpt A --ckpt B sampled B alone; every command's flag
+        """flags.ArgumentParser's one rule: sample.py --ckpt A --ckpt B sampled B alone; every command's flag
         of one value given twice is one line naming it (retrieval.py's repeatable --ckpt keeps its own rule:
         each checkpoint once)."""
         ckpt = self.ckpt

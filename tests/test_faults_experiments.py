@@ -30,7 +30,7 @@ from unittest import mock
 
 import torch
 
-from harness.cli import check_folder_writable
+from harness.flags import check_folder_writable
 from experiments import claims, icl, icl_ladder, icl_report, mqar
 from experiments.commands import run_command
 from experiments.runner import Runner, job, save_figure, spec_key

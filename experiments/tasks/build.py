@@ -27,7 +27,8 @@ if __name__ == '__main__':       # run as a file too: the repository root on the
     cli.begin('build.py', keep=True)
 
 from experiments.tasks import tinystories
-from harness.cli import ArgumentParser, check_writable, failing, number, random_seed, run_command, write_atomic
+from harness.cli import failing, run_command, write_atomic
+from harness.flags import ArgumentParser, check_writable, number, random_seed
 
 fail = failing('build.py')
 EOT = '<|endoftext|>'
