@@ -176,7 +176,8 @@ def bench_decode(args):
     printed (and flushed) as soon as it is measured: a run cut short keeps its rows."""
     bandwidth = copy_bandwidth(args.device)
     early, late = args.decode_n_ctx // 4, args.decode_n_ctx - args.decode_tokens
-    how = 'the weights cast to it' if args.decode_cast else 'autocast, float32 weights'
+    how = ('the weights cast to it' if args.decode_cast else 'autocast, float32 weights' if args.dtype == 'bf16'
+           else 'float32 weights')
     print(f'## Decode step\n\n_Batch 1, greedy, n_ctx {args.decode_n_ctx}, {args.dtype} ({how}); median ms/token over '
           f'{args.decode_tokens} tokens after a {early}-token prompt. Weight-read limit = '
           f'parameter bytes / copy bandwidth ({bandwidth / 1e9:.1f} GB/s measured, bytes read + written per '

@@ -261,8 +261,11 @@ def draw(groups, axis, B, path, args):
     for a in (ax, ax_bpb):
         if B is not None:
             a.axvline(B, color='grey', ls=':', lw=1, label=f'common budget ({fmt_x(B, axis)})')
-        if args.logy:
+        if args.logy:                   # losses read as plain numbers (3, 2.5), not powers of ten
             a.set_yscale('log')
+            from matplotlib.ticker import FormatStrFormatter
+            a.yaxis.set_major_formatter(FormatStrFormatter('%g'))
+            a.yaxis.set_minor_formatter(FormatStrFormatter('%g'))
         a.set_xlabel(AXES[axis])
         a.grid(alpha=0.3, which='both' if args.logy else 'major')
         a.legend(fontsize=8)
