@@ -191,6 +191,7 @@ def save(run, cfg, env, meta):
             checkpoint.save_checkpoint(run.ckpt_path, run.raw_model, asdict(run.model_cfg), config, run.step,
                                        run.best_val, rng, os.path.join(cfg['data_dir'], meta['tokenizer']),
                                        meta['tokenizer_sha256'], run.optimizers, run.tokens)
+            run.saved_step = run.step        # known at once on rank 0: a stalled rank may never answer below
         except checkpoint.CheckpointError as e:
             reason = str(e)
     stop_together(env, reason=reason)
