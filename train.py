@@ -6,9 +6,8 @@ settings, the data, the model and its optimisers, one step and the loop, main).
     python train.py config/tinystories_cpu.py --init_from=resume     # continue out_dir/ckpt.pt
 
 The settings are the module-level values below and every other field of mixer.ModelConfig; a config file
-(plain Python assignments) and then --key=value (or --key value) arguments override them
-(harness/configurator.py). --variant=NAME applies mixer.VARIANTS[NAME] below anything set explicitly.
-Unknown keys, wrong types and values out of range are an error. `python train.py --help` lists every setting.
+(plain Python assignments), then --key=value (or --key value) arguments override them, checked by
+harness/configurator.py; --variant=NAME applies mixer.VARIANTS[NAME] below anything set explicitly.
 What keeps a run safe (its folder's lock, Ctrl-C, every rank stopping together, the log) is in harness/.
 """
 
@@ -83,11 +82,9 @@ DEFAULTS = configurator.collect_defaults(globals())
 # ----------------------------------------------------------------------------- data
 
 def draw_windows(gen, n_tokens, n_ctx, batch_size, grad_accum, world):
-    """Start positions of one optimiser step's windows for every rank and micro-step: long [world, grad_accum,
+    """Start positions of one step's windows for every rank and micro-step: long [world, grad_accum,
     batch_size], uniform over the n_tokens - n_ctx - 1 starts. Every rank holds the same generator (a resumed
-    run too: checkpoint.restore) and takes its own row, so the windows of a step depend on the global batch
-    alone: 2 ranks x batch 4 draw exactly what one process with batch 8, or batch 4 and grad_accum 2,
-    draws."""
+    one too) and takes its row: 2 ranks x batch 4 draw what 1 process draws with batch 8."""
     n = world * grad_accum * batch_size
     return torch.randint(n_tokens - n_ctx - 1, (n,), generator=gen).view(world, grad_accum, batch_size)
 
@@ -137,13 +134,12 @@ def evaluate_splits(model, train_data, val_data, cfg, dev, autocast, meta):
 # ----------------------------------------------------------------------------- the model and its optimisers
 
 def build_run(cfg, ckpt, env, meta):
-    """The model, its optimisers and the window generator of the settings (a resumed run: with their saved
-    states) -> SimpleNamespace(model_cfg; raw_model: the model, evaluated and saved; model: what the loop
-    steps, raw_model under DDP and torch.compile; optimizers [(checkpoint key, optimizer)]; batch_gen; flops:
-    training FLOPs per token; step; tokens: tokens seen; best_val: nats/token; last_eval; saved_step: the step
-    ckpt.pt holds, None before the first save; ckpt_path). A model config the settings make invalid, a model
-    too large for the device's memory (counted on the meta device) or a tokenizer other than the
-    checkpoint's: one line, exit 2; a saved optimiser state that does not fit: checkpoint.CheckpointError."""
+    """The model, its optimisers and the window generator (a resumed run: their saved states) ->
+    SimpleNamespace(model_cfg; raw_model, evaluated and saved; model, what the loop steps: raw_model under
+    DDP and torch.compile; optimizers [(checkpoint key, optimizer)]; batch_gen; flops per token; step; tokens
+    seen; best_val; last_eval; saved_step: the step ckpt.pt holds, None before a save; ckpt_path). Invalid
+    model settings, a model too large for the device or another tokenizer than the checkpoint's: one line,
+    exit 2; a saved optimiser state that does not fit: checkpoint.CheckpointError."""
     tuned = machine.device_tuning(env.dev.split(':')[0])            # fft_threshold, chunk_size: speed only
     try:
         model_cfg = mixer.ModelConfig(vocab_size=meta['vocab_size'], task=cfg['task'], **{
@@ -169,10 +165,8 @@ def build_run(cfg, ckpt, env, meta):
 
 
 def wrap_model(raw_model, cfg, env):
-    """The model the loop steps: DDP first, then torch.compile, so that the compiled graph is split at DDP's
-    buckets and gradient all-reduces overlap the backward pass (compile before DDP would run them all after
-    it). broadcast_buffers=False: the models' buffers are constants (masks, RoPE tables), identical on every
-    rank, so re-sending them from rank 0 every step is wasted."""
+    """The model the loop steps: DDP, then torch.compile (its graph split at DDP's buckets, so all-reduces
+    overlap the backward pass). broadcast_buffers=False: the buffers (masks, RoPE tables) are constants."""
     model = raw_model
     if env.ddp:
         with warnings.catch_warnings():          # torch 2.13 deprecates the argument, but it is still the one
@@ -328,21 +322,12 @@ def main(argv):
     checkpoint holds."""
     t_wall = time.perf_counter()
     cfg, ckpt = configurator.settings(argv, DEFAULTS, __doc__, sys.modules[__name__])
-    if ckpt is not None and ckpt['step'] >= cfg['max_iters']:      # a finished run: no second eval, summary
-        if int(os.environ.get('RANK', 0)) == 0:
-            print(f'train.py: nothing to do: {os.path.join(cfg["out_dir"], "ckpt.pt")} holds step '
-                  f'{ckpt["step"]}, max_iters is {cfg["max_iters"]} (a larger --max_iters trains on)')
-        return
     try:
         lock = checkpoint.claim_run_folder(cfg, ckpt, int(os.environ.get('RANK', 0)))   # rank 0 locks out_dir
         env = machine.setup_device(cfg)
         meta, train_data, val_data = read_prepared(cfg['data_dir'], cfg['n_ctx'])
         run = build_run(cfg, ckpt, env, meta)
-        trackers = None
-        if cfg['log_to'] and env.master:      # before the folder is prepared: they read the log's last step
-            from harness.trackers import open_trackers
-            trackers = open_trackers(cfg, ckpt and ckpt['step'], run.raw_model.num_params(), env.world)
-        log = RunLog(cfg, env, checkpoint.prepare_run_folder(cfg, ckpt, env.rank), trackers)
+        log = RunLog(cfg, env, ckpt, run.raw_model.num_params())     # log.jsonl, the trackers (rank 0)
     except (checkpoint.CheckpointError, ValueError) as e:
         fail(str(e))
     code = 0

@@ -44,10 +44,32 @@ from data.outputs import VERSION, Progress, keep_outputs, room_for, write_output
 from data.source import COMPRESSED, LOCAL_FORMATS, known_docs, open_split, read_shards, source_id
 from data.tokenizer import file_sha256, load_tokenizer
 from harness.cli import remove_stale_temps, write_atomic, written
+from harness.flags import number, random_seed
 
 CORPUS_VERSION = "corpus 3"     # the shard format and the rules above: a change makes every shards folder "other"
 CORPUS_FLAGS = {"name": None, "split": "train", "text_field": "text", "val_split": None, "val_fraction": 0.005,
                 "seed": 0, "max_tokens": None, "num_proc": None, "shard_docs": 1024}   # --dataset's own flags
+
+
+def add_flags(parser):
+    """The --dataset path's flags, as a group of prepare.py's parser (`parser`, its flags.ArgumentParser); check_args
+    checks them."""
+    c = parser.add_argument_group("any corpus (data/corpus.py)")
+    c.add_argument("--dataset", metavar="NAME_OR_PATH",
+                   help="a Hugging Face dataset (streamed) or a local parquet/jsonl/arrow file or folder")
+    c.add_argument("--name", help="the dataset's config (e.g. sample-10BT)")
+    c.add_argument("--split", default="train", help="the split to train on (default train)")
+    c.add_argument("--text_field", default="text",
+                   help="the field of a record that holds its text (default text)")
+    c.add_argument("--val_split", help="validate on this split of the dataset (default: hold documents out)")
+    c.add_argument("--val_fraction", type=float, default=0.005,
+                   help="documents held out for validation, seeded (default 0.005)")
+    c.add_argument("--seed", type=random_seed, default=0, help="the seed of the held-out rule (default 0)")
+    c.add_argument("--max_tokens", type=number(int, 1),
+                   help="stop after this many training tokens (whole documents; default: all)")
+    c.add_argument("--num_proc", type=number(int, 1), help="tokenizing processes (default: the cores)")
+    c.add_argument("--shard_docs", type=number(int, 1), default=1024,
+                   help="documents a shard, the unit of resuming (default 1024)")
 
 
 def check_args(args):

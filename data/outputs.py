@@ -10,8 +10,6 @@ import json
 import os
 import sys
 
-import numpy as np
-
 if __name__ == "__main__":       # before the imports that need the repository root on the path
     print("outputs.py: error: data/prepare.py's outputs, not a command: python data/prepare.py --help",
           file=sys.stderr)
@@ -19,7 +17,7 @@ if __name__ == "__main__":       # before the imports that need the repository r
 
 from data.tokenizer import (check_file, load_tokenizer, read_tokenizer_json, save_tokenizer,  # noqa: E402
                             tokenizer_sha256, train_bpe)
-from harness.cli import written  # noqa: E402
+from harness.cli import TEMP_NAME, hold_lock, written  # noqa: E402
 
 OUTPUTS = ("tokenizer.tiktoken", "train.bin", "val.bin", "meta.json")
 VERSION = "prepare 1"       # the output format and the BPE trainer: a change here makes every --out "other"
@@ -227,3 +225,24 @@ def write_tokenizer(args, chunks, path, source):
     ranks = train_bpe(sample, args.vocab_size or 4096, verbose=True)
     del sample
     save_tokenizer(ranks, path)
+
+
+def lock_out(out):
+    """Make the folder `out` and lock it for this run (hold_lock on the folder itself: no extra file; the
+    OS releases it when the process dies) -> the locked file descriptor. Raises ValueError when another
+    prepare.py holds it (naming its pid when its temporary files show it), OSError if out can't be made
+    or locked."""
+    os.makedirs(out, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        taken = hold_lock(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not taken:
+        os.close(fd)
+        pids = sorted({int(m.group(2)) for m in map(TEMP_NAME.match, os.listdir(out)) if m})
+        raise ValueError(f"{out} is being written by another prepare.py run"
+                         + (f" (pid {', '.join(map(str, pids))})" if pids else "")
+                         + "; wait for it, or choose another --out") from None
+    return fd

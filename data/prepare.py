@@ -35,22 +35,20 @@ if __name__ == "__main__":     # as data/prepare.py: the repository root on the 
     cli.begin("prepare.py", keep=True)
 import argparse  # noqa: E402
 import contextlib
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from harness.cli import TEMP_NAME, hold_lock, remove_stale_temps, run_command, written  # noqa: E402
-from harness.flags import ArgumentParser, number, random_seed  # noqa: E402
+from harness.cli import remove_stale_temps, run_command  # noqa: E402
+from harness.flags import ArgumentParser, number  # noqa: E402
 from data.tokenizer import EOT, check_file, file_sha256, load_tokenizer, tokenizer_sha256  # noqa: E402
-from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, progress_bar,  # noqa: E402
+from data.outputs import (NO_ROOM, VERSION, NoRoom, Progress, keep_outputs, lock_out,  # noqa: E402
                           read_tokenizer, write_outputs, write_tokenizer)
-from data.source import hub_unreachable, offline_asked, why  # noqa: E402
+from data.source import download, why  # noqa: E402
 from data import corpus  # noqa: E402
 
 EOT_BYTES = EOT.encode("ascii")
-REPO = "roneneldan/TinyStories"        # the Hugging Face Hub dataset the default text is downloaded from
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -61,24 +59,6 @@ def split_stories(text):
         print("prepare.py: warning: no <|endoftext|> separator found, "
               "treating the whole text as one story", file=sys.stderr)
     return [s.strip() for s in text.split(EOT) if s.strip()]
-
-
-def download(name, raw_dir):
-    """TinyStories' file `name` (TinyStories-train.txt, -valid.txt) into raw_dir, skipped if already there,
-    from the Hugging Face Hub: huggingface_hub's hf_hub_download (a stopped download resumed, the file checked
-    against the hub's, HF_ENDPOINT and HF_HUB_OFFLINE honoured, renamed into place when whole), its progress
-    outputs.progress_bar's. -> the local path. Raises the hub's errors (OSError and others) when it fails,
-    ConnectionError at once when the hub does not answer (source.hub_unreachable) or HF_HUB_OFFLINE is set."""
-    path = os.path.join(raw_dir, name)
-    if os.path.exists(path):
-        return path
-    reason = "HF_HUB_OFFLINE asks for no network" if offline_asked() else hub_unreachable()
-    if reason is not None:
-        raise ConnectionError(f"the Hugging Face Hub is not reached: {reason}")
-    from huggingface_hub import hf_hub_download
-    return hf_hub_download(REPO, name, repo_type="dataset", local_dir=raw_dir,
-                           endpoint=os.environ.get("HF_ENDPOINT"),
-                           tqdm_class=lambda desc=None, **kw: progress_bar(f"downloading {desc}", **kw))
 
 
 class StoryStream:
@@ -189,38 +169,6 @@ def encode_stream(enc, stream, out, label="", num_threads=None, progress_s=5.0):
 
 # ----------------------------------------------------------------------------- the output folder
 
-def token_dtype(data_dir):
-    """The dtype of data_dir's token files (train.bin, val.bin) as its meta.json says: uint16, or uint32 for a
-    vocabulary over 65,536 -> numpy dtype; uint16 where meta.json names none (written before "dtype") or
-    cannot be read (its readers check it themselves)."""
-    try:
-        with open(os.path.join(data_dir, "meta.json")) as f:
-            return np.dtype(json.load(f).get("dtype", "uint16"))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return np.dtype(np.uint16)
-
-
-def lock_out(out):
-    """Make the folder `out` and lock it for this run (hold_lock on the folder itself: no extra file; the
-    OS releases it when the process dies) -> the locked file descriptor. Raises ValueError when another
-    prepare.py holds it (naming its pid when its temporary files show it), OSError if out can't be made
-    or locked."""
-    os.makedirs(out, exist_ok=True)
-    fd = os.open(out, os.O_RDONLY)
-    try:
-        taken = hold_lock(fd)
-    except OSError:
-        os.close(fd)
-        raise
-    if not taken:
-        os.close(fd)
-        pids = sorted({int(m.group(2)) for m in map(TEMP_NAME.match, os.listdir(out)) if m})
-        raise ValueError(f"{out} is being written by another prepare.py run"
-                         + (f" (pid {', '.join(map(str, pids))})" if pids else "")
-                         + "; wait for it, or choose another --out") from None
-    return fd
-
-
 def prepare_settings(args, paths):
     """What --out's outputs depend on (a JSON dict, kept in meta.json as "settings"): the training and
     validation text (size in bytes and sha256 of the contents, wherever the files lie: about 3 s a GB
@@ -264,22 +212,7 @@ def parse_args(argv=None):
     p.add_argument("--overwrite", action="store_true",
                    help="replace the prepared data --out already holds (without it such a run exits 2, "
                         "unless it has the same settings and text: then it does nothing)")
-    c = p.add_argument_group("any corpus (data/corpus.py)")
-    c.add_argument("--dataset", metavar="NAME_OR_PATH",
-                   help="a Hugging Face dataset (streamed) or a local parquet/jsonl/arrow file or folder")
-    c.add_argument("--name", help="the dataset's config (e.g. sample-10BT)")
-    c.add_argument("--split", default="train", help="the split to train on (default train)")
-    c.add_argument("--text_field", default="text",
-                   help="the field of a record that holds its text (default text)")
-    c.add_argument("--val_split", help="validate on this split of the dataset (default: hold documents out)")
-    c.add_argument("--val_fraction", type=float, default=0.005,
-                   help="documents held out for validation, seeded (default 0.005)")
-    c.add_argument("--seed", type=random_seed, default=0, help="the seed of the held-out rule (default 0)")
-    c.add_argument("--max_tokens", type=number(int, 1),
-                   help="stop after this many training tokens (whole documents; default: all)")
-    c.add_argument("--num_proc", type=number(int, 1), help="tokenizing processes (default: the cores)")
-    c.add_argument("--shard_docs", type=number(int, 1), default=1024,
-                   help="documents a shard, the unit of resuming (default 1024)")
+    corpus.add_flags(p)                                     # --dataset and its flags
     args = p.parse_args(argv)
     if args.bpe_max_bytes < 0:
         raise ValueError(f"--bpe_max_bytes must be >= 0 (0: all the text), got {args.bpe_max_bytes}")

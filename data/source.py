@@ -1,6 +1,7 @@
-"""The source of data/prepare.py --dataset (data/corpus.py): what a local file or folder is (its format, its
-files' identity), whether the Hugging Face Hub answers, and the documents' stream, a shard at a time, resumable
-from a position. Errors: ValueError (bad input, one line) or OSError (a read that failed midway).
+"""Where data/prepare.py's text comes from: the TinyStories download (download), and for --dataset
+(data/corpus.py) what a local file or folder is (its format, its files' identity), whether the Hugging Face Hub
+answers, and the documents' stream, a shard at a time, resumable from a position. Errors: ValueError (bad
+input, one line) or OSError (a read that failed midway).
 """
 import importlib
 import importlib.util
@@ -230,3 +231,25 @@ def bad_json_line(dataset):
         except (OSError, ValueError):       # a decompressor not installed, bytes that are not UTF-8: not found here
             continue
     return None
+
+
+TINYSTORIES = "roneneldan/TinyStories"   # the Hugging Face Hub dataset the default text is downloaded from
+
+
+def download(name, raw_dir):
+    """TinyStories' file `name` (TinyStories-train.txt, -valid.txt) into raw_dir, skipped if already there,
+    from the Hugging Face Hub: huggingface_hub's hf_hub_download (a stopped download resumed, the file checked
+    against the hub's, HF_ENDPOINT and HF_HUB_OFFLINE honoured, renamed into place when whole), its progress
+    outputs.progress_bar's. -> the local path. Raises the hub's errors (OSError and others) when it fails,
+    ConnectionError at once when the hub does not answer (source.hub_unreachable) or HF_HUB_OFFLINE is set."""
+    path = os.path.join(raw_dir, name)
+    if os.path.exists(path):
+        return path
+    reason = "HF_HUB_OFFLINE asks for no network" if offline_asked() else hub_unreachable()
+    if reason is not None:
+        raise ConnectionError(f"the Hugging Face Hub is not reached: {reason}")
+    from huggingface_hub import hf_hub_download
+    from data.outputs import progress_bar
+    return hf_hub_download(TINYSTORIES, name, repo_type="dataset", local_dir=raw_dir,
+                           endpoint=os.environ.get("HF_ENDPOINT"),
+                           tqdm_class=lambda desc=None, **kw: progress_bar(f"downloading {desc}", **kw))

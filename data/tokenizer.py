@@ -372,6 +372,5 @@ tokenizer_sha256 = file_sha256   # the tokenizer file's identity in meta.json an
 
 
 if __name__ == "__main__":
-    import sys
     print("tokenizer.py: error: the tokenizer's module, not a command: python data/prepare.py trains one", file=sys.stderr)
     sys.exit(2)

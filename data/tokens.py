@@ -51,3 +51,14 @@ def read_prepared(data_dir, n_ctx):
     if min(len(s) for s in splits) < n_ctx + 2:
         raise ValueError(f"token files are shorter than n_ctx + 2 = {n_ctx + 2} tokens")
     return meta, *splits
+
+
+def token_dtype(data_dir):
+    """The dtype of data_dir's token files (train.bin, val.bin) as its meta.json says: uint16, or uint32 for a
+    vocabulary over 65,536 -> numpy dtype; uint16 where meta.json names none (written before "dtype") or
+    cannot be read (its readers check it themselves)."""
+    try:
+        with open(os.path.join(data_dir, "meta.json")) as f:
+            return np.dtype(json.load(f).get("dtype", "uint16"))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return np.dtype(np.uint16)

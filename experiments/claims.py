@@ -69,7 +69,7 @@ from harness.cli import fail, write_atomic
 from harness.flags import ArgumentParser, check_folder_writable, number
 from harness.flags import listing
 from harness.configurator import read_config_file
-from data.prepare import token_dtype
+from data.tokens import token_dtype
 from experiments.runner import (ROOT, Runner, command, fmt_s, job, reset_dir, say, step_times, train_job, train_run,
                                window_loss_job)
 CONFIG = os.path.join('config', 'tinystories_cpu.py')   # paths relative to ROOT: runs are started there

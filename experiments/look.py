@@ -62,7 +62,7 @@ from harness import checkpoint
 import attention
 import mixer
 from mixer import causal_mask
-from data.prepare import token_dtype
+from data.tokens import token_dtype
 from harness.cli import failing, run_command
 from harness.flags import ArgumentParser, check_writable, number
 

@@ -107,11 +107,10 @@ PROTOCOLS = {
 # ----------------------------------------------------------------------------- models, scoring, training
 
 def model_config(kind, T, vocab_size, d_model, n_layer, attention_heads=1, fields=None):
-    """mixer.ModelConfig of variant `kind` at n_ctx = T: the variant's own fields, except that the
-    attention kinds (transformer, gpt, hybrids, linear attention) get `attention_heads` heads (Zoology's
-    attention has 1; 0 keeps the variant's), then `fields` (a dict of ModelConfig fields: another form
-    of the kind, e.g. Badger & Roland 2026's Toeplitz mixer; docs/mqar_window.md). Raises ValueError for a shape
-    or field the kind refuses."""
+    """mixer.ModelConfig of variant `kind` at n_ctx = T: the variant's own fields, except that the attention
+    kinds (transformer, gpt, hybrids, linear attention) get `attention_heads` heads (Zoology's attention has 1;
+    0 keeps the variant's), then `fields` (a dict of ModelConfig fields: another form of the kind, e.g. Badger
+    & Roland 2026's Toeplitz mixer; docs/mqar_window.md). ValueError for a shape or field the kind refuses."""
     own = {'n_head': 1, **mixer.VARIANTS[kind]}
     if attention_heads and own.get('kind', mixer.ModelConfig.kind) != 'mixer':
         own['n_head'] = attention_heads
@@ -129,8 +128,7 @@ def build(kind, T, vocab_size, d_model, n_layer, seed, attention_heads=1, fields
 
 
 def row_name(kind, fields):
-    """A model's name in tables and cached jobs: the kind, and its extra fields if any, e.g.
-    'toeplitz[n_head=1]'."""
+    """A model's name in tables and cached jobs: the kind and its extra fields, e.g. 'toeplitz[n_head=1]'."""
     return kind + (f'[{",".join(f"{k}={v}" for k, v in sorted(fields.items()))}]' if fields else '')
 
 
@@ -145,11 +143,10 @@ def own_field(kind, name, fields=None):
 
 def check_fields(fields, kinds):
     """--fields (a dict of ModelConfig fields) checked before any config is built -> None. Raises ValueError
-    (one line) for a name that is not a field of mixer.ModelConfig; a value not of its field's type (an int
-    field takes an int, a float field a number, a bool field True or False, a str field a name: 'n_head must
-    be int, got 'abc''); or a field of ROW_FIELDS that changes what a row of `kinds` is (flat with
-    kind=transformer would train a transformer named flat[kind=transformer], a candidate for the masked
-    mixers' deep row): another model is another --kinds name."""
+    (one line) for a name that is not a field of mixer.ModelConfig; a value not of its field's type ('n_head
+    must be int, got 'abc''); or a field of ROW_FIELDS that changes what a row of `kinds` is (flat with
+    kind=transformer would train a transformer named flat[kind=transformer]): another model is another
+    --kinds name."""
     types = {f.name: f.type for f in dataclasses.fields(mixer.ModelConfig)}
     for name, value in fields.items():
         if name not in types:
@@ -176,8 +173,8 @@ def answer_logits(model, inputs, targets):
 
 
 def count_correct(logits, answers):
-    """Exact answers: logits float [n, vocab], answers long [n] -> (how many rows' argmax is the answer,
-    n). A near miss is wrong; so is a tie unless the answer is the first of the tied maxima."""
+    """Exact answers: logits float [n, vocab], answers long [n] -> (rows whose argmax is the answer, n).
+    A near miss is wrong; so is a tie unless the answer is the first of the tied maxima."""
     return int((logits.argmax(-1) == answers).sum()), int(answers.numel())
 
 
@@ -196,17 +193,16 @@ def evaluate(model, inputs, targets, batch_size):
 
 
 def optimizer(model, lr, weight_decay=WEIGHT_DECAY):
-    """Zoology's AdamW (betas 0.9, 0.999) at peak rate lr, weight decay `weight_decay` on matrices
-    (optim.param_groups: not on biases, norms or the mixing bias)."""
+    """Zoology's AdamW (betas 0.9, 0.999) at peak rate lr, weight decay on matrices (optim.param_groups)."""
     from harness.optim import param_groups
     groups = param_groups(model, {'weight_decay': weight_decay, 'mixing_weight_decay': None, 'mixing_lr_mult': 1.0})
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999))
 
 
 def plateaued(accs, patience, rise=0.01):
-    """The plateau rule: True when the last `patience` epochs of test accuracies `accs` (one an epoch)
-    brought no rise of `rise` over the best before them (None: never). MQAR runs sit at 1/kv for many
-    epochs before they recall, so patience is long (8 epochs in the window protocol)."""
+    """The plateau rule: True when the last `patience` epochs of test accuracies `accs` (one per epoch) brought
+    no rise of `rise` over the best before them (None: never); patience is long (8 epochs in the window
+    protocol): MQAR runs sit at 1/kv for many epochs before they recall."""
     if not patience or len(accs) <= patience:
         return False
     return max(accs[-patience:]) < max(accs[:-patience]) + rise

@@ -54,7 +54,7 @@ from harness.cli import failing, run_command, save_results
 from harness.flags import ArgumentParser, check_writable, distinct_files, number, random_seed
 from harness.flags import listing
 from experiments.runner import md_table
-from data.prepare import token_dtype
+from data.tokens import token_dtype
 
 DEFAULT_VARIANTS = ('flat', 'expanded', 'multihead', 'toeplitz', 'recurrent', 'transformer', 'gpt')
 SHAPES = {'full': dict(d_model=128, n_layer=4, n_ctx=256, vocab_size=4096),

@@ -185,8 +185,8 @@ def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS
     """The run's settings -> (settings dict, checkpoint dict or None): defaults < the variant's
     (mixer.VARIANTS) < config files and --key=value for a fresh run; for init_from='resume', the saved run's
     settings (ckpt['config'], and its architecture ckpt['model_config']) < the explicit overrides, each
-    change printed. Model settings cannot change on resume; that and an unreadable checkpoint are one-line
-    errors, exit 2."""
+    change printed; a resume at max_iters has nothing to do (one line, exit 0). Model settings cannot change
+    on resume; that and an unreadable checkpoint are one-line errors, exit 2."""
     cfg = dict(defaults)
     var = overrides.get('variant', cfg['variant'])
     if var not in mixer.VARIANTS:
@@ -224,6 +224,11 @@ def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS
         cfg[k] = v
     if cfg['max_iters'] < ckpt['step']:
         fail(f'max_iters={cfg["max_iters"]} is below the checkpoint\'s step {ckpt["step"]}')
+    if cfg['max_iters'] == ckpt['step']:           # a finished run: no second evaluation and summary
+        if master:
+            print(f'train.py: nothing to do: {ckpt_path} holds step {ckpt["step"]}, max_iters is '
+                  f'{cfg["max_iters"]} (a larger --max_iters trains on)')
+        sys.exit(0)
     return cfg, ckpt
 
 

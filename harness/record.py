@@ -4,16 +4,12 @@ header and its summary.
 
     with StopRequests() as requests:                  # Ctrl-C / SIGTERM: stop after this step, saved
         stop_together(env, pending, requests)          # raises Stop on every rank, or on none
-    log = RunLog(cfg, env, log_file, trackers)         # log_file, trackers: rank 0's
+    log = RunLog(cfg, env, ckpt, params)               # log.jsonl and the trackers (rank 0)
     log.write(rec, line)                               # line printed, rec appended to log.jsonl (rank 0)
 """
 
-import math
-import os
 import signal
-import sys
 import threading
-import time
 from dataclasses import asdict
 
 import torch
@@ -89,12 +85,18 @@ def tokens_per_step(cfg, world):
 
 class RunLog:
     """A run's record on rank 0: the console lines and log.jsonl (events config, schedule, train, eval, threads,
-    precision, summary), each record sent to the trackers too. log_file: log.jsonl open for appending (None
-    on the other ranks); trackers: harness/trackers.py's (None: none). 'train' records get the machine's load
-    (other_load: cores busy with other processes' work over the interval, machine.LoadMeter)."""
+    precision, summary), each record sent to the trackers too. Made once every check has passed: it starts
+    the trackers of cfg['log_to'] (harness/trackers.py; params: the model's parameter count) and prepares the
+    run folder (checkpoint.prepare_run_folder: ckpt None a fresh run, else the resumed checkpoint), on rank 0;
+    CheckpointError when the folder cannot be prepared. 'train' records get the machine's load (other_load:
+    cores busy with other processes' work over the interval, machine.LoadMeter)."""
 
-    def __init__(self, cfg, env, log_file, trackers=None):
-        self.cfg, self.env, self.file, self.trackers = cfg, env, log_file, trackers
+    def __init__(self, cfg, env, ckpt, params):
+        self.cfg, self.env, self.trackers = cfg, env, None
+        if cfg['log_to'] and env.master:     # before the folder is prepared: they read the log's last step
+            from harness.trackers import open_trackers
+            self.trackers = open_trackers(cfg, ckpt and ckpt['step'], params, env.world)
+        self.file = checkpoint.prepare_run_folder(cfg, ckpt, env.rank)
         self.load, self.loads = machine.LoadMeter(), []
 
     def write(self, rec, line=None):

@@ -19,7 +19,7 @@ from unittest import mock
 import numpy as np
 import tiktoken.load
 
-from data import prepare, tokenizer
+from data import prepare, source, tokenizer
 from tests.common import HAVE_TEXT, NO_TEXT, ROOT as REPO, TEXT_DIR
 
 PREPARE = os.path.join(REPO, "data", "prepare.py")
@@ -296,7 +296,7 @@ class TestPrepareCLI(unittest.TestCase):
         self.assertNotIn("Traceback", r.stderr)
 
     def test_download_goes_through_the_hub_client_with_our_progress_line(self):
-        """prepare.download: huggingface_hub's hf_hub_download of the TinyStories file into --out/raw (a
+        """source.download: huggingface_hub's hf_hub_download of the TinyStories file into --out/raw (a
         stand-in here, with the arguments the hub client gives its progress class: desc, total, initial, unit,
         unit_scale), its progress on our line ('downloading NAME: ...'); a file already there is not
         fetched."""
@@ -310,11 +310,11 @@ class TestPrepareCLI(unittest.TestCase):
             with open(os.path.join(local_dir, name), "w") as f:
                 f.write("a story<|endoftext|>")
             return f.name
-        reached = mock.patch.object(prepare, "hub_unreachable", return_value=None)
+        reached = mock.patch.object(source, "hub_unreachable", return_value=None)
         with mock.patch("huggingface_hub.hf_hub_download", fake), reached, \
                 contextlib.redirect_stdout(io.StringIO()) as out:
-            path = prepare.download("TinyStories-valid.txt", raw)
-            self.assertEqual(prepare.download("TinyStories-valid.txt", raw), path)
+            path = source.download("TinyStories-valid.txt", raw)
+            self.assertEqual(source.download("TinyStories-valid.txt", raw), path)
         self.assertEqual(calls, [("roneneldan/TinyStories", "TinyStories-valid.txt", "dataset")])
         self.assertEqual(path, os.path.join(raw, "TinyStories-valid.txt"))
         last = out.getvalue().splitlines()[-1]
