@@ -163,12 +163,19 @@ def readme_commands(text):
 
 def flags_of(script):
     """The --flags a script accepts: train.py's settings, or the argparse options in
-    its source."""
+    its source and in the source of each module whose add_flags(parser) it calls
+    (prepare.py's corpus.add_flags)."""
     if script == 'train.py':
         import train
         return set(train.DEFAULTS) | {'help'}
     with open(os.path.join(ROOT, script), encoding='utf-8') as f:
-        return set(re.findall(r"""['"]--([A-Za-z_]+)['"]""", f.read())) | {'help'}
+        text = f.read()
+    for name in set(re.findall(r'(\w+)\.add_flags\(', text)):
+        for folder in ('data', 'harness', 'experiments'):
+            if os.path.isfile(os.path.join(ROOT, folder, name + '.py')):
+                with open(os.path.join(ROOT, folder, name + '.py'), encoding='utf-8') as f:
+                    text += f.read()
+    return set(re.findall(r"""['"]--([A-Za-z_]+)['"]""", text)) | {'help'}
 
 
 def bad_commands(page, text):
