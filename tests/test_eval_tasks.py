@@ -252,6 +252,18 @@ class TestCommand(unittest.TestCase):
         return run_in_process('-m', 'experiments.eval_tasks', '--ckpt', self.ckpt, *args, timeout=300,
                               env=env or {**ENV, 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1'})
 
+    def own_task(self, name, docs, yaml_rest):
+        """A task of one's own in a folder of self.tmp: `docs` (dicts) in docs.jsonl and NAME.yaml reading them
+        as its test split, then `yaml_rest` (the YAML's other lines) -> the folder, for --include_path."""
+        folder = os.path.join(self.tmp, name)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, 'docs.jsonl'), 'w') as f:
+            f.writelines(json.dumps(doc) + '\n' for doc in docs)
+        with open(os.path.join(folder, name + '.yaml'), 'w') as f:
+            f.write(f'task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n'
+                    f'    test: {folder}/docs.jsonl\n' + yaml_rest)
+        return folder
+
     def test_the_shipped_tasks_score_the_models_own_numbers(self):
         """--limit 3 on the three tasks: exit 0; the JSON holds each task's metrics, and the last-word task's
         perplexity is exp(-mean log-probability) of the 3 targets computed here from the checkpoint's model;
@@ -300,16 +312,11 @@ class TestCommand(unittest.TestCase):
         ids = enc.encode('Once upon a time')
         text = enc.decode(sample.generate(model, torch.tensor([ids]), 6, temperature=0)[0, len(ids):].tolist())
         want = text.split('<|endoftext|>')[0].split('.')[0]
-        folder = os.path.join(self.tmp, 'mine')
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, 'docs.jsonl'), 'w') as f:
-            for q, a in (('Once upon a time', want), ('Once upon a time', want + 'x')):
-                f.write(json.dumps({'q': q, 'a': a}) + '\n')
-        with open(os.path.join(folder, 'mine.yaml'), 'w') as f:
-            f.write(f'task: my_next_words\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder}/docs.jsonl\n'
-                    'output_type: generate_until\ntest_split: test\ndoc_to_text: "q"\ndoc_to_target: "a"\n'
-                    'generation_kwargs:\n  until: ["."]\n  max_gen_toks: 6\n  do_sample: false\n'
-                    'metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n')
+        folder = self.own_task('my_next_words', [{'q': 'Once upon a time', 'a': a} for a in (want, want + 'x')],
+                               'output_type: generate_until\ntest_split: test\ndoc_to_text: "q"\ndoc_to_target: "a"\n'
+                               'generation_kwargs:\n  until: ["."]\n  max_gen_toks: 6\n  do_sample: false\n'
+                               'metric_list:\n  - metric: exact_match\n    aggregation: mean\n'
+                               '    higher_is_better: true\n')
         out = os.path.join(self.tmp, 'mine.json')
         r = self.run_eval('--tasks', 'my_next_words', '--include_path', folder, '--output', out)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
@@ -321,18 +328,12 @@ class TestCommand(unittest.TestCase):
     def test_chance_is_the_mean_of_one_over_each_documents_choices(self):
         """A multiple-choice task of one's own whose documents have 2, 4 and 5 choices: its chance is (1/2 +
         1/4 + 1/5) / 3, printed beside its acc and in the JSON."""
-        folder = os.path.join(self.tmp, 'choices')
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, 'docs.jsonl'), 'w') as f:
-            for choices in (['time', 'day'], ['time', 'day', 'cat', 'dog'], ['a', 'b', 'c', 'd', 'e']):
-                doc = {'q': 'Once upon a', 'choices': [' ' + c for c in choices], 'label': 0}
-                f.write(json.dumps(doc) + '\n')
-        with open(os.path.join(folder, 'pick.yaml'), 'w') as f:
-            f.write('task: my_pick\ndataset_path: json\ndataset_kwargs:\n  data_files:\n'
-                    f'    test: {folder}/docs.jsonl\n'
-                    'output_type: multiple_choice\ntest_split: test\ndoc_to_text: "{{q}}"\n'
-                    'doc_to_choice: "{{choices}}"\ndoc_to_target: label\n'
-                    'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n')
+        docs = [{'q': 'Once upon a', 'choices': [' ' + c for c in choices], 'label': 0}
+                for choices in (['time', 'day'], ['time', 'day', 'cat', 'dog'], ['a', 'b', 'c', 'd', 'e'])]
+        folder = self.own_task('my_pick', docs,
+                               'output_type: multiple_choice\ntest_split: test\ndoc_to_text: "{{q}}"\n'
+                               'doc_to_choice: "{{choices}}"\ndoc_to_target: label\n'
+                               'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n')
         out = os.path.join(self.tmp, 'pick.json')
         r = self.run_eval('--tasks', 'my_pick', '--include_path', folder, '--output', out)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
