@@ -252,9 +252,10 @@ class TestCommand(unittest.TestCase):
         return run_in_process('-m', 'experiments.eval_tasks', '--ckpt', self.ckpt, *args, timeout=300,
                               env=env or {**ENV, 'HF_HUB_OFFLINE': '1', 'HF_DATASETS_OFFLINE': '1'})
 
-    def own_task(self, name, docs, yaml_rest):
-        """A task of one's own in a folder of self.tmp: `docs` (dicts) in docs.jsonl and NAME.yaml reading them
-        as its test split, then `yaml_rest` (the YAML's other lines) -> the folder, for --include_path."""
+    def run_own_task(self, name, docs, yaml_rest):
+        """A task of one's own, run: `docs` (dicts) in docs.jsonl of a folder of self.tmp and NAME.yaml reading
+        them as its test split, then `yaml_rest` (the YAML's other lines); eval_tasks run on it with
+        --include_path -> (the finished command, its JSON output); exit 0 asserted."""
         folder = os.path.join(self.tmp, name)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, 'docs.jsonl'), 'w') as f:
@@ -262,7 +263,11 @@ class TestCommand(unittest.TestCase):
         with open(os.path.join(folder, name + '.yaml'), 'w') as f:
             f.write(f'task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n'
                     f'    test: {folder}/docs.jsonl\n' + yaml_rest)
-        return folder
+        out = os.path.join(self.tmp, name + '.json')
+        r = self.run_eval('--tasks', name, '--include_path', folder, '--output', out)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        with open(out) as f:
+            return r, json.load(f)
 
     def test_the_shipped_tasks_score_the_models_own_numbers(self):
         """--limit 3 on the three tasks: exit 0; the JSON holds each task's metrics, and the last-word task's
@@ -312,16 +317,11 @@ class TestCommand(unittest.TestCase):
         ids = enc.encode('Once upon a time')
         text = enc.decode(sample.generate(model, torch.tensor([ids]), 6, temperature=0)[0, len(ids):].tolist())
         want = text.split('<|endoftext|>')[0].split('.')[0]
-        folder = self.own_task('my_next_words', [{'q': 'Once upon a time', 'a': a} for a in (want, want + 'x')],
-                               'output_type: generate_until\ntest_split: test\ndoc_to_text: "q"\ndoc_to_target: "a"\n'
-                               'generation_kwargs:\n  until: ["."]\n  max_gen_toks: 6\n  do_sample: false\n'
-                               'metric_list:\n  - metric: exact_match\n    aggregation: mean\n'
-                               '    higher_is_better: true\n')
-        out = os.path.join(self.tmp, 'mine.json')
-        r = self.run_eval('--tasks', 'my_next_words', '--include_path', folder, '--output', out)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        with open(out) as f:
-            got = json.load(f)
+        _, got = self.run_own_task(
+            'my_next_words', [{'q': 'Once upon a time', 'a': a} for a in (want, want + 'x')],
+            'output_type: generate_until\ntest_split: test\ndoc_to_text: "q"\ndoc_to_target: "a"\n'
+            'generation_kwargs:\n  until: ["."]\n  max_gen_toks: 6\n  do_sample: false\n'
+            'metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n')
         self.assertEqual(got['results']['my_next_words']['exact_match,none'], 0.5, want)
         self.assertEqual(got['eval_tasks']['requests']['generate_until']['requests'], 2)
 
@@ -330,16 +330,12 @@ class TestCommand(unittest.TestCase):
         1/4 + 1/5) / 3, printed beside its acc and in the JSON."""
         docs = [{'q': 'Once upon a', 'choices': [' ' + c for c in choices], 'label': 0}
                 for choices in (['time', 'day'], ['time', 'day', 'cat', 'dog'], ['a', 'b', 'c', 'd', 'e'])]
-        folder = self.own_task('my_pick', docs,
-                               'output_type: multiple_choice\ntest_split: test\ndoc_to_text: "{{q}}"\n'
-                               'doc_to_choice: "{{choices}}"\ndoc_to_target: label\n'
-                               'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n')
-        out = os.path.join(self.tmp, 'pick.json')
-        r = self.run_eval('--tasks', 'my_pick', '--include_path', folder, '--output', out)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        r, got = self.run_own_task(
+            'my_pick', docs, 'output_type: multiple_choice\ntest_split: test\ndoc_to_text: "{{q}}"\n'
+            'doc_to_choice: "{{choices}}"\ndoc_to_target: label\n'
+            'metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n')
         want = (1 / 2 + 1 / 4 + 1 / 5) / 3
-        with open(out) as f:
-            self.assertAlmostEqual(json.load(f)['eval_tasks']['chance']['my_pick'], want, places=12)
+        self.assertAlmostEqual(got['eval_tasks']['chance']['my_pick'], want, places=12)
         row, = [line for line in r.stdout.splitlines() if line.startswith('|my_pick')]
         self.assertTrue(row.replace(' ', '').endswith(f'|{want:.4f}|'), row)
 
