@@ -235,7 +235,7 @@ def train(run, train_data, val_data, meta, log, requests, cfg, env):
     out)."""
     max_iters, tokens_per = cfg['max_iters'], tokens_per_step(cfg, env.world)
     speed = dict.fromkeys(('seconds', 'tokens', 'steady_seconds', 'steady_tokens'), 0)
-    pending, since_log, first_step, peak = [], 0, run.step, env.tuning.peak()[0]   # pending: losses unchecked
+    pending, since_log, first_step, peak = [], 0, run.step, env.tuning.peak()[0]  # pending: losses to check
     t_start = t_log = time.perf_counter()
     eta = lambda now: timedelta(seconds=round((now - t_start) / max(1, run.step - first_step)     # noqa: E731
                                               * (max_iters - run.step)))
@@ -244,7 +244,6 @@ def train(run, train_data, val_data, meta, log, requests, cfg, env):
         if (run.step % cfg['eval_interval'] == 0 or run.step == max_iters) and run.step != run.saved_step:
             t_eval = time.perf_counter()
             stop_together(env, pending)
-            pending = []
             ev = evaluate_splits(run.raw_model, train_data, val_data, cfg, env.dev, env.autocast, meta) \
                 if env.master else None
             if ev is not None and math.isfinite(ev['val_loss']):
@@ -272,7 +271,6 @@ def train(run, train_data, val_data, meta, log, requests, cfg, env):
                 if stop.code != 1 and cfg['save_checkpoint'] and run.step != run.saved_step:
                     save(run, cfg, env, meta)
                 raise
-            pending = []
         if save_due:                                               # a checkpoint between evaluations
             t_save = time.perf_counter()
             save(run, cfg, env, meta)
