@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import mixer
 from harness import checkpoint, configurator, machine, optim
 from data.tokens import read_prepared
-from harness.record import RunLog, Stop, StopRequests, stop_together, stopped_line, tokens_per_step
+from harness.record import RunLog, Stop, StopRequests, stop_together, stopped_line
 
 # ----------------------------------------------------------------------------- settings
 # the model (every other field of mixer.ModelConfig is a setting too: python train.py --help)
@@ -233,7 +233,7 @@ def train(run, train_data, val_data, meta, log, requests, cfg, env):
     asked by a signal saves the step reached first. -> seconds and tokens of the logged intervals, {'seconds',
     'tokens', 'steady_seconds', 'steady_tokens'} (steady: after the first interval, whose warm-up it leaves
     out)."""
-    max_iters, tokens_per = cfg['max_iters'], tokens_per_step(cfg, env.world)
+    max_iters, tokens_per = cfg['max_iters'], checkpoint.tokens_per_step(cfg, env.world)
     speed = dict.fromkeys(('seconds', 'tokens', 'steady_seconds', 'steady_tokens'), 0)
     pending, since_log, first_step, peak = [], 0, run.step, env.tuning.peak()[0]  # pending: losses to check
     t_start = t_log = time.perf_counter()

@@ -78,6 +78,11 @@ def save_checkpoint(path, model, model_config, config, step, best_val_loss, rng,
                               'if any, is kept') from None
 
 
+def tokens_per_step(cfg, world):
+    """Tokens of one optimiser step over all processes: batch_size x n_ctx x grad_accum x world."""
+    return cfg['batch_size'] * cfg['n_ctx'] * cfg['grad_accum'] * world
+
+
 def tokens_seen(ckpt, settings=None):
     """Tokens a checkpoint dict's run has trained on, over every process (int; 0 for None, a fresh run): its
     'tokens_seen', or, for one saved before it was kept, step x the saved settings' batch_size x n_ctx x
@@ -89,7 +94,7 @@ def tokens_seen(ckpt, settings=None):
         return ckpt['tokens_seen']
     cfg = {**(settings or {}), **ckpt.get('model_config', {}), **ckpt.get('config', {})}
     world = max(1, len(ckpt.get('rng') or []))
-    return ckpt['step'] * cfg['batch_size'] * cfg['n_ctx'] * cfg.get('grad_accum', 1) * world
+    return ckpt['step'] * tokens_per_step({'grad_accum': 1, **cfg}, world)
 
 
 def write_error(e, path, need=1 << 20):

@@ -78,11 +78,6 @@ def stop_together(env, pending=(), requests=None, reason=None):
         raise Stop(*asked)
 
 
-def tokens_per_step(cfg, world):
-    """Tokens of one optimiser step over all processes: batch_size x n_ctx x grad_accum x world."""
-    return cfg['batch_size'] * cfg['n_ctx'] * cfg['grad_accum'] * world
-
-
 class RunLog:
     """A run's record on rank 0: the console lines and log.jsonl (events config, schedule, train, eval, threads,
     precision, summary), each record sent to the trackers too. Made once every check has passed: it starts
@@ -154,8 +149,8 @@ class RunLog:
                     'peak_flops': peak, 'peak': peak_name, 'meta': meta, 'threads': env.tuning.threads.threads},
                    f'{cfg["variant"]} ({run.model_cfg.kind}, token_mixing={run.model_cfg.token_mixing}, task='
                    f'{cfg["task"]}): {n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
-                   f'{env.world} process(es) on {env.dev}, {env.dtype}, {tokens_per_step(cfg, env.world)} '
-                   f'tokens/step\nMFU is reported against {peak_name}')
+                   f'{env.world} process(es) on {env.dev}, {env.dtype}, '
+                   f'{checkpoint.tokens_per_step(cfg, env.world)} tokens/step\nMFU is reported against {peak_name}')
         decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
         rec = {'event': 'schedule', 'from_step': run.step, 'max_iters': cfg['max_iters'],
                'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'],

@@ -112,7 +112,7 @@ def run_names(cfg):
 def session_tps(rec, tps):
     """The tokens a step of the session a 'config' record `rec` starts (its settings and world_size), or
     `tps` where the record lacks them (a log written before train.py counted tokens: step x it)."""
-    from harness.record import tokens_per_step        # here: check_log_to runs before torch is imported
+    from harness.checkpoint import tokens_per_step    # here: check_log_to runs before torch is imported
     try:
         count = tokens_per_step(rec['config'], rec['world_size'])
     except (KeyError, TypeError):
@@ -474,7 +474,7 @@ def open_trackers(cfg, resumed_step, params, world):
             with open(state_path) as f:
                 state = json.load(f)
         state = state if isinstance(state, dict) else {}
-    from harness.record import tokens_per_step
+    from harness.checkpoint import tokens_per_step
     tps, started = tokens_per_step(cfg, world), []
     past = SimpleNamespace(history=history, points=points(history, tps), tail=tail,
                            session=sum(r.get('event') == 'config' for r in history))
