@@ -69,7 +69,7 @@ def add_flags(parser):
                    help="stop after this many training tokens (whole documents; default: all)")
     c.add_argument("--num_proc", type=number(int, 1), help="tokenizing processes (default: the cores)")
     c.add_argument("--shard_docs", type=number(int, 1), default=1024,
-                   help="documents a shard, the unit of resuming (default 1024)")
+                   help="documents per shard, the unit of resuming (default 1024)")
 
 
 def check_args(args):

@@ -27,7 +27,7 @@ from tests.common import ROOT, run
 PREPARE = os.path.join(ROOT, 'data', 'prepare.py')
 WORDS = ('the cat dog sat ran on a mat big small red blue tree house and then she he said "hello" '
          'went to school quickly café naïve 日本 1 22 333 , . ! ?').split()
-V, S = 300, 16           # vocabulary, documents a shard
+V, S = 300, 16           # vocabulary, documents per shard
 
 
 def make_docs(n=150, seed=0):
