@@ -211,6 +211,7 @@ def read_records(run, records, log, lines):
     order (a session starts at each 'config' and its 'schedule'; the peak in effect is the latest record's
     'peak_flops' and 'peak'). A record train.py would not write: LogError naming `log` and its line
     (lines[i])."""
+    from harness.checkpoint import tokens_per_step     # read_run has imported it (and torch) already
     prev, peak, tps, world = None, (None, None), None, 1
     for i, r in enumerate(records):
         kind = r.get('event')
@@ -219,7 +220,7 @@ def read_records(run, records, log, lines):
                 peak = (float(r['peak_flops']), r.get('peak'))
             if kind == 'config':
                 c, prev, world = r['config'], None, int(r.get('world_size', 1))
-                tps = int(c['batch_size']) * int(c['n_ctx']) * int(c['grad_accum']) * world
+                tps = tokens_per_step({k: int(c[k]) for k in ('batch_size', 'n_ctx', 'grad_accum')}, world)
                 run.data = data_identity(r, run.path)
                 run.settings.append((None, r))
             elif kind == 'schedule':
