@@ -66,10 +66,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from harness.checkpoint import CheckpointError, read_checkpoint
+from harness.checkpoint import CheckpointError
+from harness.loading import read_checkpoint
 from data.embeddings import checkpoint_embeddings
 from data.pairs import DEFAULT_NS, UsageError, draw_candidates, load_pairs, pairs_sha256, plan_splits
-from harness.cli import failing, run_command, save_results, write_atomic
+from harness.cli import failing, run_command, save_results
 from harness.flags import (ArgumentParser, DocHelpFormatter, check_folder_writable, check_writable,
                            device_error, distinct_files, number, random_seed)
 

@@ -30,7 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from harness.checkpoint import CheckpointError, load_checkpoint
+from harness.checkpoint import CheckpointError
+from harness.loading import load_checkpoint
 from harness.machine import memory_error
 from harness.cli import failing, run_command
 from harness.flags import ArgumentParser, DocHelpFormatter, device_error, number, random_seed

@@ -25,7 +25,7 @@ import torch
 import mixer
 from data.pairs import UsageError, encode_pairs
 from data.tokenizer import file_sha256
-from harness.checkpoint import load_checkpoint
+from harness.loading import load_checkpoint
 from harness.cli import write_atomic
 
 CACHE_VERSION = 1                # a cache file's key holds it: a change of what is cached makes new keys

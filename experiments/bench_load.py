@@ -19,7 +19,7 @@ if __name__ == '__main__':
 
 from experiments.bench_decode import SPIN
 from experiments.runner import ROOT, md_row, md_table, say
-from harness.checkpoint import read_log
+from harness.loading import read_log
 
 
 def spinning(n):

@@ -289,7 +289,7 @@ def to_tensorboard(run):
     TensorBoard: RUN/tensorboard/step and RUN/tensorboard/tokens, the settings as a text, each record's
     metrics_of at its step and at the tokens seen then), whole or not at all (cli.written: an existing folder
     is replaced only when the block ends) -> the folder written. OSError from the write."""
-    from harness.checkpoint import read_log
+    from harness.loading import read_log
     from harness.trackers import TensorBoard, metrics_of, quiet
     target = os.path.join(run.path, 'tensorboard')
     with written(target) as tmp:

@@ -42,7 +42,7 @@ at the paper's peak learning rate 5e-4.
 Export (--ckpt): any checkpoint (every kind) -> DIR/config.json (model_config, the run's settings, step,
 the tokenizer's SHA-256), DIR/model.safetensors (the state dict; tied weights stored once, their other name
 in the file's metadata, as safetensors.torch.save_model writes shared tensors) and DIR/tokenizer.tiktoken.
-Every command that takes --ckpt reads such a folder (checkpoint.read_exported), unpickling nothing.
+Every command that takes --ckpt reads such a folder (loading.read_exported), unpickling nothing.
 
 Outputs are written whole or not at all (cli.written: a temporary name, then a rename; an old --out folder
 is kept until the new one is in place, and is there again whatever stops the command), with the modes the
@@ -68,14 +68,14 @@ if __name__ == '__main__':       # run as a file too (python experiments/convert
 
 import torch
 
-from harness import checkpoint, configurator
+from harness import checkpoint, configurator, loading
 import mixer
 from harness.cli import failing, one_line, remove_stale_temps, run_command, written
 from harness.flags import ArgumentParser, check_folder_writable, check_writable
 from data.tokenizer import ConvertError, read_tokenizer_json
 
 fail = failing('convert.py')
-EXPORT_FILES = checkpoint.EXPORT_FILES      # an exported folder: config.json, model.safetensors, tokenizer.tiktoken
+EXPORT_FILES = loading.EXPORT_FILES      # an exported folder: config.json, model.safetensors, tokenizer.tiktoken
 REFERENCE_FILES = ('model.safetensors', 'pytorch_model.bin')                 # the Trainer's, in its order
 PAPER_LR = 5e-4                 # mixer_trainer_tinystories.py's learning_rate, for a resumed import
 # The paper's block keys, mixerblocks.N.KEY -> (ours, blocks.N.NAME; its shape there: d = d_model, n = n_ctx,
@@ -125,7 +125,7 @@ def read_reference(path):
         raise ConvertError(f'--reference {path} is damaged or not a model file ({one_line(e)})') from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConvertError(f'--reference {path} holds no state dict (a dict of tensors)')
-    return checkpoint.migrate_state(state), {}
+    return loading.migrate_state(state), {}
 
 
 def check_keys(state):
@@ -187,9 +187,9 @@ def paper_to_model(state, aliases, hf_ids):
     mixer.LanguageModel (float32, eval mode) computing its logits, with the token rows of wte and lm_head
     renumbered: our row r is the paper's row hf_ids[r] (long [V]). Raises ConvertError (one line) as
     paper_config does, when the model's V rows are not the tokenizer's V tokens, or when the file's metadata
-    ties two names it holds as different tensors (checkpoint.with_aliases)."""
+    ties two names it holds as different tensors (loading.with_aliases)."""
     try:
-        state = checkpoint.with_aliases(state, aliases, 'the --reference file')
+        state = loading.with_aliases(state, aliases, 'the --reference file')
     except checkpoint.CheckpointError as e:
         raise ConvertError(str(e)) from None
     cfg = paper_config(state)
@@ -239,7 +239,7 @@ def export_checkpoint(args):
     from safetensors import SafetensorError     # here: the rest of the project runs without safetensors
     from safetensors.torch import save_model
     try:
-        model, _, ckpt = checkpoint.load_checkpoint(args.ckpt)
+        model, _, ckpt = loading.load_checkpoint(args.ckpt)
         tok = ckpt['tokenizer']
         if 'text' not in tok:                   # an older checkpoint: its tokenizer file, checked by the load
             with open(tok['file'], encoding='ascii', newline='') as f:

@@ -56,7 +56,7 @@ import sample
 from data.outputs import progress_bar
 from data.source import hub_unreachable, offline_asked
 from experiments.tasks import tinystories
-from harness import checkpoint, machine
+from harness import checkpoint, loading, machine
 from harness.cli import failing, run_command, save_results
 from harness.flags import ArgumentParser, check_writable, device_error, number
 
@@ -430,7 +430,7 @@ def evaluate_tasks(argv):
     """main's work: parse argv, load --ckpt, run lm-eval on --tasks, print its table and write --output."""
     args, names, include = parse(argv)
     try:
-        model, enc, ckpt = checkpoint.load_checkpoint(args.ckpt, args.device)
+        model, enc, ckpt = loading.load_checkpoint(args.ckpt, args.device)
     except checkpoint.CheckpointError as e:
         fail(str(e))
     if model.cfg.task != 'lm':

@@ -36,7 +36,7 @@ rows with sum_j |M[i, j]| = 0 left out. A uniform causal average (the masked mix
 mean of the past) has mean lag (T - 1) / 4 and diagonal share (1/T) sum_i 1 / (i + 1); the table's last
 line gives them for T. What each mixing class shows is written here, one function per view
 (mixing_views, recurrent_matrix, attention_weights), dispatching on the mixing's class. Reads the
-checkpoint alone (checkpoint.load_checkpoint), and for attention val.bin and meta.json of the data
+checkpoint alone (loading.load_checkpoint), and for attention val.bin and meta.json of the data
 folder. A bad path, a file that is not a checkpoint, an old checkpoint format or bad data: one line,
 exit 2.
 """
@@ -58,7 +58,7 @@ if __name__ == '__main__':       # run as a file too (python experiments/look.py
 import numpy as np
 import torch
 
-from harness import checkpoint
+from harness import checkpoint, loading
 import attention
 import mixer
 from mixer import causal_mask
@@ -369,7 +369,7 @@ def look(argv):
         fail(f'--data_dir {args.data_dir!r} ' + ('is a file, not a folder' if os.path.isfile(args.data_dir) else
              'not found') + ': give the data folder the model was trained on')
     try:
-        model, _, ckpt = checkpoint.load_checkpoint(args.ckpt)
+        model, _, ckpt = loading.load_checkpoint(args.ckpt)
     except checkpoint.CheckpointError as e:
         fail(str(e))
     beside = os.path.join(os.path.dirname(os.path.abspath(args.ckpt)), 'look.png')

@@ -49,7 +49,8 @@ import numpy as np
 import torch
 
 import mixer
-from harness.checkpoint import CheckpointError, load_checkpoint
+from harness.checkpoint import CheckpointError
+from harness.loading import load_checkpoint
 from harness.cli import failing, run_command, save_results
 from harness.flags import ArgumentParser, check_writable, distinct_files, number, random_seed
 from harness.flags import listing

@@ -183,10 +183,11 @@ def number(v):
 
 def read_run(path):
     """The run folder `path` -> Run. Not a folder, no log.jsonl, a damaged line (a torn last one is dropped
-    with a warning: checkpoint.read_log), a line that is JSON but not a record (checkpoint.read_log too), a
+    with a warning: loading.read_log), a line that is JSON but not a record (loading.read_log too), a
     record train.py would not write, or no 'config' record: LogError (one line naming the file, and its line).
     """
-    from harness.checkpoint import CheckpointError, read_log     # imports torch: after the flags are checked
+    from harness.checkpoint import CheckpointError
+    from harness.loading import read_log     # imports torch: after the flags are checked
     if not os.path.isdir(path):
         raise LogError(f'{path} is not a folder: give the run folders train.py wrote (its --out_dir)')
     log = os.path.join(path, 'log.jsonl')

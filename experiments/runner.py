@@ -132,7 +132,7 @@ def window_loss_job(argv, run_dir):
     'val_loss' (nats/token), 'line'}: the generalisation gap of a finished run."""
     import train
     from data.tokens import read_prepared
-    from harness.checkpoint import load_checkpoint
+    from harness.loading import load_checkpoint
     os.chdir(ROOT)
     try:
         model, _, ckpt = load_checkpoint(argv[0])
@@ -229,8 +229,8 @@ def train_run(argv):
 
 def read_log(path):
     """Events of a train.py log.jsonl: (evals [(step, val_loss, val_bpb, val_acc)], summary or None).
-    checkpoint.read_log reads it: a last line torn by a crash is dropped with a warning."""
-    from harness.checkpoint import read_log as read_records
+    loading.read_log reads it: a last line torn by a crash is dropped with a warning."""
+    from harness.loading import read_log as read_records
     evals, summary = [], None
     for rec in read_records(path):
         if rec.get('event') == 'eval':

@@ -20,7 +20,6 @@ import sys
 import traceback
 from dataclasses import fields
 
-from harness import checkpoint
 import mixer
 from harness.cli import fail
 from harness.machine import MAX_THREADS
@@ -195,17 +194,18 @@ def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS
     cfg.update(overrides)
     if cfg['init_from'] != 'resume':
         return cfg, None
+    from harness.loading import EXPORT_FILES, CheckpointError, read_checkpoint   # here: a fresh run reads none
     ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
     if os.path.isdir(ckpt_path):            # an exported folder put where the run's checkpoint goes, say
         fail(f'--init_from=resume but {ckpt_path} is a folder, not the checkpoint file train.py writes'
              + ('; a folder experiments/convert.py exported holds no optimiser or RNG state to resume: resume '
                 'from the checkpoint it was exported from' if any(os.path.exists(os.path.join(ckpt_path, f))
-                                                                 for f in checkpoint.EXPORT_FILES) else ''))
+                                                                 for f in EXPORT_FILES) else ''))
     if not os.path.isfile(ckpt_path):
         fail(f'--init_from=resume but {ckpt_path} does not exist')
     try:
-        ckpt = checkpoint.read_checkpoint(ckpt_path, keys=('config', 'step', 'best_val_loss', 'rng'))
-    except checkpoint.CheckpointError as e:
+        ckpt = read_checkpoint(ckpt_path, keys=('config', 'step', 'best_val_loss', 'rng'))
+    except CheckpointError as e:
         fail(str(e))
     saved = {k: v for k, v in ckpt.get('config', {}).items() if k in defaults}
     # the architecture; a field added since the checkpoint was made has its default (what the model had then)

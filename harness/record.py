@@ -8,6 +8,7 @@ header and its summary.
     log.write(rec, line)                               # line printed, rec appended to log.jsonl (rank 0)
 """
 
+import os
 import signal
 import threading
 from dataclasses import asdict
@@ -16,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from harness import checkpoint, machine
-from harness.cli import own_line
+from harness.cli import one_line, own_line, remove_stale_temps
 
 
 class Stop(Exception):
@@ -78,11 +79,32 @@ def stop_together(env, pending=(), requests=None, reason=None):
         raise Stop(*asked)
 
 
+def prepare_run_folder(cfg, ckpt, rank=0):
+    """After every check passed: remove an old run's files (overwrite) or drop the log records after the
+    checkpoint's step (resume: loading.resume_log) -> log.jsonl open for appending (None on other ranks).
+    Raises CheckpointError (one line) when the folder cannot be prepared."""
+    if rank != 0:
+        return None
+    ckpt_path, log_path = (os.path.join(cfg['out_dir'], f) for f in ('ckpt.pt', 'log.jsonl'))
+    try:
+        remove_stale_temps(cfg['out_dir'], 'train.py')        # a killed save's temporary file
+        if ckpt is None:
+            for p in (ckpt_path, log_path, ckpt_path + '.tmp'):     # (.tmp: an older version's temporary)
+                if os.path.exists(p):
+                    os.remove(p)
+        else:
+            from harness.loading import resume_log      # here: a fresh run reads no log
+            resume_log(log_path, ckpt['step'])
+        return open(log_path, 'ab')
+    except OSError as e:
+        raise checkpoint.CheckpointError(f'cannot prepare {cfg["out_dir"]} ({one_line(e)})') from None
+
+
 class RunLog:
     """A run's record on rank 0: the console lines and log.jsonl (events config, schedule, train, eval, threads,
     precision, summary), each record sent to the trackers too. Made once every check has passed: it starts
     the trackers of cfg['log_to'] (harness/trackers.py; params: the model's parameter count) and prepares the
-    run folder (checkpoint.prepare_run_folder: ckpt None a fresh run, else the resumed checkpoint), on rank 0;
+    run folder (prepare_run_folder: ckpt None a fresh run, else the resumed checkpoint), on rank 0;
     CheckpointError when the folder cannot be prepared. 'train' records get the machine's load (other_load:
     cores busy with other processes' work over the interval, machine.LoadMeter)."""
 
@@ -91,7 +113,7 @@ class RunLog:
         if cfg['log_to'] and env.master:     # before the folder is prepared: they read the log's last step
             from harness.trackers import open_trackers
             self.trackers = open_trackers(cfg, ckpt and ckpt['step'], params, env.world)
-        self.file = checkpoint.prepare_run_folder(cfg, ckpt, env.rank)
+        self.file = prepare_run_folder(cfg, ckpt, env.rank)
         self.load, self.loads = machine.LoadMeter(), []
 
     def write(self, rec, line=None):

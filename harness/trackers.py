@@ -2,7 +2,7 @@
 between), `--project` (default: the data folder's name, as nanoGPT's wandb_project 'owt') and `--run_name`
 (default: out_dir's last folder, which each config names after itself). Each library is imported only when named.
 
-    trackers = open_trackers(cfg, resumed_step, params, world)    # rank 0, before checkpoint.prepare_run_folder
+    trackers = open_trackers(cfg, resumed_step, params, world)    # rank 0, before record.prepare_run_folder
     trackers.log(rec)                                             # every record train.py appends to log.jsonl
     trackers.close()                                              # in train.py's finally
 
@@ -23,7 +23,7 @@ shows every run); trackio: its local store ($TRACKIO_DIR, by default ~/.cache/hu
 the trackio and wandb run ids.
 
 After any stop and resume (--init_from=resume; a kill -9 included) each tracker's curve equals log.jsonl: the
-log a resume continues is the one checkpoint.prepare_run_folder keeps (the records after the checkpoint's step
+log a resume continues is the one record.prepare_run_folder keeps (the records after the checkpoint's step
 dropped: the stopped session wrote them after its last save, and the resumed one computes those steps again),
 and each tracker is brought to hold exactly it before training goes on, then gets every new record:
   tensorboard  its event files are written again from that log (the old ones removed: they may hold the
@@ -162,10 +162,11 @@ def points(records, tps):
 
 
 def read_run_log(out_dir):
-    """out_dir/log.jsonl's records (checkpoint.read_log; its torn last line is dropped without a second
+    """out_dir/log.jsonl's records (loading.read_log; its torn last line is dropped without a second
     warning: prepare_run_folder gives one). A damaged line, or one that is JSON but not a record: one line
     naming the file and line, exit 2."""
-    from harness.checkpoint import CheckpointError, read_log      # here: the check above needs no torch
+    from harness.checkpoint import CheckpointError
+    from harness.loading import read_log      # here: the check above needs no torch
     path = os.path.join(out_dir, 'log.jsonl')
     try:
         return read_log(path, warn=False)
@@ -455,7 +456,7 @@ class Trackers:
 
 def open_trackers(cfg, resumed_step, params, world):
     """Start the trackers cfg['log_to'] names (call on rank 0 only, after check_log_to, before
-    checkpoint.prepare_run_folder) -> Trackers (empty for log_to ''), each holding exactly the log the run
+    record.prepare_run_folder) -> Trackers (empty for log_to ''), each holding exactly the log the run
     continues (on resume: the records up to the checkpoint's step, replayed where a tracker lacks them).
     resumed_step: the checkpoint's step on --init_from=resume, else None; params: the model's parameter count;
     world: the number of processes. A log that cannot be read (read_run_log) or a tracker that cannot start
@@ -466,7 +467,7 @@ def open_trackers(cfg, resumed_step, params, world):
     state_path = os.path.join(cfg['out_dir'], STATE)
     state, history, tail = {}, [], False
     if resumed_step is not None:
-        from harness.checkpoint import kept_on_resume
+        from harness.loading import kept_on_resume
         records = read_run_log(cfg['out_dir'])
         history = kept_on_resume(records, resumed_step)
         tail = len(history) < len(records)

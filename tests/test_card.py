@@ -27,7 +27,7 @@ import torch.nn.functional as F
 import attention
 import mixer
 import sample
-from harness import checkpoint
+from harness import loading
 from tests.common import ROOT, TINY, heads, merge, tiny_model
 
 # every sequence mixing class, in forward form (attention naive: SDPA's flag is its own test below)
@@ -228,7 +228,7 @@ class TestMigration(unittest.TestCase):
     def test_older_names_load_with_the_same_logits(self):
         """A checkpoint written with the older names (model_config and settings 'mixing': 'dense' or
         'recurrent', mixing_init 'decay', the recurrent mixing's decay_logit) reads as today's
-        (checkpoint.read_checkpoint) and gives the same logits."""
+        (loading.read_checkpoint) and gives the same logits."""
         idx = torch.randint(0, 64, (1, 10))
         tmp = tempfile.mkdtemp()
         for name, old_mixing in (('flat', 'dense'), ('recurrent', 'recurrent')):
@@ -238,7 +238,7 @@ class TestMigration(unittest.TestCase):
             state = {k.replace('a_logit', 'decay_logit'): v for k, v in model.state_dict().items()}
             path = os.path.join(tmp, f'{name}.pt')
             torch.save({'model': state, 'model_config': cfg, 'config': dict(cfg), 'step': 1}, path)
-            ckpt = checkpoint.read_checkpoint(path)
+            ckpt = loading.read_checkpoint(path)
             with self.subTest(variant=name):
                 self.assertEqual(ckpt['model_config']['token_mixing'], model.cfg.token_mixing)
                 self.assertEqual((ckpt['model_config']['mixing_init'], ckpt['config']['mixing_init']), ('average',) * 2)
@@ -250,7 +250,7 @@ class TestMigration(unittest.TestCase):
     def test_kernel_hybrid_and_linear_read_as_their_new_names(self):
         """A checkpoint written before issue 88's renames (the settings 'kernel' and 'hybrid', the variant
         'linear') reads with feature_kernel, hybrid_form and 'linear_mixer' in its model_config and settings
-        (checkpoint.read_checkpoint; the variant named 'kernel' stays 'kernel') and gives the same logits."""
+        (loading.read_checkpoint; the variant named 'kernel' stays 'kernel') and gives the same logits."""
         idx = torch.randint(0, 64, (1, 10))
         tmp = tempfile.mkdtemp()
         old_names = {'feature_kernel': 'kernel', 'hybrid_form': 'hybrid'}
@@ -261,7 +261,7 @@ class TestMigration(unittest.TestCase):
             path = os.path.join(tmp, f'{name}.pt')
             torch.save({'model': model.state_dict(), 'model_config': cfg,
                         'config': {**cfg, 'variant': old_variant}, 'step': 1}, path)
-            ckpt = checkpoint.read_checkpoint(path)
+            ckpt = loading.read_checkpoint(path)
             with self.subTest(variant=name):
                 for saved in (ckpt['model_config'], ckpt['config']):
                     self.assertFalse({'kernel', 'hybrid'} & set(saved))
@@ -375,7 +375,7 @@ class TestLayers(unittest.TestCase):
         state = {k: v for k, v in model.state_dict().items() if k != 'wpe'}
         path = os.path.join(tempfile.mkdtemp(), 'old.pt')
         torch.save({'model': state, 'model_config': vars(model.cfg), 'config': {}, 'step': 1}, path)
-        ckpt = checkpoint.read_checkpoint(path)
+        ckpt = loading.read_checkpoint(path)
         again = mixer.build_model(mixer.ModelConfig(**ckpt['model_config'])).eval()
         again.load_state_dict(ckpt['model'])
         with torch.no_grad():

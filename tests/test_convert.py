@@ -19,7 +19,7 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 
-from harness import checkpoint
+from harness import checkpoint, loading
 from data import tokenizer
 from experiments import convert
 from tests.common import HAVE_TEXT, NO_TEXT, TEXT_DIR, run_in_process
@@ -241,7 +241,7 @@ class TestImport(unittest.TestCase, OneLine):
         r = run_in_process('-m', 'experiments.convert', '--reference', folder, '--tokenizer', tok_path, '--out', out)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn('untied embeddings', r.stdout)
-        model, enc, ckpt = checkpoint.load_checkpoint(out)
+        model, enc, ckpt = loading.load_checkpoint(out)
         text = valid_text(400)
         paper_idx = torch.tensor([hf.encode(text, add_special_tokens=False).ids[:N_CTX]])
         ours_idx = torch.tensor([enc.encode(text, allowed_special='all')[:N_CTX]])
@@ -259,7 +259,7 @@ class TestImport(unittest.TestCase, OneLine):
         r = run_in_process('-m', 'experiments.convert', '--reference', os.path.join(folder, 'pytorch_model.bin'),
                            '--tokenizer', tok_path, '--out', bin_out)
         self.assertEqual(r.returncode, 0, r.stderr)
-        for k, v in checkpoint.load_checkpoint(bin_out)[0].state_dict().items():
+        for k, v in loading.load_checkpoint(bin_out)[0].state_dict().items():
             torch.testing.assert_close(v, model.state_dict()[k], atol=0, rtol=0)
         r = run_in_process('sample.py', '--ckpt', out, '--start', 'Once upon', '--num_samples', '1',
                            '--max_new_tokens', '5', '--temperature', '0')
@@ -299,7 +299,7 @@ class TestImport(unittest.TestCase, OneLine):
                            '--log_interval=1')
         self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
         self.assertIn('note: the checkpoint holds no optimizer state (an imported model): a fresh one starts', r.stdout)
-        imported, resumed = checkpoint.read_checkpoint(os.path.join(export)), checkpoint.read_checkpoint(ckpt)
+        imported, resumed = loading.read_checkpoint(os.path.join(export)), loading.read_checkpoint(ckpt)
         self.assertEqual((resumed['step'], resumed['config']['learning_rate']), (2, convert.PAPER_LR))
         for k, v in imported['model'].items():
             self.assertLess((resumed['model'][k] - v).abs().max().item(), 0.01, k)
@@ -360,7 +360,7 @@ class TestImport(unittest.TestCase, OneLine):
         r = run_in_process('-m', 'experiments.convert', '--reference', good, '--tokenizer', tok_path, '--out', mine,
                            '--overwrite')
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(checkpoint.read_checkpoint(mine)['model_config']['n_ctx'], N_CTX)
+        self.assertEqual(loading.read_checkpoint(mine)['model_config']['n_ctx'], N_CTX)
         self.assertEqual(files_in(out_folder), ['mine.pt'])
 
 
@@ -398,8 +398,8 @@ class TestExport(unittest.TestCase, OneLine):
         with mock.patch('torch.load', side_effect=AssertionError('torch.load')), \
                 mock.patch('pickle.load', side_effect=AssertionError('pickle')), \
                 mock.patch('pickle.loads', side_effect=AssertionError('pickle')):
-            model, enc, ckpt = checkpoint.load_checkpoint(out)
-        model0, enc0, ckpt0 = checkpoint.load_checkpoint(self.ckpt)
+            model, enc, ckpt = loading.load_checkpoint(out)
+        model0, enc0, ckpt0 = loading.load_checkpoint(self.ckpt)
         self.assertIs(model.lm_head.weight, model.wte.weight)
         self.assertEqual(ckpt['model_config'], ckpt0['model_config'])
         self.assertEqual(ckpt['tokenizer']['sha256'], ckpt0['tokenizer']['sha256'])
@@ -447,7 +447,7 @@ class TestExport(unittest.TestCase, OneLine):
         save(model0, os.path.join(folder, 'ckpt.pt'), tok, sha, os.path.join(folder, 'data'), 'transformer')
         r = self.export(os.path.join(folder, 'ckpt.pt'), os.path.join(folder, 'exported'))
         self.assertEqual(r.returncode, 0, r.stderr)
-        model, _, _ = checkpoint.load_checkpoint(os.path.join(folder, 'exported'))
+        model, _, _ = loading.load_checkpoint(os.path.join(folder, 'exported'))
         idx = torch.randint(0, 64, (2, 10))
         with torch.no_grad():
             torch.testing.assert_close(model(idx)[0], model0(idx)[0], atol=0, rtol=0)
@@ -474,7 +474,7 @@ class TestExport(unittest.TestCase, OneLine):
                                    'is not a folder this command exported')
         self.assertEqual(files_in(mine), ['notes.txt'])
         with self.assertRaisesRegex(checkpoint.CheckpointError, 'is a folder, not a checkpoint file'):
-            checkpoint.read_checkpoint(mine)
+            loading.read_checkpoint(mine)
         damaged = os.path.join(parent, 'damaged')
         shutil.copytree(out, damaged)
         path = os.path.join(damaged, 'model.safetensors')

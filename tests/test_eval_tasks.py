@@ -32,7 +32,7 @@ import sample
 from data.tokenizer import GPT2_PAT
 from experiments import eval_tasks
 from experiments.tasks import build, tinystories
-from harness import checkpoint
+from harness import loading
 from tests.common import HAVE_TEXT, NO_TEXT, TEXT_DIR, run_in_process, tiny_checkpoint, tiny_model
 from tests.faults import ENV, error_lines
 
@@ -285,7 +285,7 @@ class TestCommand(unittest.TestCase):
                               ('tinystories_bpb', ('bits_per_byte', 'byte_perplexity', 'word_perplexity'))):
             for m in metrics:
                 self.assertIn(f'{m},none', res[task])
-        model, enc, _ = checkpoint.load_checkpoint(self.ckpt)
+        model, enc, _ = loading.load_checkpoint(self.ckpt)
         lls = []
         for s in tinystories.read_stories()[:3]:
             doc = tinystories.lastword_docs(s)
@@ -313,7 +313,7 @@ class TestCommand(unittest.TestCase):
         """A YAML task of one's own (a local JSON lines file, generate_until until '.', 6 tokens) whose first
         target is the checkpoint's greedy text (sample.generate, cut at '.') and whose second is not: exit 0,
         exact_match 0.5, 2 generate_until requests counted."""
-        model, enc, _ = checkpoint.load_checkpoint(self.ckpt)
+        model, enc, _ = loading.load_checkpoint(self.ckpt)
         ids = enc.encode('Once upon a time')
         text = enc.decode(sample.generate(model, torch.tensor([ids]), 6, temperature=0)[0, len(ids):].tolist())
         want = text.split('<|endoftext|>')[0].split('.')[0]

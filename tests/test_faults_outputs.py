@@ -179,7 +179,7 @@ class TestCachesAndOutputs(Base):
             self.assertEqual(json.load(fh)['s_per_step'], step_s['flat'])
 
     def test_runner_read_log_drops_a_torn_last_line(self):
-        """runner.read_log reads through checkpoint.read_log: a torn last line is one warning, not a crash."""
+        """runner.read_log reads through loading.read_log: a torn last line is one warning, not a crash."""
         from experiments.runner import read_log
         path = write(os.path.join(self.f.tmp, 'torn', 'log.jsonl'),
                      json.dumps({'event': 'eval', 'step': 5, 'val_loss': 3.0, 'val_bpb': 1.0, 'val_acc': 0.1})

@@ -495,9 +495,9 @@ class TestOldCheckpoints(unittest.TestCase):
 
     def test_the_masked_mixings_older_names_load_to_the_same_logits(self):
         """A state dict of the layout before the masked mixings' W lost its tap axis (W1 [H, 1, x n_ctx, n_ctx]
-        or [H, k, n_ctx, n_ctx], c1), as checkpoint.read_checkpoint reads it (migrate_state), loads into
+        or [H, k, n_ctx, n_ctx], c1), as loading.read_checkpoint reads it (migrate_state), loads into
         today's model of every masked variant with the same logits."""
-        from harness import checkpoint
+        from harness import loading
         for name in ('flat', 'multihead', 'expanded', 'kernel', 'hybrid'):
             model = tiny_model(name)
             old = {}
@@ -506,7 +506,7 @@ class TestOldCheckpoints(unittest.TestCase):
                     k, v = k + '1', v[:, None] if k.endswith('.W') and name != 'kernel' else v
                 old[k] = v
             fresh = mixer.build_model(model.cfg).eval()
-            fresh.load_state_dict(checkpoint.migrate_state(old))
+            fresh.load_state_dict(loading.migrate_state(old))
             idx = torch.randint(0, 64, (2, TINY['n_ctx']))
             with self.subTest(variant=name), torch.no_grad():
                 self.assertTrue(any(k.endswith('.W1') for k in old))

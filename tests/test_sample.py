@@ -33,7 +33,7 @@ class TestSample(unittest.TestCase):
         and each is the start of the sample the same seed draws without the flag; once every sample has ended
         no token more is drawn; the tokens a second count the tokens printed, on --device auto (the CPU
         here)."""
-        from harness.checkpoint import load_checkpoint
+        from harness.loading import load_checkpoint
         ckpt = tiny_checkpoint()
         eot = load_checkpoint(ckpt)[1].eot_token
         real = torch.multinomial

@@ -340,22 +340,22 @@ class TestCheckpointTravels(unittest.TestCase):
         self.assertNotIn('HEAD START', r.stdout)
 
     def test_old_checkpoints_and_damaged_tokenizers(self):
-        from harness import checkpoint
+        from harness import checkpoint, loading
         ckpt = torch.load(self.alone, map_location='cpu', weights_only=True)
         tok_file = os.path.join(self.tmp, 'tok.tiktoken')
         with open(tok_file, 'wb') as f:
             f.write(self.tok_bytes)
         old = {**ckpt, 'tokenizer': {'file': tok_file, 'sha256': ckpt['tokenizer']['sha256']}}
-        enc = checkpoint.checkpoint_tokenizer(old)
+        enc = loading.checkpoint_tokenizer(old)
         self.assertEqual(enc.n_vocab, ckpt['model_config']['vocab_size'])
         self.assertEqual(enc.encode_ordinary('Once upon'),
-                         checkpoint.checkpoint_tokenizer(ckpt).encode_ordinary('Once upon'))
+                         loading.checkpoint_tokenizer(ckpt).encode_ordinary('Once upon'))
         damaged = {**ckpt, 'tokenizer': {**ckpt['tokenizer'], 'text': ckpt['tokenizer']['text'][:-20]}}
         with self.assertRaisesRegex(checkpoint.CheckpointError, 'SHA-256'):
-            checkpoint.checkpoint_tokenizer(damaged)
+            loading.checkpoint_tokenizer(damaged)
         gone = {**ckpt, 'tokenizer': {'file': tok_file + '.gone', 'sha256': ckpt['tokenizer']['sha256']}}
         with self.assertRaisesRegex(checkpoint.CheckpointError, 'not found'):
-            checkpoint.checkpoint_tokenizer(gone)
+            loading.checkpoint_tokenizer(gone)
         path = os.path.join(self.tmp, 'old.pt')
         torch.save(old, path)
         r = run_in_process('sample.py', '--ckpt', path, '--max_new_tokens', '3', '--num_samples', '1')

@@ -242,15 +242,15 @@ class TestTrainPy(Base):
         """harness/checkpoint.py: a state dict saved from a torch.compile'd model ('_orig_mod.'
         keys) loads in load_checkpoint, sample.py and --init_from=resume; an unreadable
         ckpt.pt on resume is one line and exit 2, not a traceback."""
-        from harness import checkpoint
+        from harness import loading
         out = tempfile.mkdtemp(prefix='mixer_ckpt_')
         self.assert_ok(train('--max_iters=2', '--eval_interval=2', f'--out_dir={out}'))
         path = os.path.join(out, 'ckpt.pt')
-        plain, _, _ = checkpoint.load_checkpoint(path)
+        plain, _, _ = loading.load_checkpoint(path)
         ckpt = torch.load(path, weights_only=True)
         ckpt['model'] = {'_orig_mod.' + k: v for k, v in ckpt['model'].items()}
         torch.save(ckpt, path)
-        model, _, _ = checkpoint.load_checkpoint(path)
+        model, _, _ = loading.load_checkpoint(path)
         idx = torch.randint(0, 100, (1, 16))
         self.assertTrue(torch.equal(model(idx)[0], plain(idx)[0]))
         self.assert_ok(here('sample.py', '--ckpt', path, '--max_new_tokens', '2', '--num_samples', '1'))
