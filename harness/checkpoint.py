@@ -26,10 +26,10 @@ Writes are atomic (cli.written: a temporary file, then os.replace): a crash neve
 checkpoint, and a failed write (a full disk) removes its temporary file and keeps the
 previous checkpoint. log.jsonl gets one complete line per record (one write, or none);
 a line torn by a crash is dropped, with a warning, wherever a log is read or resumed.
-Every reader also takes a folder exported by experiments/convert.py (loading.read_exported), unpickling nothing:
-its config.json holds the entries above but 'model', the optimiser's and 'rng', and is checked as a
-checkpoint is (loading.check_format: the same required entries, the same messages). A checkpoint imported by
-convert.py has no 'optimizer': resume starts a fresh one.
+Every reader also takes a folder exported by experiments/convert.py (loading.read_exported), unpickling
+nothing: its config.json holds the entries above but 'model', the optimiser's and 'rng', and is checked as
+a checkpoint is (loading.check_format: the same required entries, the same messages). A checkpoint
+imported by convert.py has no 'optimizer': resume starts a fresh one.
 """
 
 import errno

@@ -65,7 +65,7 @@ def begin(prog, name='__main__', keep=False):
         _STARTED[:] = [prog]
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupted)
-        sys.stdout, sys.stderr = _Stdout(sys.stdout, prog, keep), _Stream(sys.stderr)
+        sys.stdout, sys.stderr = _Stream(sys.stdout, prog, keep), _Stream(sys.stderr)
 
 
 _STARTED = []           # the command begin() started in this process
@@ -79,11 +79,13 @@ def _interrupted(signum, frame):
 
 
 class _Stream:
-    """sys.stderr of a command begin() started: the stream's own; `open` says whether the last text written
-    ended inside a line (set before the write: a Ctrl-C during it leaves it True, at worst one blank line)."""
+    """sys.stdout or sys.stderr of a command begin() started: the stream's own; `open` says whether the last
+    text written ended inside a line (set before the write: a Ctrl-C during it leaves it True, at worst one
+    blank line). stdout's (`prog` given) failed write or flush is begin()'s: a reader gone (`| head`) points it
+    at os.devnull and, unless `keep`, exits 1 quietly; any other failure is one line, exit 1."""
 
-    def __init__(self, stream):
-        self.stream, self.open = stream, False
+    def __init__(self, stream, prog=None, keep=False):
+        self.stream, self.prog, self.keep, self.open = stream, prog, keep, False
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
@@ -91,18 +93,7 @@ class _Stream:
     def write(self, text):
         if text:
             self.open = not text.endswith('\n')
-        return self.stream.write(text)
-
-
-class _Stdout(_Stream):
-    """sys.stdout of a command begin() started: a _Stream, but a failed write or flush is begin()'s."""
-
-    def __init__(self, stream, prog, keep):
-        super().__init__(stream)
-        self.prog, self.keep = prog, keep
-
-    def write(self, text):
-        return self._do(super().write, text)
+        return self._do(self.stream.write, text)
 
     def flush(self):
         return self._do(self.stream.flush)
@@ -111,6 +102,8 @@ class _Stdout(_Stream):
         try:
             return fn(*args)
         except OSError as e:
+            if self.prog is None:                          # stderr: the failure is the caller's
+                raise
             null = os.open(os.devnull, os.O_WRONLY)        # what is left goes nowhere, at exit too
             os.dup2(null, self.stream.fileno())
             os.close(null)

@@ -12,12 +12,9 @@ strings.
 """
 
 import ast
-import inspect
 import math
 import os
-import re
 import sys
-import traceback
 from dataclasses import fields
 
 import mixer
@@ -51,16 +48,6 @@ def collect_defaults(namespace):
     return {**own, **model}
 
 
-def comments(*objects):
-    """The comment after each setting in the source of `objects` (a module, a class): lines 'name = value  #
-    comment' and 'name: type = value  # comment' -> {name: comment}: --help's text."""
-    found = {}
-    for obj in objects:
-        for m in re.finditer(r'^\s*(\w+)(?:: [\w|. ]+)? = .*?  # (.*)$', inspect.getsource(obj), re.M):
-            found.setdefault(m.group(1), m.group(2).strip())
-    return found
-
-
 def coerce(defaults, key, value):
     """`value` checked against the type of defaults[key] (None is free; an int is taken
     for a float) -> the value; a wrong type: one-line error, exit 2."""
@@ -86,6 +73,7 @@ def read_config_file(path):
     except SyntaxError as e:
         fail(f'config file {path}, line {e.lineno}: {e.msg}')
     except Exception as e:                          # the file's own code failed
+        import traceback
         line = next((n for f, n in traceback.walk_tb(e.__traceback__) if f.f_code.co_filename == path), '?')
         fail(f'config file {path}, line {line}: {type(e).__name__}: {e}')
     return [(k, v) for k, v in ns.items() if not k.startswith('_')]
@@ -107,10 +95,8 @@ def parse_overrides(argv, defaults, usage, module=None):
     while args:
         arg = args.pop(0)
         if arg in ('-h', '--help'):
-            print(usage)
-            helps = comments(*filter(None, (module, mixer.ModelConfig)))
-            for k, v in defaults.items():
-                print((f'  --{k}={v!r}'.ljust(32) + helps.get(k, '')).rstrip())
+            from harness.flags import print_settings      # here: a run without --help needs none of it
+            print_settings(usage, defaults, (module, mixer.ModelConfig) if module else (mixer.ModelConfig,))
             sys.exit(0)
         if not arg.startswith('--'):
             items = read_config_file(arg)

@@ -1,7 +1,8 @@
 """The commands' flags: the project's ArgumentParser (a bad flag or value is one line, exit 2; a flag given
 twice is refused), its argparse types (number, random_seed, listing, assignments) and the checks of what
-the flags name (distinct_files, device_error, check_folder_writable, check_writable). train.py's settings
-are harness/configurator.py's; what every command shares beside these (fail, Ctrl-C, whole writes) is cli.py's.
+the flags name (distinct_files, device_error, check_folder_writable, check_writable), and train.py's --help
+(print_settings; the settings themselves are harness/configurator.py's). What every command shares beside
+these (fail, Ctrl-C, whole writes) is cli.py's.
 
     p = ArgumentParser('sample.py', __doc__); p.add_argument('--temperature', type=number(float, 0))
     p.add_argument('--lrs', type=listing(number(float, 0, above=True)))     # '1e-3,3e-3' -> [0.001, 0.003]
@@ -10,8 +11,10 @@ are harness/configurator.py's; what every command shares beside these (fail, Ctr
 
 import argparse
 import ast
+import inspect
 import math
 import os
+import re
 import tempfile
 
 from harness.cli import fail
@@ -186,6 +189,25 @@ def assignments(text):
         except (ValueError, SyntaxError):
             out[key] = value
     return out
+
+
+def comments(*objects):
+    """The comment after each setting in the source of `objects` (a module, a class): lines 'name = value  #
+    comment' and 'name: type = value  # comment' -> {name: comment}: --help's text."""
+    found = {}
+    for obj in objects:
+        for m in re.finditer(r'^\s*(\w+)(?:: [\w|. ]+)? = .*?  # (.*)$', inspect.getsource(obj), re.M):
+            found.setdefault(m.group(1), m.group(2).strip())
+    return found
+
+
+def print_settings(usage, defaults, objects):
+    """train.py's --help: `usage`, then each setting of `defaults` ({name: default}) with its default and the
+    comment after it in the source of `objects` (train.py's module, mixer.ModelConfig: comments)."""
+    print(usage)
+    helps = comments(*objects)
+    for k, v in defaults.items():
+        print((f'  --{k}={v!r}'.ljust(32) + helps.get(k, '')).rstrip())
 
 
 if __name__ == '__main__':

@@ -52,7 +52,7 @@ def read_log(path, warn=True):
                 print(f'warning: {path}: its last line was cut short (a crash); dropped', file=sys.stderr)
             continue
         if not isinstance(rec, dict):
-            from data.tokenizer import json_type      # here: a run that reads its log whole needs no tokenizer
+            from data.tokenizer import json_type      # here: a log read whole needs no tokenizer
             raise CheckpointError(f'{path}, line {i + 1}: a JSON {json_type(rec)}, not a record (an object): '
                                   'a damaged log')
         records.append(rec)
@@ -66,8 +66,8 @@ def resume_log(path, step):
     records = read_log(path)
     keep = kept_on_resume(records, step)
     if len(keep) < len(records):
-        print(f'warning: {path}: dropped {len(records) - len(keep)} records after step {step}, the checkpoint\'s '
-              '(the run that wrote them stopped before its next checkpoint)', file=sys.stderr)
+        print(f'warning: {path}: dropped {len(records) - len(keep)} records after step {step}, the '
+              'checkpoint\'s (the run that wrote them stopped before its next checkpoint)', file=sys.stderr)
     write_atomic(path, ''.join(json.dumps(r) + '\n' for r in keep))
 
 
@@ -98,7 +98,8 @@ def read_checkpoint(path, device='cpu', keys=('config', 'step')):
         ckpt = torch.load(path, map_location=where, weights_only=True)
         ckpt['model_config']
     except Exception as e:  # torch raises many types for a damaged file
-        raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({one_line(e)})') from None
+        raise CheckpointError(f'checkpoint {path!r} is corrupt or not from train.py ({one_line(e)})') \
+            from None
     check_format(ckpt, f'checkpoint {path!r}', keys, 'not a checkpoint of train.py (checkpoint.py)')
     return migrate(ckpt)
 
@@ -117,7 +118,8 @@ def check_format(ckpt, where, keys=('config', 'step'), whose='not a checkpoint o
             raise CheckpointError(f'{where}: {key!r} is {_what(value)}, not {words}')
     for key, value in ckpt['model'].items():
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-            raise CheckpointError(f"{where} holds {key} as {_what(value)}: a model's weights are floating-point "
+            raise CheckpointError(f"{where} holds {key} as {_what(value)}: a model's weights are "
+                                  'floating-point '
                                   'tensors')
 
 
@@ -149,11 +151,12 @@ def read_exported(path, device='cpu', keys=('config', 'step')):
             state, aliases = {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}
         with open(os.path.join(path, 'tokenizer.tiktoken'), encoding='ascii', newline='') as f:
             text = f.read()
-    except Exception as e:  # safetensors missing; json, safetensors and the OS raise many types for a damaged folder
+    except Exception as e:  # safetensors missing, or a damaged folder (json, safetensors, the OS: many types)
         raise CheckpointError(f'{where} cannot be read ({one_line(e)})') from None
     ckpt['model'] = with_aliases(state, aliases, where)
     check_format(ckpt, where, (*keys, 'tokenizer'), 'its config.json is not one experiments/convert.py wrote')
-    ckpt['tokenizer'] = {**ckpt['tokenizer'], 'file': os.path.abspath(os.path.join(path, 'tokenizer.tiktoken')),
+    ckpt['tokenizer'] = {**ckpt['tokenizer'],
+                         'file': os.path.abspath(os.path.join(path, 'tokenizer.tiktoken')),
                          'text': text}
     return migrate(ckpt)
 
@@ -247,7 +250,7 @@ def checkpoint_tokenizer(ckpt, path='checkpoint'):
     """The tiktoken.Encoding of a checkpoint dict: its embedded rank file text (ckpt['tokenizer']['text'])
     or, for an older checkpoint without one, the file at ckpt['tokenizer']['file']; either must match
     ckpt['tokenizer']['sha256']. `path` names the checkpoint in errors. Raises CheckpointError otherwise."""
-    from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256   # here: train.py needs none
+    from data.tokenizer import load_tokenizer, tokenizer_from_text, tokenizer_sha256   # here: train: none
     tok = ckpt.get('tokenizer')
     if not isinstance(tok, dict) or 'sha256' not in tok or not ('text' in tok or 'file' in tok):
         raise CheckpointError(f'checkpoint {path!r} records no tokenizer (not from train.py)')

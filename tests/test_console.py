@@ -125,7 +125,7 @@ class TestOwnLine(unittest.TestCase):
     def test_an_error_after_a_partial_line(self):
         """cli.fail after a partial line on stdout (begin()'s stream): the error line is a line of its own."""
         out = io.StringIO()
-        stdout = cli._Stdout(out, 'glue.py', keep=True)
+        stdout = cli._Stream(out, 'glue.py', keep=True)
         with mock.patch.object(sys, 'stdout', stdout), contextlib.redirect_stderr(io.StringIO()) as err:
             sys.stdout.write('downloading: 3.1 MB')
             with self.assertRaises(SystemExit):

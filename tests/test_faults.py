@@ -327,7 +327,7 @@ class TestRunCommand(unittest.TestCase):
         from harness import cli
 
         def work():
-            sys.stdout = cli._Stdout(sys.stdout, 'prog.py', keep=False)      # (captured_output puts it back)
+            sys.stdout = cli._Stream(sys.stdout, 'prog.py', keep=False)      # (captured_output puts it back)
             r, w = os.pipe()
             os.close(r)
             os.dup2(w, sys.stdout.fileno())                                  # (and fd 1)
