@@ -33,20 +33,22 @@ def read_prepared(data_dir, n_ctx):
         if dtype not in (np.uint16, np.uint32):
             raise ValueError(f'dtype {meta["dtype"]!r} is not uint16 or uint32')
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again") from None
+        raise ValueError(f"{meta_path} is damaged ({type(e).__name__}: {e}); run data/prepare.py again") \
+            from None
     splits = []
     for split, n in counts.items():
         path = os.path.join(data_dir, f"{split}.bin")
         if not os.path.isfile(path):
             raise ValueError(f"{path} not found: run data/prepare.py first (or set --data_dir)")
         if os.path.getsize(path) != n * dtype.itemsize:
-            raise ValueError(f"{path} holds {os.path.getsize(path):,} bytes, but meta.json counts {n:,} {dtype} ids "
-                             f"({n * dtype.itemsize:,} bytes): a file cut short or written otherwise; run "
-                             "data/prepare.py again")
+            raise ValueError(f"{path} holds {os.path.getsize(path):,} bytes, but meta.json counts {n:,} "
+                             f"{dtype} ids ({n * dtype.itemsize:,} bytes): a file cut short or written "
+                             "otherwise; run data/prepare.py again")
         data = np.memmap(path, dtype=dtype, mode="r") if n else np.zeros(0, dtype)
         if n and int(data.max()) >= meta["vocab_size"]:
-            raise ValueError(f"{path} holds token id {int(data.max())}, but the vocabulary has {meta['vocab_size']} "
-                             "tokens (meta.json and the token files are from different runs of data/prepare.py)")
+            raise ValueError(f"{path} holds token id {int(data.max())}, but the vocabulary has "
+                             f"{meta['vocab_size']} tokens (meta.json and the token files are from different "
+                             "runs of data/prepare.py)")
         splits.append(data)
     if min(len(s) for s in splits) < n_ctx + 2:
         raise ValueError(f"token files are shorter than n_ctx + 2 = {n_ctx + 2} tokens")

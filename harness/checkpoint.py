@@ -163,8 +163,9 @@ def claim_run_folder(cfg, ckpt, rank=0):
     lock = lock_run(cfg['out_dir'])
     old = [f for f in ('ckpt.pt', 'log.jsonl') if os.path.exists(os.path.join(cfg['out_dir'], f))]
     if ckpt is None and old == ['log.jsonl'] and not cfg['overwrite']:
-        raise CheckpointError(f'{cfg["out_dir"]} holds the log.jsonl of a run that saved no checkpoint (nothing to '
-                              'resume): pass --overwrite=True to replace it, or choose another --out_dir')
+        raise CheckpointError(f'{cfg["out_dir"]} holds the log.jsonl of a run that saved no checkpoint '
+                              '(nothing to resume): pass --overwrite=True to replace it, or choose another '
+                              '--out_dir')
     if ckpt is None and old and not cfg['overwrite']:
         raise CheckpointError(f'{cfg["out_dir"]} already holds a run (ckpt.pt / log.jsonl): '
                               f'pass --init_from=resume to continue it or --overwrite=True to replace it')
@@ -176,9 +177,10 @@ def check_tokenizer(ckpt, meta, data_dir):
     another tokenizer than the checkpoint dict `ckpt` (None: a fresh run, nothing to check)."""
     if ckpt is not None and ckpt.get('tokenizer', {}).get('sha256') != meta['tokenizer_sha256']:
         raise CheckpointError(
-            f'the data in {data_dir} was encoded with another tokenizer (sha256 {meta["tokenizer_sha256"][:12]}...) '
-            f'than the checkpoint\'s ({ckpt.get("tokenizer", {}).get("sha256", "?")[:12]}...): its token ids mean '
-            'other text; prepare the data with the checkpoint\'s tokenizer')
+            f'the data in {data_dir} was encoded with another tokenizer (sha256 '
+            f'{meta["tokenizer_sha256"][:12]}...) than the checkpoint\'s '
+            f'({ckpt.get("tokenizer", {}).get("sha256", "?")[:12]}...): its token ids mean other text; '
+            'prepare the data with the checkpoint\'s tokenizer')
 
 
 def restore(ckpt, model, optimizers, batch_gen, env):
@@ -200,7 +202,8 @@ def restore(ckpt, model, optimizers, batch_gen, env):
             opt.load_state_dict(ckpt[key])
             reshape_optimizer_state(opt)
         except (ValueError, KeyError) as e:   # e.g. another mixing_lr_mult: other parameter groups
-            raise CheckpointError(f"the checkpoint's optimizer state does not fit these settings: {e}") from None
+            raise CheckpointError(f"the checkpoint's optimizer state does not fit these settings: {e}") \
+                from None
         for g, f in zip(opt.param_groups, fresh):
             g.update(f)
     if ckpt['rng']:                           # (an imported checkpoint has none: a fresh generator)
@@ -225,4 +228,5 @@ def gather_rng(batch_gen, env):
 
 
 if __name__ == '__main__':
-    fail("the checkpoint format's module, not a command: train.py writes checkpoints, sample.py reads them", 'harness/checkpoint.py')
+    fail("the checkpoint format's module, not a command: train.py writes checkpoints, sample.py reads them",
+         'harness/checkpoint.py')

@@ -5,7 +5,7 @@ is written; `write_atomic`, `save_results`), what a killed process left of them 
 the lock of a run's folder (`hold_lock`). The commands' flags are harness/flags.py's.
 
     fail('no such file', 'sample.py')          # 'sample.py: error: no such file' on stderr, exit 2
-    begin('sample.py', __name__)               # the first instruction, before torch: Ctrl-C one line from here
+    begin('sample.py', __name__)          # the first instruction, before torch: Ctrl-C one line from here
     sys.exit(run_command('sample.py', sample, argv))   # Ctrl-C: one line, exit 130
     with written(path) as tmp: torch.save(state, tmp)      # path replaced whole, or left as it was
 """
@@ -81,8 +81,8 @@ def _interrupted(signum, frame):
 class _Stream:
     """sys.stdout or sys.stderr of a command begin() started: the stream's own; `open` says whether the last
     text written ended inside a line (set before the write: a Ctrl-C during it leaves it True, at worst one
-    blank line). stdout's (`prog` given) failed write or flush is begin()'s: a reader gone (`| head`) points it
-    at os.devnull and, unless `keep`, exits 1 quietly; any other failure is one line, exit 1."""
+    blank line). stdout's (`prog` given) failed write or flush is begin()'s: a reader gone (`| head`) points
+    it at os.devnull and, unless `keep`, exits 1 quietly; any other failure is one line, exit 1."""
 
     def __init__(self, stream, prog=None, keep=False):
         self.stream, self.prog, self.keep, self.open = stream, prog, keep, False
@@ -108,7 +108,8 @@ class _Stream:
             os.dup2(null, self.stream.fileno())
             os.close(null)
             if not isinstance(e, BrokenPipeError):
-                print(f'{self.prog}: error: cannot write to stdout ({e.strerror or e})', file=sys.stderr, flush=True)
+                print(f'{self.prog}: error: cannot write to stdout ({e.strerror or e})', file=sys.stderr,
+                      flush=True)
             elif self.keep:
                 return None
             (os._exit if sys.is_finalizing() else sys.exit)(1)     # at Python's last flush, no traceback
@@ -122,13 +123,14 @@ def _interrupt_once(signum, frame):
 
 
 def run_command(prog, work, *args, kept=None, exits=False):
-    """The one way a command runs its work: work(*args) -> its exit status (its return value, None read as
-    0; a SystemExit, e.g. fail()'s 2, goes through), stdout flushed (a gone reader or a full disk is seen
-    here: begin()). Ctrl-C in the work, after its `finally` blocks (no half-written file): one line 'PROG:
+    """The one way a command runs its work: work(*args) -> its exit status (its return value, None read as 0;
+    a SystemExit, e.g. fail()'s 2, goes through), stdout flushed (a gone reader or a full disk is seen here:
+    begin()). Ctrl-C in the work, after its `finally` blocks (no half-written file): one line 'PROG:
     interrupted (Ctrl-C)' on stderr, '; ' + `kept` after it when given ('what finished is cached'), status
     130; a second Ctrl-C while it stops is ignored. SIGINT's handler is the caller's again after, unless
     `exits` (the caller exits at once, as a pool's finalizers run, and every command begin() started) and
-    Ctrl-C stopped the work: SIGINT then stays ignored, so a second Ctrl-C in those finalizers is no traceback."""
+    Ctrl-C stopped the work: SIGINT then stays ignored, so a second Ctrl-C in those finalizers is no
+    traceback."""
     handler = signal.getsignal(signal.SIGINT)
     own = handler in (signal.default_int_handler, _interrupted)
     own = own and threading.current_thread() is threading.main_thread()
@@ -162,7 +164,8 @@ def deferred_interrupt():
         return
     got = []
     old = signal.signal(signal.SIGINT, lambda *a: got.append(1))     # delivered to another thread: run here
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, 'pthread_sigmask') else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, 'pthread_sigmask') \
+        else None
     try:
         yield
     finally:
@@ -176,7 +179,8 @@ def deferred_interrupt():
 # ----------------------------------------------------------------------------- results written whole
 
 
-TEMP_NAME = re.compile(r"^\.(.+)\.(?:tmp|old)(\d+)$")    # written()'s names beside NAME: .NAME.tmpPID, .NAME.oldPID
+# written()'s names beside NAME: .NAME.tmpPID, .NAME.oldPID
+TEMP_NAME = re.compile(r"^\.(.+)\.(?:tmp|old)(\d+)$")
 
 
 def temp_path(path, kind="tmp"):
@@ -248,7 +252,8 @@ def hold_lock(fd):
     """Take an exclusive lock on the open file or folder descriptor fd for this process's life (filelock's
     lock_descriptor: flock on POSIX, LockFileEx on Windows): the OS releases it when the process dies, however
     it dies, so a killed run never blocks the next -> True, or False when another process holds it. Raises
-    OSError when the file system cannot lock. train.py's run folder and data/prepare.py's --out are locked so."""
+    OSError when the file system cannot lock. train.py's run folder and data/prepare.py's --out are locked
+    so."""
     from filelock import lock_descriptor
     return lock_descriptor(fd, blocking=False)
 
@@ -313,4 +318,5 @@ def save_results(path, results, prog, indent=2):
 
 
 if __name__ == '__main__':
-    fail("the commands' shared helpers, not a command: python train.py --help, python sample.py --help", 'harness/cli.py')
+    fail("the commands' shared helpers, not a command: python train.py --help, python sample.py --help",
+         'harness/cli.py')

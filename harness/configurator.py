@@ -88,9 +88,9 @@ def settings(argv, defaults, usage, module):
 
 
 def parse_overrides(argv, defaults, usage, module=None):
-    """Config files and --key=value (or --key value) arguments -> dict of the keys they set, each coerced to its
-    default's type. --help prints `usage` and every setting with its default and its comment in `module` (train.py)
-    or mixer.ModelConfig, exit 0."""
+    """Config files and --key=value (or --key value) arguments -> dict of the keys they set, each coerced to
+    its default's type. --help prints `usage` and every setting with its default and its comment in `module`
+    (train.py) or mixer.ModelConfig, exit 0."""
     out, args = {}, list(argv)
     while args:
         arg = args.pop(0)
@@ -180,13 +180,13 @@ def resolve_settings(overrides, defaults, model_keys=tuple(k for k in MODEL_KEYS
     cfg.update(overrides)
     if cfg['init_from'] != 'resume':
         return cfg, None
-    from harness.loading import EXPORT_FILES, CheckpointError, read_checkpoint   # here: a fresh run reads none
+    from harness.loading import EXPORT_FILES, CheckpointError, read_checkpoint  # here: a fresh run reads none
     ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
     if os.path.isdir(ckpt_path):            # an exported folder put where the run's checkpoint goes, say
+        exported = any(os.path.exists(os.path.join(ckpt_path, f)) for f in EXPORT_FILES)
         fail(f'--init_from=resume but {ckpt_path} is a folder, not the checkpoint file train.py writes'
-             + ('; a folder experiments/convert.py exported holds no optimiser or RNG state to resume: resume '
-                'from the checkpoint it was exported from' if any(os.path.exists(os.path.join(ckpt_path, f))
-                                                                 for f in EXPORT_FILES) else ''))
+             + ('; a folder experiments/convert.py exported holds no optimiser or RNG state to resume: '
+                'resume from the checkpoint it was exported from' if exported else ''))
     if not os.path.isfile(ckpt_path):
         fail(f'--init_from=resume but {ckpt_path} does not exist')
     try:

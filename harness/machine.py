@@ -61,22 +61,22 @@ NOMINAL_PEAK = {
 
 
 def matmul_size(device):
-    """The side n of the n x n x n products measure_matmul_flops times by default on `device`: 8192 on
-    CUDA (enough to fill a GPU), 512 on the CPU (on this project's 2-core AMD EPYC, one float32 thread, ten
-    measurements of each, interleaved: 512^3 products over 0.25 s gave a median 97.3 GFLOP/s, sd 5.7, for 0.27 s
-    of CPU; 1024^3 over 1 s 85.6, sd 4.7, for 1.15 s; 1024^3 over 0.25 s 82.0, sd 10.2)."""
+    """The side n of the n x n x n products measure_matmul_flops times by default on `device`: 8192 on CUDA
+    (enough to fill a GPU), 512 on the CPU (on this project's 2-core AMD EPYC, one float32 thread, ten
+    measurements of each, interleaved: 512^3 products over 0.25 s gave a median 97.3 GFLOP/s, sd 5.7, for
+    0.27 s of CPU; 1024^3 over 1 s 85.6, sd 4.7, for 1.15 s; 1024^3 over 0.25 s 82.0, sd 10.2)."""
     return 8192 if torch.device(device).type == 'cuda' else 512
 
 
 def measure_matmul_flops(device='cpu', dtype=torch.float32, n=None, seconds=0.25):
     """Measured dense matmul throughput of this machine, FLOP/s (float): the median of batches of 4 n x n x n
-    products of `dtype` on `device` (n: matmul_size(device) by default) over about `seconds`, after 3
-    warm-up products (the median, not the best: a run's MFU should not move with one lucky batch). A GPU is
-    measured as GPUs are: products large enough to fill it, timed by CUDA events around the queued work
-    (1024^3 bf16 products timed by the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at
-    about 790). A CPU: one torch thread's rate, timed by its own CPU clock (time.thread_time counts no time
-    other processes take the core: by the wall clock, a second of a shared 2-core machine halved the peak),
-    times the threads, at most the cores this process may use (cpu_share: threads beyond them add no FLOPs)."""
+    products of `dtype` on `device` (n: matmul_size(device) by default) over about `seconds`, after 3 warm-up
+    products (the median, not the best: a run's MFU should not move with one lucky batch). A GPU is measured
+    as GPUs are: products large enough to fill it, timed by CUDA events around the queued work (1024^3 bf16
+    products timed by the host clock gave an H200 150 TFLOP/s, where 8192^3 products run at about 790). A CPU:
+    one torch thread's rate, timed by its own CPU clock (time.thread_time counts no time other processes take
+    the core: by the wall clock, a second of a shared 2-core machine halved the peak), times the threads, at
+    most the cores this process may use (cpu_share: threads beyond them add no FLOPs)."""
     cuda, threads = torch.device(device).type == 'cuda', torch.get_num_threads()
     n, clock = n or matmul_size(device), time.perf_counter if cuda else time.thread_time
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
@@ -138,7 +138,8 @@ def peak_flops(device, dtype):
     if key not in _MEASURED_PEAK:
         _MEASURED_PEAK[key] = measure_matmul_flops(device, dtype)
     measured = _MEASURED_PEAK[key]
-    return measured, f'the measured {str(dtype).split(".")[-1]} matmul peak, {measured / 1e9:.0f} GFLOP/s per process'
+    return measured, (f'the measured {str(dtype).split(".")[-1]} matmul peak, {measured / 1e9:.0f} GFLOP/s '
+                      'per process')
 
 
 # Settings that change speed, never results, tuned per device type (bench.py's "Token-mixing paths"
@@ -154,8 +155,8 @@ DEVICE_TUNING = {'cuda': dict(fft_threshold=128, chunk_size=2048)}
 
 
 def device_tuning(kind):
-    """The speed settings of a device type ('cpu', 'cuda') -> {'fft_threshold', 'chunk_size'}: DEVICE_TUNING's,
-    else mixer.ModelConfig's defaults."""
+    """The speed settings of a device type ('cpu', 'cuda') -> {'fft_threshold', 'chunk_size'}:
+    DEVICE_TUNING's, else mixer.ModelConfig's defaults."""
     fields = mixer.ModelConfig.__dataclass_fields__
     return {k: DEVICE_TUNING.get(kind, {}).get(k, fields[k].default) for k in ('fft_threshold', 'chunk_size')}
 
@@ -177,20 +178,21 @@ def memory_error(need, device, what):
     have = (torch.cuda.get_device_properties(dev).total_memory if dev.type == 'cuda'
             else os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'))
     if need > have:
-        return f'{what} would need {need / 2 ** 30:,.1f} GiB, more than the {have / 2 ** 30:,.1f} GiB {dev} has'
+        return (f'{what} would need {need / 2 ** 30:,.1f} GiB, more than the {have / 2 ** 30:,.1f} GiB '
+                f'{dev} has')
 
 
 # ----------------------------------------------------------------------------- device and processes
 
 def setup_device(cfg):
-    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is started here, NCCL
-    on CUDA, gloo on CPU) and the precision of train.py's settings cfg -> SimpleNamespace(dev, cuda, ddp,
-    rank, world, local, master, dtype ('float32' | 'bfloat16': float32 with dtype='auto' on a CPU until the
-    tuning chooses), autocast context, tuning: a Tuning (the CPU's precision with dtype='auto', and its threads:
+    """The device, the processes (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; DDP is started here, NCCL on
+    CUDA, gloo on CPU) and the precision of train.py's settings cfg -> SimpleNamespace(dev, cuda, ddp, rank,
+    world, local, master, dtype ('float32' | 'bfloat16': float32 with dtype='auto' on a CPU until the tuning
+    chooses), autocast context, tuning: a Tuning (the CPU's precision with dtype='auto', and its threads:
     fixed by cfg['threads'] or OMP_NUM_THREADS set by the user, not torchrun's 1; on CUDA as they are)). dev
-    always names its GPU ('cuda:N'): a bare 'cuda' or 'auto' on a CUDA machine is the current device (cuda:0 unless
-    CUDA_VISIBLE_DEVICES or the caller chose another), under torchrun cuda:LOCAL_RANK; CUDA calls that want
-    an index (torch.cuda.set_device) get one. An unavailable device: one-line error, exit 2."""
+    always names its GPU ('cuda:N'): a bare 'cuda' or 'auto' on a CUDA machine is the current device (cuda:0
+    unless CUDA_VISIBLE_DEVICES or the caller chose another), under torchrun cuda:LOCAL_RANK; CUDA calls that
+    want an index (torch.cuda.set_device) get one. An unavailable device: one-line error, exit 2."""
     ddp = int(os.environ.get('RANK', -1)) != -1
     dev = cfg['device']
     if dev == 'auto':
@@ -249,8 +251,9 @@ def collective_failure(e, cfg, env):
     text = str(e)
     if 'timed out' in text.lower() or 'timeout' in text.lower():
         return f'rank {env.rank}: a collective waited ddp_timeout={cfg["ddp_timeout"]} s for the other ranks'
-    for sign, what in (('Connection closed by peer', 'its connection closed'), ('Connection reset', 'its connection was'
-                       ' reset'), ('Broken pipe', 'a broken pipe'), ('NCCL', 'an NCCL error')):
+    for sign, what in (('Connection closed by peer', 'its connection closed'),
+                       ('Connection reset', 'its connection was reset'), ('Broken pipe', 'a broken pipe'),
+                       ('NCCL', 'an NCCL error')):
         if sign in text:
             return f'rank {env.rank}: another rank left the run ({what})'
     return None
@@ -275,8 +278,8 @@ def cpu_share():
 
 def cpu_sample():
     """The machine's CPU time so far (Linux /proc/stat: all cores' ticks, and their idle and iowait ticks) and
-    this process's -> (total ticks, idle ticks, this process's CPU seconds), or None where /proc/stat cannot be
-    read."""
+    this process's -> (total ticks, idle ticks, this process's CPU seconds), or None where /proc/stat cannot
+    be read."""
     try:
         with open('/proc/stat') as f:
             ticks = [int(t) for t in f.readline().split()[1:9]]
@@ -286,8 +289,8 @@ def cpu_sample():
 
 
 def idle_cores():
-    """The machine's idle CPU cores since the last call (cpu_sample: idle ticks over all ticks, times the cores)
-    -> float, or None on the first call or where /proc/stat cannot be read."""
+    """The machine's idle CPU cores since the last call (cpu_sample: idle ticks over all ticks, times the
+    cores) -> float, or None on the first call or where /proc/stat cannot be read."""
     now, last = cpu_sample(), getattr(idle_cores, 'last', None)
     idle_cores.last = now
     if now is None or last is None or now[0] == last[0]:
@@ -318,18 +321,19 @@ MAX_THREADS = max(1024, os.cpu_count() or 1)   # here 16,384 torch threads faile
 
 
 def thread_choice(fixed=None, cuda=False):
-    """This process's ThreadChoice: fixed at `fixed` (a --threads flag), or at OMP_NUM_THREADS where the user set
-    it to a count (ASCII digits; not torchrun's default 1), else chosen; with work on CUDA torch's threads
+    """This process's ThreadChoice: fixed at `fixed` (a --threads flag), or at OMP_NUM_THREADS where the user
+    set it to a count (ASCII digits; not torchrun's default 1), else chosen; with work on CUDA torch's threads
     as they are. A fixed count above the cores this process may use (cpu_share) is used as asked, with one
-    warning line on stderr (rank 0): its threads wait for cores, and the MFU peak counts the cores alone.
-    An OMP_NUM_THREADS count above MAX_THREADS (--threads: configurator's check) is ignored, with a warning."""
+    warning line on stderr (rank 0): its threads wait for cores, and the MFU peak counts the cores alone. An
+    OMP_NUM_THREADS count above MAX_THREADS (--threads: configurator's check) is ignored, with a warning."""
     omp = os.environ.get('OMP_NUM_THREADS', '') if 'LOCAL_WORLD_SIZE' not in os.environ else ''
     omp = int(omp) if omp.isascii() and omp.isdigit() else None
     master = int(os.environ.get('RANK', 0)) == 0
     if not cuda and not fixed and omp is not None and omp > MAX_THREADS:
         if master:
             print(f'warning: OMP_NUM_THREADS={omp} is more threads than torch runs in one process (at most '
-                  f'{MAX_THREADS}): ignored, the threads are chosen by measuring', file=sys.stderr, flush=True)
+                  f'{MAX_THREADS}): ignored, the threads are chosen by measuring', file=sys.stderr,
+                  flush=True)
         omp = None
     count, what = (fixed, f'threads={fixed}') if fixed else (omp, f'OMP_NUM_THREADS={omp}')
     if not cuda and count and count > cpu_share() and master:
@@ -343,16 +347,17 @@ class ThreadChoice:
     """torch's intra-op threads on the CPU, chosen by measuring and chosen again as the machine's load moves.
     Why: with 2 threads on 2 cores and another busy process, each parallel region waits at its barrier for the
     thread whose core the other process holds (a time slice), and the step runs several times slower than on
-    one thread; quiet, 2 threads are nearly twice as fast (docs/performance.md, "CPU training on a busy machine").
+    one thread; quiet, 2 threads are nearly twice as fast (docs/performance.md, "CPU training on a busy
+    machine").
 
     stepped(seconds, work=1) after each step of `work` units (a training step: 1) -> None, or the change made,
-    {'threads': new, 'from': old, 'rate': units/s at new, 'rate_from': units/s at old}. After `warmup` steps it
-    times `tries` steps at each count in candidates (1, 2, 4, ... and `cores`), leaving a count early whose
+    {'threads': new, 'from': old, 'rate': units/s at new, 'rate_from': units/s at old}. After `warmup` steps
+    it times `tries` steps at each count in candidates (1, 2, 4, ... and `cores`), leaving a count early whose
     first step is over twice the best, and keeps the fastest; it measures again every `every` steps, when the
     median of the last 3 steps moves by more than `margin` from the time it chose by, and when (Linux) at
     least half a core stood idle while it ran on fewer than `cores`. Measuring costs about tries x (each
-    slower count's extra time) every `every` steps: under 1% of a quiet 2-core run at the defaults. `fixed`
-    (a count: --threads, or OMP_NUM_THREADS set by the user) or a share of one core: no choice, no change."""
+    slower count's extra time) every `every` steps: under 1% of a quiet 2-core run at the defaults. `fixed` (a
+    count: --threads, or OMP_NUM_THREADS set by the user) or a share of one core: no choice, no change."""
 
     def __init__(self, cores=None, fixed=None, warmup=5, tries=3, every=250, margin=0.3):
         self.cores = fixed or cores or cpu_share()
@@ -385,7 +390,8 @@ class ThreadChoice:
         self._set(self.queue[0])
 
     def _measure(self, t):
-        """A step of the measuring took t seconds a unit at self.threads: go on to the next count, or choose."""
+        """A step of the measuring took t seconds a unit at self.threads: go on to the next count, or
+        choose."""
         mine = self.times.setdefault(self.threads, [])
         mine.append(t)
         median = {n: sorted(v)[len(v) // 2] for n, v in self.times.items()}
@@ -504,4 +510,5 @@ def hms(seconds):
 
 
 if __name__ == '__main__':
-    fail('the device and timing module, not a command: python -m experiments.bench measures this machine', 'harness/machine.py')
+    fail('the device and timing module, not a command: python -m experiments.bench measures this machine',
+         'harness/machine.py')

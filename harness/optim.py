@@ -1,7 +1,7 @@
 """The optimisers of train.py: parameter groups (the token-mixing matrices' own learning rate and weight
 decay), AdamW and Muon (the learning-rate schedule is train.py's get_lr).
 
-    optimizers = build_optimizers(model, cfg, cuda=False)     # [('optimizer', AdamW)], + ('optimizer_muon', Muon)
+    optimizers = build_optimizers(model, cfg, cuda=False)   # [('optimizer', AdamW)] (+ 'optimizer_muon')
 
 cfg is train.py's settings dict (learning_rate, weight_decay, beta1, beta2, optimizer, mixing_lr_mult,
 mixing_weight_decay).
@@ -27,7 +27,8 @@ def param_groups(model, cfg, only=None):
     mixing_weight_decay when set), and the token mixings' own parameters at `mixing_lr_mult` times
     the learning rate. Each group carries 'lr_mult'.
     `only`: a set of parameter ids to group (default: every parameter)."""
-    mixing = {id(p): d for b in model.modules() if isinstance(b, mixer.Block) for p, d in b.mixing.decays().items()}
+    mixing = {id(p): d for b in model.modules() if isinstance(b, mixer.Block)
+              for p, d in b.mixing.decays().items()}
     groups = {}
     for p in model.parameters():
         if only is not None and id(p) not in only:
@@ -49,9 +50,9 @@ def build_optimizers(model, cfg, cuda):
     out = [('optimizer', torch.optim.AdamW(param_groups(model, cfg, adamw_ids), lr=cfg['learning_rate'],
                                            betas=(cfg['beta1'], cfg['beta2']), fused=cuda))]
     if muon_ids:
-        out.append(('optimizer_muon', torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
-                                                       weight_decay=cfg['weight_decay'],
-                                                       adjust_lr_fn='match_rms_adamw')))
+        muon = torch.optim.Muon(param_groups(model, cfg, muon_ids), lr=cfg['learning_rate'],
+                                weight_decay=cfg['weight_decay'], adjust_lr_fn='match_rms_adamw')
+        out.append(('optimizer_muon', muon))
     return out
 
 

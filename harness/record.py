@@ -46,7 +46,8 @@ class StopRequests:
     def handle(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = ('interrupted (Ctrl-C)', 130) if signum == signal.SIGINT else ('terminated (SIGTERM)', 143)
+        self.requested = ('interrupted (Ctrl-C)', 130) if signum == signal.SIGINT else \
+            ('terminated (SIGTERM)', 143)
 
     def __exit__(self, *exc):
         for s, handler in self.old.items():
@@ -56,7 +57,8 @@ class StopRequests:
 def stop_together(env, pending=(), requests=None, reason=None):
     """Stop every rank together, or none: checks the pending (step, loss tensor) pairs with one device sync
     (then clears them), a stop request (StopRequests) and `reason` (a fault of this rank, one line); under
-    DDP each rank's answer is shared, so no rank waits alone in a collective. Raises Stop naming each cause."""
+    DDP each rank's answer is shared, so no rank waits alone in a collective. Raises Stop naming each
+    cause."""
     if pending:
         losses = torch.stack([loss for _, loss in pending]).float().cpu()
         bad = (~torch.isfinite(losses)).nonzero()
@@ -101,12 +103,12 @@ def prepare_run_folder(cfg, ckpt, rank=0):
 
 
 class RunLog:
-    """A run's record on rank 0: the console lines and log.jsonl (events config, schedule, train, eval, threads,
-    precision, summary), each record sent to the trackers too. Made once every check has passed: it starts
-    the trackers of cfg['log_to'] (harness/trackers.py; params: the model's parameter count) and prepares the
-    run folder (prepare_run_folder: ckpt None a fresh run, else the resumed checkpoint), on rank 0;
-    CheckpointError when the folder cannot be prepared. 'train' records get the machine's load (other_load:
-    cores busy with other processes' work over the interval, machine.LoadMeter)."""
+    """A run's record on rank 0: the console lines and log.jsonl (events config, schedule, train, eval,
+    threads, precision, summary), each record sent to the trackers too. Made once every check has passed:
+    it starts the trackers of cfg['log_to'] (harness/trackers.py; params: the model's parameter count) and
+    prepares the run folder (prepare_run_folder: ckpt None a fresh run, else the resumed checkpoint), on
+    rank 0; CheckpointError when the folder cannot be prepared. 'train' records get the machine's load
+    (other_load: cores busy with other processes' work over the interval, machine.LoadMeter)."""
 
     def __init__(self, cfg, env, ckpt, params):
         self.cfg, self.env, self.trackers = cfg, env, None
@@ -140,18 +142,18 @@ class RunLog:
                 f.close()
 
     def tuned(self, change, step, tokens_per):
-        """A change of the precision or the CPU's threads (machine.Tuning.stepped's `change`, rates in steps/s)
-        at `step` -> its line and a 'precision' or 'threads' event (rates in tokens/s); returns the peak MFU is
-        measured against from now on (FLOP/s: the precision's)."""
+        """A change of the precision or the CPU's threads (machine.Tuning.stepped's `change`, rates in
+        steps/s) at `step` -> its line and a 'precision' or 'threads' event (rates in tokens/s); returns the
+        peak MFU is measured against from now on (FLOP/s: the precision's)."""
         at = f'step {step:5d}/{self.cfg["max_iters"]} | '
         peak, peak_name = self.env.tuning.peak()
         if change['event'] == 'precision':
             rates = {k: r * tokens_per for k, r in change['rates'].items()}
             self.write({'event': 'precision', 'step': step, 'dtype': change['dtype'], 'tokens_per_s': rates,
                         'peak_flops': peak, 'peak': peak_name},
-                       at + f'precision {change["dtype"]}: ' + ', '.join(f'{k} {r / 1e3:.1f}k' for k, r in
-                                                                         rates.items()) + f' tokens/s; MFU now '
-                       f'against {peak_name}')
+                       at + f'precision {change["dtype"]}: '
+                       + ', '.join(f'{k} {r / 1e3:.1f}k' for k, r in rates.items())
+                       + f' tokens/s; MFU now against {peak_name}')
             return peak
         rates = [None if r is None else r * tokens_per for r in (change['rate_from'], change['rate'])]
         self.write({'event': 'threads', 'step': step, 'threads': change['threads'], 'from': change['from'],
@@ -164,36 +166,38 @@ class RunLog:
         """The run's header: the 'config' and 'schedule' events and their lines (the model, the processes, the
         peak MFU is measured against, the schedule: get_lr(step, settings), train.py's learning rate)."""
         cfg, env, n_params = self.cfg, self.env, run.raw_model.num_params()
-        peaks = {d: machine.peak_flops(env.dev, getattr(torch, d)) for d in env.tuning.dtypes}   # measured now
+        peaks = {d: machine.peak_flops(env.dev, getattr(torch, d)) for d in env.tuning.dtypes}  # measured now
         peak, peak_name = peaks[env.dtype]
-        self.write({'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg), 'world_size': env.world,
-                    'device': env.dev, 'dtype': env.dtype, 'params': n_params, 'flops_per_token': run.flops,
-                    'peak_flops': peak, 'peak': peak_name, 'meta': meta, 'threads': env.tuning.threads.threads},
+        self.write({'event': 'config', 'config': cfg, 'model_config': asdict(run.model_cfg),
+                    'world_size': env.world, 'device': env.dev, 'dtype': env.dtype, 'params': n_params,
+                    'flops_per_token': run.flops, 'peak_flops': peak, 'peak': peak_name, 'meta': meta,
+                    'threads': env.tuning.threads.threads},
                    f'{cfg["variant"]} ({run.model_cfg.kind}, token_mixing={run.model_cfg.token_mixing}, task='
-                   f'{cfg["task"]}): {n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token (fwd+bwd), '
-                   f'{env.world} process(es) on {env.dev}, {env.dtype}, '
-                   f'{checkpoint.tokens_per_step(cfg, env.world)} tokens/step\nMFU is reported against {peak_name}')
+                   f'{cfg["task"]}): {n_params / 1e6:.2f}M params, {run.flops / 1e6:.1f} MFLOP/token '
+                   f'(fwd+bwd), {env.world} process(es) on {env.dev}, {env.dtype}, '
+                   f'{checkpoint.tokens_per_step(cfg, env.world)} tokens/step\n'
+                   f'MFU is reported against {peak_name}')
         decay_iters = cfg['lr_decay_iters'] or cfg['max_iters']
         rec = {'event': 'schedule', 'from_step': run.step, 'max_iters': cfg['max_iters'],
-               'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'], 'min_lr': cfg['min_lr'],
-               'lr_decay_iters': decay_iters, 'lr_now': get_lr(run.step, cfg)}
+               'warmup_iters': cfg['warmup_iters'], 'learning_rate': cfg['learning_rate'],
+               'min_lr': cfg['min_lr'], 'lr_decay_iters': decay_iters, 'lr_now': get_lr(run.step, cfg)}
         saved = ''
         if ckpt is not None:
             rec['lr_saved_schedule'] = get_lr(run.step, {**cfg, **{k: ckpt['config'].get(k, cfg[k]) for k in (
                 'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'max_iters')}})
             saved = f' (the saved run\'s schedule: {rec["lr_saved_schedule"]:.2e})'
-        self.write(rec, f'schedule: steps {run.step} -> {cfg["max_iters"]}; lr warm-up {cfg["warmup_iters"]} steps '
-                        f'to {cfg["learning_rate"]:.2e}, cosine to {cfg["min_lr"]:.2e} at step {decay_iters}; lr now '
-                        f'{rec["lr_now"]:.2e}{saved}')
+        self.write(rec, f'schedule: steps {run.step} -> {cfg["max_iters"]}; lr warm-up '
+                        f'{cfg["warmup_iters"]} steps to {cfg["learning_rate"]:.2e}, cosine to '
+                        f'{cfg["min_lr"]:.2e} at step {decay_iters}; lr now {rec["lr_now"]:.2e}{saved}')
 
     def summary(self, run, speed, wall_seconds, train_tokens):
         """The 'summary' event and line: final and best validation loss (nats/token, bits per byte), steps,
         tokens and epochs (of train_tokens, the training split's length), wall and training seconds; tokens/s
         and MFU over the whole training time (tokens_per_s, mfu) and steady (steady_tokens_per_s, steady_mfu:
-        the logged intervals after the first, whose warm-up, e.g. torch.compile's, they leave out, as nanoGPT's
-        running MFU does; None before a second interval); the machine's mean load (other_load); on CUDA the peak
-        memory of the run's tensors (peak_memory_gib). speed: {'seconds', 'tokens', 'steady_seconds',
-        'steady_tokens'} of this session's training."""
+        the logged intervals after the first, whose warm-up, e.g. torch.compile's, they leave out, as
+        nanoGPT's running MFU does; None before a second interval); the machine's mean load (other_load); on
+        CUDA the peak memory of the run's tensors (peak_memory_gib). speed: {'seconds', 'tokens',
+        'steady_seconds', 'steady_tokens'} of this session's training."""
         ev, env = run.last_eval, self.env
         tok_s = speed['tokens'] / speed['seconds'] if speed['seconds'] > 0 else 0.0
         steady = speed['steady_tokens'] / speed['steady_seconds'] if speed['steady_seconds'] > 0 else None
@@ -201,20 +205,21 @@ class RunLog:
         mfu_of = lambda t: None if t is None else run.flops * t / env.world / peak      # noqa: E731
         rec = {'event': 'summary', 'final_val_loss': ev['val_loss'], 'final_val_bpb': ev['val_bpb'],
                'final_val_acc': ev['val_acc'], 'best_val_loss': run.best_val, 'step': run.step,
-               'tokens_seen': run.tokens, 'epochs': run.tokens / train_tokens, 'train_seconds': speed['seconds'],
-               'wall_seconds': wall_seconds, 'tokens_per_s': tok_s, 'mfu': mfu_of(tok_s),
-               'steady_tokens_per_s': steady, 'steady_mfu': mfu_of(steady),
+               'tokens_seen': run.tokens, 'epochs': run.tokens / train_tokens,
+               'train_seconds': speed['seconds'], 'wall_seconds': wall_seconds, 'tokens_per_s': tok_s,
+               'mfu': mfu_of(tok_s), 'steady_tokens_per_s': steady, 'steady_mfu': mfu_of(steady),
                'other_load': sum(self.loads) / len(self.loads) if self.loads else None,
                'peak_memory_gib': torch.cuda.max_memory_allocated(env.dev) / 2 ** 30 if env.cuda else None,
                **({'final_train_windows_loss': ev['train_windows_loss']} if self.cfg['eval_train'] else {})}
-        line = (f'steady {steady:,.0f} tok/s, MFU {machine.fmt_mfu(rec["steady_mfu"])} (logged steps after the '
-                f'first interval); ' if steady else '')
+        line = (f'steady {steady:,.0f} tok/s, MFU {machine.fmt_mfu(rec["steady_mfu"])} (logged steps '
+                f'after the first interval); ' if steady else '')
         line += f'whole run {tok_s:,.0f} tok/s, MFU {machine.fmt_mfu(rec["mfu"])} (against {peak_name})'
         line += f' | peak GPU memory {rec["peak_memory_gib"]:.1f} GiB' if env.cuda else ''
-        self.write(rec, f'summary: final val loss {ev["val_loss"]:.4f} nats/token ({ev["val_bpb"]:.4f} bits/byte, '
-                        f'acc {ev["val_acc"]:.3f}), best {run.best_val:.4f} | {run.step} steps, {run.tokens:,} tokens '
-                        f'= {rec["epochs"]:.2f} epochs | wall {machine.hms(wall_seconds)}, training '
-                        f'{machine.hms(speed["seconds"])} | {line} | checkpoint '
+        self.write(rec, f'summary: final val loss {ev["val_loss"]:.4f} nats/token ({ev["val_bpb"]:.4f} '
+                        f'bits/byte, acc {ev["val_acc"]:.3f}), best {run.best_val:.4f} | {run.step} steps, '
+                        f'{run.tokens:,} tokens = {rec["epochs"]:.2f} epochs | wall '
+                        f'{machine.hms(wall_seconds)}, training {machine.hms(speed["seconds"])} | {line} | '
+                        f'checkpoint '
                         f'{run.ckpt_path if run.saved_step is not None else "none"}')
 
 

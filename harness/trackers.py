@@ -81,7 +81,8 @@ def tracker_names(log_to):
 def check_log_to(cfg):
     """train.py's check of log_to, run_name and project (harness/configurator.check_settings, every rank): an
     unknown name, a library that does not import, or a run_name / project that is not a non-empty string or
-    None: one line 'train.py: error: ...', exit 2. The libraries are imported here, before the model is built."""
+    None: one line 'train.py: error: ...', exit 2. The libraries are imported here, before the model is
+    built."""
     try:
         names = tracker_names(cfg['log_to'])
     except ValueError as e:
