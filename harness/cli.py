@@ -129,8 +129,7 @@ def run_command(prog, work, *args, kept=None, exits=False):
     interrupted (Ctrl-C)' on stderr, '; ' + `kept` after it when given ('what finished is cached'), status
     130; a second Ctrl-C while it stops is ignored. SIGINT's handler is the caller's again after, unless
     `exits` (the caller exits at once, as a pool's finalizers run, and every command begin() started) and
-    Ctrl-C stopped the work: SIGINT then stays ignored, so a second Ctrl-C in those finalizers is no
-    traceback."""
+    Ctrl-C stopped the work: SIGINT then stays ignored (a second Ctrl-C in those finalizers: no traceback)."""
     handler = signal.getsignal(signal.SIGINT)
     own = handler in (signal.default_int_handler, _interrupted)
     own = own and threading.current_thread() is threading.main_thread()
@@ -252,8 +251,7 @@ def hold_lock(fd):
     """Take an exclusive lock on the open file or folder descriptor fd for this process's life (filelock's
     lock_descriptor: flock on POSIX, LockFileEx on Windows): the OS releases it when the process dies, however
     it dies, so a killed run never blocks the next -> True, or False when another process holds it. Raises
-    OSError when the file system cannot lock. train.py's run folder and data/prepare.py's --out are locked
-    so."""
+    OSError when the file system cannot lock. It locks train.py's run folder and data/prepare.py's --out."""
     from filelock import lock_descriptor
     return lock_descriptor(fd, blocking=False)
 

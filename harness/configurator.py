@@ -96,7 +96,7 @@ def parse_overrides(argv, defaults, usage, module=None):
         arg = args.pop(0)
         if arg in ('-h', '--help'):
             from harness.flags import print_settings      # here: a run without --help needs none of it
-            print_settings(usage, defaults, (module, mixer.ModelConfig) if module else (mixer.ModelConfig,))
+            print_settings(usage, defaults, filter(None, (module, mixer.ModelConfig)))
             sys.exit(0)
         if not arg.startswith('--'):
             items = read_config_file(arg)

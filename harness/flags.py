@@ -40,8 +40,7 @@ class ArgumentParser(argparse.ArgumentParser):
         fail(message, self.prog)
 
     def check(self, fn, *args, prefix=''):
-        """fn(*args) -> its value; its ValueError is the command's one-line error (`prefix` before it), exit
-        2."""
+        """fn(*args) -> its value; its ValueError is the command's one-line error (`prefix` first), exit 2."""
         try:
             return fn(*args)
         except ValueError as e:

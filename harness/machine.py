@@ -278,8 +278,7 @@ def cpu_share():
 
 def cpu_sample():
     """The machine's CPU time so far (Linux /proc/stat: all cores' ticks, and their idle and iowait ticks) and
-    this process's -> (total ticks, idle ticks, this process's CPU seconds), or None where /proc/stat cannot
-    be read."""
+    this process's -> (total ticks, idle ticks, this process's CPU seconds); None without /proc/stat."""
     try:
         with open('/proc/stat') as f:
             ticks = [int(t) for t in f.readline().split()[1:9]]
@@ -346,8 +345,8 @@ def thread_choice(fixed=None, cuda=False):
 class ThreadChoice:
     """torch's intra-op threads on the CPU, chosen by measuring and chosen again as the machine's load moves.
     Why: with 2 threads on 2 cores and another busy process, each parallel region waits at its barrier for the
-    thread whose core the other process holds (a time slice), and the step runs several times slower than on
-    one thread; quiet, 2 threads are nearly twice as fast (docs/performance.md, "CPU training on a busy
+    thread whose core the other process holds (a time slice), and the step runs several times slower than
+    on one thread; quiet, 2 threads are nearly twice as fast (docs/performance.md, "CPU training on a busy
     machine").
 
     stepped(seconds, work=1) after each step of `work` units (a training step: 1) -> None, or the change made,
@@ -390,8 +389,7 @@ class ThreadChoice:
         self._set(self.queue[0])
 
     def _measure(self, t):
-        """A step of the measuring took t seconds a unit at self.threads: go on to the next count, or
-        choose."""
+        """A measured step took t seconds per unit at self.threads: go on to the next count, or choose."""
         mine = self.times.setdefault(self.threads, [])
         mine.append(t)
         median = {n: sorted(v)[len(v) // 2] for n, v in self.times.items()}

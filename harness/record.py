@@ -57,8 +57,7 @@ class StopRequests:
 def stop_together(env, pending=(), requests=None, reason=None):
     """Stop every rank together, or none: checks the pending (step, loss tensor) pairs with one device sync
     (then clears them), a stop request (StopRequests) and `reason` (a fault of this rank, one line); under
-    DDP each rank's answer is shared, so no rank waits alone in a collective. Raises Stop naming each
-    cause."""
+    DDP the ranks share their answers (none waits alone in a collective). Raises Stop naming each cause."""
     if pending:
         losses = torch.stack([loss for _, loss in pending]).float().cpu()
         bad = (~torch.isfinite(losses)).nonzero()
